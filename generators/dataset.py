@@ -1,0 +1,365 @@
+"""Dataset files: Parquet shards + `manifest.json`, deterministic whatever the sharding.
+
+Determinism: split s, block b (BLOCK_SIZE samples) is drawn from
+`SeedSequence(seed, spawn_key=(s, b))`, so the data depends only on (task, seed, counts), never on
+shard size or worker count; shard sizes are whole numbers of blocks.
+
+Disjoint splits: every row is hashed (two independent 64-bit polynomial hashes over its tokens,
+invariant to right padding); rows of valid that also occur in test, and rows of train that occur in
+valid or test, are redrawn from `SeedSequence(seed, spawn_key=(s, b, attempt))` until none is
+left. The count of redrawn rows goes to the manifest.
+
+A shard (lz4 Parquet) holds `input_ids` (unpadded, list<uint8|uint16|uint32>), `labels` (unpadded
+list<int8|int16|int32>, -100 = ignored) and `sizes` (level sizes), readable by pandas / HF datasets
+as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from generators.errors import RecallLabError
+from generators.joint_recall import (
+    GENERATOR_VERSION,
+    IGNORE,
+    _component_length,
+    generate_rows,
+    smallest_dtype,
+)
+from generators.spec import TaskSpec
+
+FORMAT = "recall-lab-dataset"
+FORMAT_VERSION = 1
+BLOCK_SIZE = 8192
+SPLITS = ("train", "valid", "test")
+_SPLIT_INDEX = {"test": 0, "valid": 1, "train": 2}
+_HASH_W = np.random.default_rng(0x5EED).integers(1, 2**63, size=(2, 1 << 16), dtype=np.uint64) | 1
+
+
+def row_hashes(inputs: np.ndarray) -> np.ndarray:
+    """Two 64-bit hashes per row ([n, 2] uint64); PAD (0) contributes nothing, so right padding
+    does not change a row's hash."""
+    width = inputs.shape[1]
+    if width > _HASH_W.shape[1]:
+        raise RecallLabError(f"rows longer than {_HASH_W.shape[1]} tokens cannot be hashed")
+    x = inputs.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return np.stack([(x * _HASH_W[h, :width]).sum(axis=1) for h in range(2)], axis=1)
+
+
+def _hash_keys(h: np.ndarray) -> np.ndarray:
+    return h.view([("a", np.uint64), ("b", np.uint64)]).reshape(-1)
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    split: str
+    index: int
+    first_block: int
+    n_rows: int
+    path: str
+
+
+def _block_rows(
+    spec: TaskSpec, seed: int, split: str, block: int, n: int, held_out: np.ndarray | None,
+    dtype: np.dtype,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    s = _SPLIT_INDEX[split]
+    ss = np.random.SeedSequence(seed, spawn_key=(s, block))
+    inputs, sizes = generate_rows(spec, n, ss, dtype)
+    redrawn = 0
+    if held_out is not None and len(held_out):
+        for attempt in range(1, 1001):
+            dup = np.isin(_hash_keys(row_hashes(inputs)), held_out)
+            if not dup.any():
+                break
+            k = int(dup.sum())
+            redrawn += k
+            ss = np.random.SeedSequence(seed, spawn_key=(s, block, attempt))
+            new_inputs, new_sizes = generate_rows(spec, k, ss, dtype)
+            rows = np.flatnonzero(dup)
+            inputs[rows] = 0
+            inputs[rows, : new_inputs.shape[1]] = new_inputs
+            sizes[rows] = new_sizes
+        else:
+            raise RecallLabError(
+                f"cannot make {split} disjoint from the held-out splits: the task has too few "
+                "distinct samples for the requested counts"
+            )
+    return inputs, sizes, redrawn
+
+
+def _label_dtype(vocab_size: int) -> np.dtype:
+    for dt in (np.int8, np.int16, np.int32):
+        if vocab_size <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.int64)
+
+
+def flat_labels(flat: np.ndarray, lengths: np.ndarray, vocab, dtype: np.dtype) -> np.ndarray:
+    """Targets of rows stored end to end (`flat`, row lengths `lengths`): a position after its
+    row's SEP whose next token is a value gets that value; everything else IGNORE."""
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    sep_at = starts + lengths // 2  # a row of length 2 + 2C has SEP at index 1 + C
+    after_sep = np.zeros(len(flat) + 1, dtype=np.int8)
+    np.add.at(after_sep, sep_at + 1, 1)
+    np.add.at(after_sep, starts + lengths, -1)
+    after_sep = np.cumsum(after_sep[:-1], dtype=np.int8).astype(bool)
+    nxt = np.zeros_like(flat)
+    nxt[:-1] = flat[1:]
+    lo, hi = vocab.value_range
+    keep = after_sep & (nxt >= lo) & (nxt < hi)
+    return np.where(keep, nxt.astype(dtype), np.array(IGNORE, dtype=dtype))
+
+
+def _write_shard(
+    spec: TaskSpec, seed: int, job: ShardJob, held_out: np.ndarray | None
+) -> dict:
+    vocab = spec.vocab()
+    dtype = smallest_dtype(vocab)
+    parts_in, parts_sizes, redrawn = [], [], 0
+    done, block = 0, job.first_block
+    while done < job.n_rows:
+        n = min(BLOCK_SIZE, job.n_rows - done)
+        inputs, sizes, r = _block_rows(spec, seed, job.split, block, n, held_out, dtype)
+        lengths = 2 + 2 * _component_length(sizes)
+        parts_in.append(inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]])
+        parts_sizes.append(sizes)
+        redrawn += r
+        done += n
+        block += 1
+    sizes = np.concatenate(parts_sizes)
+    flat = np.concatenate(parts_in)
+    lengths = 2 + 2 * _component_length(sizes)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    offsets_arr = pa.array(offsets, type=pa.int64())
+    labels = flat_labels(flat, lengths, vocab, _label_dtype(vocab.size))
+    table = pa.table({
+        "input_ids": pa.LargeListArray.from_arrays(offsets_arr, pa.array(flat)),
+        "labels": pa.LargeListArray.from_arrays(offsets_arr, pa.array(labels)),
+        "sizes": pa.FixedSizeListArray.from_arrays(
+            pa.array(sizes.reshape(-1).astype(np.uint32)), spec.n_levels
+        ),
+    })
+    pq.write_table(table, job.path, compression="lz4", row_group_size=BLOCK_SIZE)
+    return {
+        "split": job.split, "index": job.index, "file": os.path.basename(job.path),
+        "rows": job.n_rows, "sha256": sha256_file(job.path), "redrawn": redrawn,
+        "tokens": int(lengths.sum()),
+    }
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def held_out_hashes(spec: TaskSpec, seed: int, counts: dict[str, int], upto: str) -> np.ndarray:
+    """Row-hash keys of the test split (`upto="test"`) or of valid + test (`upto="valid"`),
+    exactly as `write_dataset` draws them."""
+    dtype = smallest_dtype(spec.vocab())
+    held = np.zeros(0, dtype=[("a", np.uint64), ("b", np.uint64)])
+    for split in ("test", "valid"):
+        keys = []
+        for block, first in enumerate(range(0, counts[split], BLOCK_SIZE)):
+            n = min(BLOCK_SIZE, counts[split] - first)
+            inputs, _, _ = _block_rows(spec, seed, split, block, n, held, dtype)
+            keys.append(_hash_keys(row_hashes(inputs)))
+        held = np.concatenate(keys + [held])
+        if split == upto:
+            break
+    return held
+
+
+def check_output_dir(out: Path, force: bool) -> None:
+    """Refuse to write into a non-empty folder (without --force) or an unwritable place."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RecallLabError(f"{out} exists and is not a folder")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise RecallLabError(f"{out} is not empty; pass --force to replace it")
+    parent = out.resolve().parent
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise RecallLabError(f"cannot write to {out}: {probe} is not writable")
+
+
+def plan_shards(counts: dict[str, int], shard_size: int, tmp: Path) -> list[ShardJob]:
+    if shard_size <= 0 or shard_size % BLOCK_SIZE:
+        raise RecallLabError(f"shard size must be a positive multiple of {BLOCK_SIZE}")
+    jobs = []
+    for split in SPLITS:
+        n = counts[split]
+        for i, first in enumerate(range(0, n, shard_size)):
+            jobs.append(ShardJob(split, i, first // BLOCK_SIZE, min(shard_size, n - first),
+                                 str(tmp / f"{split}-{i:05d}.parquet")))
+    return jobs
+
+
+def _run_job(args: tuple) -> dict:
+    spec_json, seed, job, held = args
+    return _write_shard(TaskSpec.model_validate_json(spec_json), seed, job, held)
+
+
+def write_dataset(
+    spec: TaskSpec,
+    out: Path,
+    counts: dict[str, int],
+    seed: int,
+    *,
+    preset: str | None = None,
+    workers: int = 1,
+    shard_size: int = 16 * BLOCK_SIZE,
+    force: bool = False,
+    on_shard: Callable[[dict], None] | None = None,
+) -> dict:
+    """Generate and write a dataset; returns the manifest. Writes into a temporary sibling folder
+    and renames it into place at the end, so a failure never destroys an existing dataset."""
+    for split in SPLITS:
+        if counts.get(split, 0) < 0:
+            raise RecallLabError(f"{split} count must be >= 0, got {counts[split]}")
+    if seed < 0:
+        raise RecallLabError(f"seed must be >= 0, got {seed}")
+    if workers < 1:
+        raise RecallLabError(f"workers must be >= 1, got {workers}")
+    out = Path(out)
+    check_output_dir(out, force)
+    counts = {s: int(counts.get(s, 0)) for s in SPLITS}
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as exc:
+        raise RecallLabError(f"cannot create {out}: {exc.strerror}") from None
+    try:
+        jobs = plan_shards(counts, shard_size, tmp)
+        held = {
+            "test": None,
+            "valid": held_out_hashes(spec, seed, counts, "test") if counts["valid"] else None,
+            "train": held_out_hashes(spec, seed, counts, "valid") if counts["train"] else None,
+        }
+        args = [(spec.model_dump_json(), seed, job, held[job.split]) for job in jobs]
+        results = []
+        if workers == 1 or len(jobs) <= 1:
+            for a in args:
+                results.append(_run_job(a))
+                if on_shard:
+                    on_shard(results[-1])
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
+                for r in ex.map(_run_job, args):
+                    results.append(r)
+                    if on_shard:
+                        on_shard(r)
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "generator_version": GENERATOR_VERSION,
+            "preset": preset,
+            "task": json.loads(spec.model_dump_json()),
+            "vocab": spec.vocab().to_json(),
+            "seed": seed,
+            "block_size": BLOCK_SIZE,
+            "counts": counts,
+            "splits": {
+                s: [
+                    {k: r[k] for k in ("file", "rows", "tokens", "sha256")}
+                    for r in sorted(results, key=lambda r: r["index"]) if r["split"] == s
+                ]
+                for s in SPLITS
+            },
+            "disjoint": {
+                "method": "two 64-bit polynomial row hashes; valid vs test, train vs valid+test",
+                "redrawn_rows": sum(r["redrawn"] for r in results),
+            },
+            "ignore_index": IGNORE,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        if out.exists():
+            trash = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, trash)
+            os.replace(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+        return manifest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+def read_manifest(folder: Path) -> dict:
+    folder = Path(folder)
+    path = folder / "manifest.json"
+    if not path.is_file():
+        raise RecallLabError(f"{folder} is not a recall-lab dataset (no manifest.json)")
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RecallLabError(f"{path} is not valid JSON") from None
+    if manifest.get("format") != FORMAT:
+        raise RecallLabError(f"{path} is not a recall-lab dataset manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise RecallLabError(
+            f"{path}: format version {manifest.get('format_version')} is not supported"
+        )
+    return manifest
+
+
+def manifest_spec(manifest: dict) -> TaskSpec:
+    return TaskSpec.model_validate(manifest["task"])
+
+
+def read_split(folder: Path, split: str, verify: bool = True) -> Iterator[tuple[np.ndarray, ...]]:
+    """Yield (inputs [n, width] int64 padded to the task's length, sizes [n, w]) per shard,
+    checking each shard's sha256 against the manifest first."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if split not in SPLITS:
+        raise RecallLabError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    spec = manifest_spec(manifest)
+    for shard in manifest["splits"][split]:
+        path = folder / shard["file"]
+        if not path.is_file():
+            raise RecallLabError(f"missing shard {path}")
+        if verify and sha256_file(path) != shard["sha256"]:
+            raise RecallLabError(f"shard {path} does not match its sha256 in the manifest "
+                                 "(corrupt or modified)")
+        try:
+            table = pq.read_table(path, columns=["input_ids", "sizes"])
+        except (pa.ArrowException, OSError) as exc:
+            raise RecallLabError(f"cannot read shard {path}: {str(exc).splitlines()[0]}") from None
+        if table.num_rows != shard["rows"]:
+            raise RecallLabError(f"shard {path} has {table.num_rows} rows, manifest says "
+                                 f"{shard['rows']}")
+        col = table.column("input_ids").combine_chunks()
+        offsets = col.offsets.to_numpy()
+        flat = col.values.to_numpy().astype(np.int64)
+        sizes = table.column("sizes").combine_chunks().values.to_numpy().astype(np.int64)
+        sizes = sizes.reshape(-1, spec.n_levels)
+        lengths = np.diff(offsets)
+        width = spec.seq_len or int(lengths.max(initial=0))
+        inputs = np.zeros((len(lengths), width), dtype=np.int64)
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        inputs[mask] = flat
+        yield inputs, sizes

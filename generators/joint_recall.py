@@ -1,0 +1,149 @@
+"""Vectorised multi-level joint recall generator (seed 004 Sec. 3.2, App. C).
+
+A sample is `BOS, information component, SEP, inquiry component`. A component lists the whole
+table as a tree: every level-l block starts with its level-l token and holds its children's blocks;
+a leaf block is `key value`. Each component orders every block's children by its own random
+permutation. Keys are shared by all contexts (the table is the full cartesian product), values are
+i.i.d. uniform (the "uniform distribution" of Cor. 3.1). In the inquiry component values stay as
+teacher-forced inputs; the target at each inquiry key position is the value that follows it.
+
+Samples whose level sizes agree are built together with fixed-shape numpy ops (permutations are
+argsorts of uniform keys), so a batch costs a handful of array operations per distinct size tuple.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from generators.errors import RecallLabError
+from generators.spec import TaskSpec
+from generators.vocab import Vocab
+
+GENERATOR_VERSION = "1"
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Batch:
+    inputs: np.ndarray  # int64 [n, L], PAD-padded on the right
+    targets: np.ndarray  # int64 [n, L], IGNORE except at inquiry key positions
+    sizes: np.ndarray  # int64 [n, w]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return 2 + 2 * _component_length(self.sizes)
+
+
+def _component_length(sizes: np.ndarray) -> np.ndarray:
+    prods = np.cumprod(sizes, axis=1)
+    return prods.sum(axis=1) + prods[:, -1]
+
+
+def _as_rng(seed: int | np.random.Generator | np.random.SeedSequence) -> np.random.Generator:
+    if isinstance(seed, np.random.Generator):
+        return seed
+    return np.random.default_rng(seed)
+
+
+def _serialize(
+    tokens: list[np.ndarray], values: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """One component for m samples of one size tuple: [m, component_length]."""
+    m, sizes = values.shape[0], values.shape[1:]
+    w = len(sizes)
+    key_tok = tokens[-1].reshape((m,) + (1,) * (w - 1) + (sizes[-1],))
+    blocks = np.stack([np.broadcast_to(key_tok, values.shape), values], axis=-1)
+    # blocks[m, c_0..c_l, :] is the block of the level-l node (c_0..c_l); fold levels bottom-up.
+    for level in range(w - 1, -1, -1):
+        perm = np.argsort(rng.random(values.shape[: level + 2]), axis=-1)
+        blocks = np.take_along_axis(blocks, perm[..., None], axis=-2)
+        blocks = blocks.reshape(blocks.shape[:-2] + (-1,))
+        if level > 0:
+            shape = (m,) + (1,) * (level - 1) + (sizes[level - 1], 1)
+            parent_tok = tokens[level - 1].reshape(shape)
+            parent_tok = np.broadcast_to(parent_tok, blocks.shape[:-1] + (1,))
+            blocks = np.concatenate([parent_tok, blocks], axis=-1)
+    return blocks
+
+
+def _fixed_size_samples(
+    sizes: tuple[int, ...], m: int, vocab: Vocab, rng: np.random.Generator, dtype: np.dtype
+) -> np.ndarray:
+    """m complete samples (BOS .. inquiry) with the same level sizes: [m, length]."""
+    tokens = []
+    for level, n in enumerate(sizes):
+        lo, _ = vocab.level_range(level)
+        pool = vocab.pools[level]
+        chosen = np.argsort(rng.random((m, pool)), axis=1)[:, :n]
+        tokens.append((chosen + lo).astype(dtype))
+    vlo, _ = vocab.value_range
+    values = (rng.integers(0, vocab.n_values, size=(m,) + tuple(sizes)) + vlo).astype(dtype)
+    info = _serialize(tokens, values, rng)
+    inquiry = _serialize(tokens, values, rng)
+    bos = np.full((m, 1), vocab.BOS, dtype=dtype)
+    sep = np.full((m, 1), vocab.SEP, dtype=dtype)
+    return np.concatenate([bos, info, sep, inquiry], axis=1)
+
+
+def _targets(inputs: np.ndarray, sep_pos: np.ndarray, vocab: Vocab) -> np.ndarray:
+    nxt = np.zeros(inputs.shape, dtype=np.int64)  # PAD past the end
+    nxt[:, :-1] = inputs[:, 1:]
+    after_sep = np.arange(inputs.shape[1])[None, :] > sep_pos[:, None]
+    return np.where(after_sep & vocab.is_value(nxt), nxt, IGNORE)
+
+
+def targets_for(inputs: np.ndarray, vocab: Vocab) -> np.ndarray:
+    """Targets of padded inputs: the next token at every inquiry position followed by a value."""
+    inputs = np.asarray(inputs)
+    has_sep = (inputs == vocab.SEP).any(axis=1)
+    sep_pos = np.where(has_sep, np.argmax(inputs == vocab.SEP, axis=1), inputs.shape[1])
+    return _targets(inputs, sep_pos, vocab)
+
+
+def smallest_dtype(vocab: Vocab) -> np.dtype:
+    """The narrowest unsigned integer dtype that holds every id of `vocab`."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if vocab.size <= np.iinfo(dt).max + 1:
+            return np.dtype(dt)
+    return np.dtype(np.int64)
+
+
+def generate_rows(
+    spec: TaskSpec,
+    n: int,
+    seed: int | np.random.Generator | np.random.SeedSequence,
+    dtype: np.dtype | type = np.int64,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Padded inputs [n, width] in `dtype` and level sizes [n, w]; the core of `generate`."""
+    if n < 0:
+        raise RecallLabError(f"sample count must be >= 0, got {n}")
+    rng = _as_rng(seed)
+    vocab = spec.vocab()
+    lo = np.array([a for a, _ in spec.levels], dtype=np.int64)
+    hi = np.array([b for _, b in spec.levels], dtype=np.int64)
+    sizes = rng.integers(lo, hi + 1, size=(n, spec.n_levels), dtype=np.int64)
+    lengths = 2 + 2 * _component_length(sizes) if n else np.zeros(0, dtype=np.int64)
+    width = spec.seq_len if spec.seq_len is not None else int(lengths.max(initial=0))
+    inputs = np.zeros((n, width), dtype=dtype)  # PAD = 0
+    if n:
+        groups, inverse = np.unique(sizes, axis=0, return_inverse=True)
+        order = np.argsort(inverse.reshape(-1), kind="stable")
+        starts = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(groups) + 1))
+        for g, group in enumerate(groups):
+            rows = order[starts[g] : starts[g + 1]]
+            block = _fixed_size_samples(
+                tuple(int(s) for s in group), len(rows), vocab, rng, np.dtype(dtype)
+            )
+            inputs[rows, : block.shape[1]] = block
+    return inputs, sizes
+
+
+def generate(
+    spec: TaskSpec, n: int, seed: int | np.random.Generator | np.random.SeedSequence
+) -> Batch:
+    """n samples of `spec`, padded to `spec.seq_len` (or to the longest sample when None)."""
+    inputs, sizes = generate_rows(spec, n, seed, np.int64)
+    sep_pos = 1 + _component_length(sizes) if n else np.zeros(0, dtype=np.int64)
+    return Batch(inputs=inputs, targets=_targets(inputs, sep_pos, spec.vocab()), sizes=sizes)

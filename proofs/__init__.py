@@ -1,0 +1,1 @@
+"""The papers' theorems as executable checks."""

@@ -1,0 +1,196 @@
+"""`recall-lab generate` and `recall-lab show`: dataset files and readable samples."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+
+def parse_levels(text: str) -> tuple[tuple[int, int], ...]:
+    """'5-16,5-16' or '4,4' -> ((5, 16), (5, 16)) / ((4, 4), (4, 4))."""
+    from generators.errors import RecallLabError
+
+    levels = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+            else:
+                lo = hi = int(part)
+        except ValueError:
+            raise RecallLabError(
+                f"cannot read level size {part!r}: use N or LO-HI, comma-separated per level"
+            ) from None
+        levels.append((lo, hi))
+    return tuple(levels)
+
+
+def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    from generators.errors import RecallLabError
+
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise RecallLabError(f"cannot read {what} {text!r}: comma-separated integers") from None
+
+
+def register(app: typer.Typer) -> None:
+    from recall_lab.cli import console, guarded
+
+    @app.command()
+    def generate(
+        preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`)."),
+        out: Path = typer.Option(..., "--out", help="Output folder (must be new or empty)."),
+        levels: str = typer.Option(
+            None, help="Level sizes instead of a preset, outermost first: '5-16,5-16' or '4,4'."
+        ),
+        values: int = typer.Option(None, help="Number of value tokens |V| (with --levels)."),
+        pools: str = typer.Option(None, help="Token ids per level, e.g. '16,16' (default: max)."),
+        seq_len: int = typer.Option(None, help="Pad every sample to this length."),
+        train: int = typer.Option(None, help="Training samples (default: the preset's)."),
+        valid: int = typer.Option(None, help="Validation samples."),
+        test: int = typer.Option(None, help="Test samples."),
+        seed: int = typer.Option(0, help="Seed; the same seed gives the same bytes."),
+        workers: int = typer.Option(2, help="Worker processes (the bytes do not depend on it)."),
+        shard_size: int = typer.Option(131072, help="Rows per shard, a multiple of 8192."),
+        force: bool = typer.Option(False, help="Replace an existing dataset in --out."),
+    ) -> None:
+        """Generate a recall dataset as Parquet shards plus manifest.json."""
+
+        @guarded
+        def _run() -> None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+            from rich.table import Table
+
+            from generators import TaskSpec, get_preset_entry
+            from generators.dataset import write_dataset
+            from generators.errors import RecallLabError
+
+            if (preset is None) == (levels is None):
+                raise RecallLabError("give either a PRESET or --levels (with --values)")
+            if preset is not None:
+                entry = get_preset_entry(preset)
+                spec = entry.spec
+                defaults = {"train": entry.train, "valid": entry.valid, "test": entry.test}
+            else:
+                if values is None:
+                    raise RecallLabError("--levels needs --values")
+                spec = TaskSpec(levels=parse_levels(levels), values=values,
+                                pools=parse_ints(pools, "--pools"), seq_len=seq_len)
+                defaults = {"train": 10_000, "valid": 1_000, "test": 1_000}
+            counts = {
+                "train": defaults["train"] if train is None else train,
+                "valid": defaults["valid"] if valid is None else valid,
+                "test": defaults["test"] if test is None else test,
+            }
+            total = sum(max(c, 0) for c in counts.values())
+            start = time.perf_counter()
+            with Progress(
+                "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=console, transient=True,
+            ) as progress:
+                task = progress.add_task("generating samples", total=total)
+                manifest = write_dataset(
+                    spec, out, counts, seed, preset=preset, workers=workers,
+                    shard_size=shard_size, force=force,
+                    on_shard=lambda r: progress.advance(task, r["rows"]),
+                )
+            elapsed = time.perf_counter() - start
+            table = Table(title=f"{preset or 'custom'}: {spec.describe()}")
+            for col in ("split", "samples", "shards", "tokens", "mean length"):
+                table.add_column(col, justify="right" if col != "split" else "left")
+            for split, shards in manifest["splits"].items():
+                rows = sum(s["rows"] for s in shards)
+                tokens = sum(s["tokens"] for s in shards)
+                table.add_row(split, f"{rows:,}", str(len(shards)), f"{tokens:,}",
+                              f"{tokens / rows:.1f}" if rows else "-")
+            console.print(table)
+            if manifest["disjoint"]["redrawn_rows"] == 0:
+                dup = "no duplicates"
+            else:
+                dup = f"{manifest['disjoint']['redrawn_rows']} duplicate rows redrawn"
+            console.print(
+                f"vocabulary {spec.vocab().size} ids, padded length "
+                f"{spec.seq_len or 'per batch'}, splits disjoint ({dup}); "
+                f"{total:,} samples in {elapsed:.1f} s -> {out}"
+            )
+
+        _run()
+
+    @app.command()
+    def show(
+        source: str = typer.Argument(..., help="A dataset folder or a preset name."),
+        index: int = typer.Option(0, help="Which sample."),
+        split: str = typer.Option("test", help="Split to read from a dataset folder."),
+        seed: int = typer.Option(0, help="Seed when SOURCE is a preset."),
+        count: int = typer.Option(1, help="How many samples from --index on."),
+    ) -> None:
+        """Decode samples to readable text in the style of the paper's Figure 2."""
+
+        @guarded
+        def _run() -> None:
+            from rich.table import Table
+
+            from generators import PRESETS, generate, get_preset
+            from generators.dataset import read_manifest, read_split
+            from generators.errors import RecallLabError
+            from generators.render import render_sample
+
+            if index < 0 or count < 1:
+                raise RecallLabError("--index must be >= 0 and --count >= 1")
+            if Path(source).is_dir():
+                manifest = read_manifest(Path(source))
+                from generators.dataset import manifest_spec
+
+                spec = manifest_spec(manifest)
+                rows, skipped = [], 0
+                for x, _ in read_split(Path(source), split):
+                    if skipped + len(x) > index:
+                        rows.extend(x[max(index - skipped, 0):])
+                    skipped += len(x)
+                    if len(rows) >= count:
+                        break
+                rows = rows[:count]
+                if not rows:
+                    raise RecallLabError(f"{split} has {skipped} samples; index {index} is past it")
+                title = f"{source} [{split}]"
+            elif source in PRESETS:
+                spec = get_preset(source)
+                rows = list(generate(spec, index + count, seed).inputs[index:])
+                title = f"{source} (seed {seed})"
+            else:
+                raise RecallLabError(f"{source!r} is neither a dataset folder nor a preset "
+                                     f"({', '.join(PRESETS)})")
+            vocab = spec.vocab()
+            for i, row in enumerate(rows):
+                r = render_sample(row, vocab)
+                t = Table(title=f"{title} sample {index + i}: {spec.describe()}",
+                          show_header=False, expand=False)
+                t.add_column(style="bold")
+                t.add_column(overflow="fold")
+                t.add_row("information", r.information)
+                t.add_row("inquiry", r.inquiry)
+                t.add_row("output", r.output)
+                console.print(t)
+
+        _run()
+
+    @app.command()
+    def presets() -> None:
+        """List the named task presets."""
+        from rich.table import Table
+
+        from generators import PRESETS
+
+        t = Table(title="task presets")
+        for col in ("name", "task", "max length", "train/valid/test", "about"):
+            t.add_column(col)
+        for name, p in PRESETS.items():
+            t.add_row(name, p.spec.describe(), str(p.spec.seq_len or p.spec.max_len),
+                      f"{p.train:,}/{p.valid:,}/{p.test:,}", p.about)
+        console.print(t)

@@ -1,0 +1,116 @@
+"""Dataset files: determinism across sharding, disjoint splits, loader round trip, corruption."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from generators import TaskSpec, generate, get_preset
+from generators.dataset import BLOCK_SIZE, read_split, write_dataset
+from generators.errors import RecallLabError
+from recall_lab.data import DatasetReader, batch_at, stream_batches
+
+SPEC = get_preset("mini-mqjr")
+
+
+def _rows(folder: Path, split: str) -> list[tuple[int, ...]]:
+    out = []
+    for x, _ in read_split(folder, split):
+        out += [tuple(r[r != 0].tolist()) for r in x]
+    return out
+
+
+def test_same_seed_same_bytes_whatever_the_sharding(tmp_path):
+    counts = {"train": 2 * BLOCK_SIZE + 100, "valid": 64, "test": 64}
+    a = write_dataset(SPEC, tmp_path / "a", counts, 3, shard_size=BLOCK_SIZE, workers=1)
+    b = write_dataset(SPEC, tmp_path / "b", counts, 3, shard_size=BLOCK_SIZE, workers=2)
+    c = write_dataset(SPEC, tmp_path / "c", counts, 3, shard_size=4 * BLOCK_SIZE, workers=2)
+    assert len(a["splits"]["train"]) == 3 and len(c["splits"]["train"]) == 1
+    # same layout, different worker counts: identical files
+    def shas(m):
+        return [s["sha256"] for s in m["splits"]["train"]]
+
+    assert shas(a) == shas(b)
+    for split in ("train", "valid", "test"):
+        assert _rows(tmp_path / "a", split) == _rows(tmp_path / "c", split)
+    write_dataset(SPEC, tmp_path / "d", counts, 4, shard_size=BLOCK_SIZE)
+    assert _rows(tmp_path / "a", "test") != _rows(tmp_path / "d", "test")
+
+
+def test_splits_disjoint_and_duplicates_redrawn(tmp_path):
+    # 2 keys x 2 values: only 2 (token choice) * 4 (values) * 2 * 2 (orders) = 32 distinct samples
+    spec = TaskSpec(levels=((2, 2),), values=2, pools=(2,))
+    m = write_dataset(spec, tmp_path / "d", {"train": 40, "valid": 6, "test": 6}, 0)
+    assert m["disjoint"]["redrawn_rows"] > 0
+    rows = {s: _rows(tmp_path / "d", s) for s in ("train", "valid", "test")}
+    assert not set(rows["train"]) & (set(rows["valid"]) | set(rows["test"]))
+    assert not set(rows["valid"]) & set(rows["test"])
+    assert len(rows["train"]) == 40
+
+
+def test_impossible_disjointness_is_an_error(tmp_path):
+    spec = TaskSpec(levels=((1, 1),), values=2, pools=(1,))  # 2 distinct samples in all
+    with pytest.raises(RecallLabError, match="too few distinct samples"):
+        write_dataset(spec, tmp_path / "d", {"train": 4, "valid": 1, "test": 1}, 0)
+    assert not (tmp_path / "d").exists()
+
+
+def test_loader_round_trip_equals_the_generator(tmp_path):
+    m = write_dataset(SPEC, tmp_path / "d", {"train": 100, "valid": 50, "test": 70}, 9)
+    assert json.loads((tmp_path / "d" / "manifest.json").read_text()) == m
+    # test is drawn first and never redrawn: block 0 of split index 0
+    expected = generate(SPEC, 70, np.random.SeedSequence(9, spawn_key=(0, 0)))
+    reader = DatasetReader(tmp_path / "d")
+    got_x = torch.cat([x for x, _ in reader.batches("test", 32)])
+    got_y = torch.cat([y for _, y in reader.batches("test", 32)])
+    assert torch.equal(got_x, torch.from_numpy(expected.inputs))
+    assert torch.equal(got_y, torch.from_numpy(expected.targets))
+    # the stored labels column agrees with the targets
+    table = pq.read_table(tmp_path / "d" / "test-00000.parquet").to_pydict()
+    for row, labels, y in zip(table["input_ids"], table["labels"], expected.targets, strict=True):
+        assert labels == y[: len(row)].tolist()
+    def rows(batches):
+        return [tuple(t for t in r if t) for x, _ in batches for r in x.tolist()]
+
+    shuffled = rows(reader.batches("test", 32, shuffle_seed=1))
+    assert shuffled != rows(reader.batches("test", 32))
+    assert sorted(shuffled) == sorted(rows(reader.batches("test", 32)))
+
+
+def test_corrupted_shard_is_a_clear_error(tmp_path):
+    write_dataset(SPEC, tmp_path / "d", {"train": 10, "valid": 10, "test": 10}, 0)
+    shard = tmp_path / "d" / "valid-00000.parquet"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RecallLabError, match="sha256"):
+        DatasetReader(tmp_path / "d").arrays("valid")
+    shard.unlink()
+    with pytest.raises(RecallLabError, match="missing shard"):
+        DatasetReader(tmp_path / "d").arrays("valid")
+
+
+def test_force_replaces_and_refusal_keeps_existing(tmp_path):
+    out = tmp_path / "d"
+    write_dataset(SPEC, out, {"train": 10, "valid": 10, "test": 10}, 0)
+    before = (out / "manifest.json").read_bytes()
+    with pytest.raises(RecallLabError, match="not empty"):
+        write_dataset(SPEC, out, {"train": 10, "valid": 10, "test": 10}, 1)
+    assert (out / "manifest.json").read_bytes() == before
+    m = write_dataset(SPEC, out, {"train": 5, "valid": 5, "test": 5}, 1, force=True)
+    assert m["seed"] == 1 and json.loads((out / "manifest.json").read_text())["seed"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]  # no temporary folders left
+
+
+def test_stream_is_resumable_and_seeded():
+    it = stream_batches(SPEC, 4, seed=2)
+    first = [next(it) for _ in range(3)]
+    resumed = next(stream_batches(SPEC, 4, seed=2, start_step=2))
+    assert torch.equal(first[2][0], resumed[0]) and torch.equal(first[2][1], resumed[1])
+    assert not torch.equal(first[0][0], first[1][0])
+    assert torch.equal(batch_at(SPEC, 4, 2, 1)[0], first[1][0])
