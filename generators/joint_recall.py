@@ -47,6 +47,15 @@ def _as_rng(seed: int | np.random.Generator | np.random.SeedSequence) -> np.rand
     return np.random.default_rng(seed)
 
 
+def _permute_blocks(blocks: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """blocks[..., perm[..., p], :] for every p: a 1-D row gather (much faster than
+    take_along_axis, which builds broadcast index arrays for every axis)."""
+    n, width = blocks.shape[-2:]
+    lead = int(np.prod(blocks.shape[:-2]))
+    idx = perm.reshape(lead, n) + (np.arange(lead) * n)[:, None]
+    return blocks.reshape(lead * n, width)[idx.reshape(-1)].reshape(blocks.shape)
+
+
 def _serialize(
     tokens: list[np.ndarray], values: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
@@ -58,7 +67,7 @@ def _serialize(
     # blocks[m, c_0..c_l, :] is the block of the level-l node (c_0..c_l); fold levels bottom-up.
     for level in range(w - 1, -1, -1):
         perm = np.argsort(rng.random(values.shape[: level + 2]), axis=-1)
-        blocks = np.take_along_axis(blocks, perm[..., None], axis=-2)
+        blocks = _permute_blocks(blocks, perm)
         blocks = blocks.reshape(blocks.shape[:-2] + (-1,))
         if level > 0:
             shape = (m,) + (1,) * (level - 1) + (sizes[level - 1], 1)
@@ -87,11 +96,16 @@ def _fixed_size_samples(
     return np.concatenate([bos, info, sep, inquiry], axis=1)
 
 
-def _targets(inputs: np.ndarray, sep_pos: np.ndarray, vocab: Vocab) -> np.ndarray:
-    nxt = np.zeros(inputs.shape, dtype=np.int64)  # PAD past the end
+def _targets(
+    inputs: np.ndarray, sep_pos: np.ndarray, vocab: Vocab, dtype: type = np.int64
+) -> np.ndarray:
+    nxt = np.zeros(inputs.shape, dtype=inputs.dtype)  # PAD past the end
     nxt[:, :-1] = inputs[:, 1:]
-    after_sep = np.arange(inputs.shape[1])[None, :] > sep_pos[:, None]
-    return np.where(after_sep & vocab.is_value(nxt), nxt, IGNORE)
+    keep = np.arange(inputs.shape[1])[None, :] > sep_pos[:, None]
+    keep &= vocab.is_value(nxt)
+    out = np.full(inputs.shape, IGNORE, dtype=dtype)
+    np.copyto(out, nxt, where=keep, casting="unsafe")
+    return out
 
 
 def targets_for(inputs: np.ndarray, vocab: Vocab) -> np.ndarray:
@@ -144,6 +158,9 @@ def generate(
     spec: TaskSpec, n: int, seed: int | np.random.Generator | np.random.SeedSequence
 ) -> Batch:
     """n samples of `spec`, padded to `spec.seq_len` (or to the longest sample when None)."""
-    inputs, sizes = generate_rows(spec, n, seed, np.int64)
+    vocab = spec.vocab()
+    # built in the narrowest dtype (8x less memory traffic for small vocabularies), widened once
+    inputs, sizes = generate_rows(spec, n, seed, smallest_dtype(vocab))
     sep_pos = 1 + _component_length(sizes) if n else np.zeros(0, dtype=np.int64)
-    return Batch(inputs=inputs, targets=_targets(inputs, sep_pos, spec.vocab()), sizes=sizes)
+    targets = _targets(inputs, sep_pos, vocab, np.int64)
+    return Batch(inputs=inputs.astype(np.int64), targets=targets, sizes=sizes)
