@@ -1,1 +1,10 @@
-"""The papers' theorems as executable checks."""
+"""The papers' theorems as executable checks.
+
+One module per statement (`capacity`, `cisa`, `construction`, `lsh_equivalence`), each with
+`check(scale, seed) -> Evidence`; `proofs.registry.run` runs them for `recall-lab prove`.
+"""
+
+from proofs.evidence import Evidence
+from proofs.registry import STATEMENTS, run
+
+__all__ = ["STATEMENTS", "Evidence", "run"]

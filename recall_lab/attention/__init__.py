@@ -1,0 +1,57 @@
+"""Sparse attention: patterns that return key indices, and the op that consumes them.
+
+```python
+from recall_lab.attention import sparse_attention, make_pattern, PATTERNS
+pattern = make_pattern("hax", 64, dim=16)      # nn.Module
+idx, aux_loss = pattern(q, k)                  # idx int32 [B, H, L, slots], -1 = empty slot
+out = sparse_attention(q, k, v, idx)           # [B, H, L, dv]
+```
+
+Plain functions for other areas (no module state): ``lsh_indices`` (+ ``causal_center``,
+``lsh_bins``, ``sample_planes``), ``causal_topk_indices``, ``union_indices``. The dense
+release-semantics reference lives in :mod:`recall_lab.attention.release_reference` (non-causal,
+for comparison only). Nothing here imports Triton at import time.
+"""
+
+from recall_lab.attention.patterns import (
+    LSH_RULES,
+    PATTERNS,
+    Pattern,
+    bucket_window_indices,
+    causal_center,
+    causal_topk_indices,
+    dilated_indices,
+    dilation_for,
+    full_indices,
+    ks_ranking_loss,
+    lsh_bins,
+    lsh_indices,
+    make_pattern,
+    sample_planes,
+    sink_indices,
+    sliding_window_indices,
+    union_indices,
+)
+from recall_lab.attention.sparse import sparse_attention, triton_available
+
+__all__ = [
+    "LSH_RULES",
+    "PATTERNS",
+    "Pattern",
+    "bucket_window_indices",
+    "causal_center",
+    "causal_topk_indices",
+    "dilated_indices",
+    "dilation_for",
+    "full_indices",
+    "ks_ranking_loss",
+    "lsh_bins",
+    "lsh_indices",
+    "make_pattern",
+    "sample_planes",
+    "sink_indices",
+    "sliding_window_indices",
+    "sparse_attention",
+    "triton_available",
+    "union_indices",
+]

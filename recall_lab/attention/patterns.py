@@ -1,0 +1,466 @@
+"""Sparse attention patterns as key indices (paper 004, Sec. 2.1-2.2, 4; App. D.1).
+
+Every pattern maps ``q, k: [B, H, L, d]`` to ``idx: int32 [B, H, L, n]`` (or a shape that
+broadcasts to it, e.g. ``[1, 1, L, n]`` for context-independent patterns): entry ``idx[..., i, s]``
+is a key position ``j <= i`` or ``-1`` for an empty slot. No pattern ever builds an ``L x L``
+tensor except ``full`` (the dense baseline, whose index list is ``L`` long by definition).
+
+Semantics (all strictly causal: the keys chosen for query ``i`` depend on tokens ``<= i`` only,
+and on the sequence length ``L`` for the ``auto`` dilation rule of ``d``):
+
+* ``sw`` SW(n): keys ``i-n+1 .. i``.
+* ``sink`` Sink(n): keys ``0 .. n-1`` (those ``<= i``).
+* ``d`` D(n): keys ``j`` with ``j % g == g-1`` (the phase of the original release), ``j <= i``,
+  the ``n`` most recent of them. Gap ``g``: ``dilation="auto"`` -> ``g = ceil(L / n)``, the
+  smallest gap for which no query ever has more than ``n`` candidates; ``dilation="release"`` ->
+  ``g = max_len // n`` (``max_len=2048``), the release's rule, kept for fidelity; an int fixes it.
+* ``a`` = SW(n - n//2) u Sink(n//2); ``sw+d`` = SW(n - n//2) u D(n//2).
+* ``lsh`` (Eq. 5-9): q, k centred by their causal prefix mean and normalised per vector; bins by
+  the sign-bit rule (Eq. 7, 2^h bins, most significant bit = plane 1) or the argmax rule (Eq. 6,
+  h bins); query ``i`` keeps the ``n`` most recent keys ``j <= i`` of its own bin (it may select
+  its own position). Planes ``[H, d, h]`` ~ N(0, 1): fresh per call in training mode, drawn from
+  ``seed`` in eval mode.
+* ``ks`` (Eq. 12-17): score ``x_j = MLP([k_j, normalize(sum_{p<=j} q_p)])`` on detached inputs;
+  query ``i`` takes the top-n scores among ``x_0 .. x_i`` (ties: any of the tied keys). In
+  training mode the module also returns the pairwise ranking loss on n randomly sampled keys.
+* ``hax`` (Eq. 19-20) = LSH(n - n//2) u KS(n//2); ``full``: every ``j <= i``.
+
+A union counts a key once (OR of masks); slot order within a row carries no meaning.
+
+Cost of building indices: O(L n) for the fixed patterns, O(L log L + L n) for LSH (one sort of
+``(bin, position)`` codes, one ``searchsorted``, one gather), O(L n log n) for KS (block-wise
+running top-n: a log-depth scan over blocks of n keys, then one top-n over 2n candidates per
+query).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from generators.errors import RecallLabError
+
+PATTERNS = ("sw", "d", "sink", "a", "sw+d", "lsh", "ks", "hax", "full")
+LSH_RULES = ("sign", "argmax")
+RELEASE_MAX_LEN = 2048
+
+__all__ = [
+    "PATTERNS",
+    "LSH_RULES",
+    "make_pattern",
+    "sliding_window_indices",
+    "sink_indices",
+    "dilated_indices",
+    "dilation_for",
+    "full_indices",
+    "union_indices",
+    "causal_center",
+    "sample_planes",
+    "lsh_bins",
+    "bucket_window_indices",
+    "lsh_indices",
+    "causal_topk_indices",
+    "ks_ranking_loss",
+    "Pattern",
+    "FixedPattern",
+    "UnionPattern",
+    "LSHPattern",
+    "KSPattern",
+]
+
+
+# --------------------------------------------------------------------------- fixed patterns
+
+
+def _pos(length: int, device: torch.device | str | None) -> Tensor:
+    return torch.arange(length, device=device, dtype=torch.int64)
+
+
+def _finish(idx: Tensor) -> Tensor:
+    return idx.to(torch.int32)[None, None]
+
+
+def sliding_window_indices(length: int, n: int, device=None) -> Tensor:
+    """SW(n): ``int32 [1, 1, L, n]``, slot s holds ``i - s`` (or -1 before the sequence start)."""
+    j = _pos(length, device)[:, None] - _pos(n, device)[None, :]
+    return _finish(torch.where(j >= 0, j, -1))
+
+
+def sink_indices(length: int, n: int, device=None) -> Tensor:
+    """Sink(n): ``int32 [1, 1, L, n]``, slot s holds ``s`` when ``s <= i``."""
+    i = _pos(length, device)[:, None]
+    s = _pos(n, device)[None, :]
+    return _finish(torch.where(s <= i, s.expand(length, n), -1))
+
+
+def dilation_for(length: int, n: int, dilation: int | str = "auto",
+                 max_len: int = RELEASE_MAX_LEN) -> int:
+    """The gap g of D(n): ``auto`` = ceil(L / n); ``release`` = max_len // n; or a given int."""
+    if isinstance(dilation, bool):
+        raise RecallLabError(f"dilation must be 'auto', 'release' or an int >= 1, got {dilation!r}")
+    if dilation == "auto":
+        return max(1, math.ceil(length / n))
+    if dilation == "release":
+        if max_len // n < 1:
+            raise RecallLabError(f"release dilation max_len // k is 0 (max_len={max_len}, k={n})")
+        return max_len // n
+    if isinstance(dilation, int) and dilation >= 1:
+        return dilation
+    raise RecallLabError(f"dilation must be 'auto', 'release' or an int >= 1, got {dilation!r}")
+
+
+def dilated_indices(length: int, n: int, dilation: int, device=None) -> Tensor:
+    """D(n) with gap g: the n most recent ``j <= i`` with ``j % g == g - 1``. ``[1, 1, L, n]``."""
+    g = int(dilation)
+    # m-th dilated position is m*g + g-1; the newest one <= i has m = (i+1)//g - 1.
+    newest = (_pos(length, device) + 1) // g - 1
+    m = newest[:, None] - _pos(n, device)[None, :]
+    return _finish(torch.where(m >= 0, m * g + g - 1, -1))
+
+
+def full_indices(length: int, device=None) -> Tensor:
+    """Dense causal baseline: ``[1, 1, L, L]`` with slot j = j for j <= i. Quadratic by design."""
+    i = _pos(length, device)[:, None]
+    j = _pos(length, device)[None, :]
+    return _finish(torch.where(j <= i, j.expand(length, length), -1))
+
+
+def union_indices(*parts: Tensor) -> Tensor:
+    """Union of index lists (OR of the masks): a key occurs once (repeats become -1 slots).
+
+    Parts broadcast over their leading dims; the slot count is the sum of the parts' slot counts.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    lead = torch.broadcast_shapes(*(p.shape[:-1] for p in parts))
+    cat = torch.cat([p.to(torch.int64).expand(*lead, p.shape[-1]) for p in parts], dim=-1)
+    srt = cat.sort(dim=-1).values
+    dup = torch.zeros_like(srt, dtype=torch.bool)
+    dup[..., 1:] = srt[..., 1:] == srt[..., :-1]
+    return torch.where(dup, -1, srt).to(torch.int32)
+
+
+# --------------------------------------------------------------------------- LSH
+
+
+def _at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
+def causal_center(x: Tensor, eps: float = 1e-12) -> Tensor:
+    """Eq. 5 with a causal mean: ``normalize(x_i - mean_{p<=i} x_p)`` over the last dim.
+
+    Computed in fp32 (fp64 stays fp64); a prefix cumsum, so row i reads rows <= i only.
+    """
+    x = x.to(_at_least_fp32(x.dtype))
+    count = torch.arange(1, x.shape[-2] + 1, device=x.device, dtype=x.dtype)[:, None]
+    return F.normalize(x - x.cumsum(dim=-2) / count, dim=-1, eps=eps)
+
+
+def sample_planes(dim: int, h: int, n_heads: int = 1, *, generator: torch.Generator | None = None,
+                  device=None) -> Tensor:
+    """Hash planes ``H ~ N(0, 1)`` of shape ``[n_heads, dim, h]`` (fp32; drawn on CPU if seeded)."""
+    if generator is not None:
+        return torch.randn(n_heads, dim, h, generator=generator).to(device)
+    return torch.randn(n_heads, dim, h, device=device)
+
+
+def lsh_bins(x: Tensor, planes: Tensor, rule: str = "sign") -> Tensor:
+    """Bins of vectors ``x [..., L, d]`` under planes ``[..., d, h]`` (int64 ``[..., L]``).
+
+    ``sign`` (Eq. 7): sum_j 1[(x H)_j > 0] 2^(h-j), in ``[0, 2^h)``. ``argmax`` (Eq. 6): in
+    ``[0, h)``. Positive rescaling of x (normalisation) does not change either bin.
+    """
+    dt = _at_least_fp32(torch.promote_types(x.dtype, planes.dtype))
+    proj = x.to(dt) @ planes.to(dt)
+    h = planes.shape[-1]
+    if rule == "sign":
+        weights = 2 ** torch.arange(h - 1, -1, -1, device=x.device, dtype=torch.int64)
+        return ((proj > 0).to(torch.int64) * weights).sum(-1)
+    if rule == "argmax":
+        return proj.argmax(dim=-1)
+    raise RecallLabError(f"unknown LSH rule {rule!r}; choose from {', '.join(LSH_RULES)}")
+
+
+def bucket_window_indices(bin_q: Tensor, bin_k: Tensor, n: int) -> Tensor:
+    """Eq. 8-9: query i keeps the n most recent keys ``j <= i`` with ``bin_k[j] == bin_q[i]``.
+
+    ``bin_q, bin_k: int [..., L]`` (non-negative). Returns ``int32 [..., L, n]``. Keys are sorted
+    by the code ``bin * L + j`` (unique, so this is the stable sort by (bin, position)); the
+    entries before ``searchsorted(code_q = bin_q * L + i, right)`` that share the query's bin are
+    its candidates, newest first.
+    """
+    bin_q, bin_k = torch.broadcast_tensors(bin_q.to(torch.int64), bin_k.to(torch.int64))
+    length = bin_q.shape[-1]
+    pos = torch.arange(length, device=bin_q.device, dtype=torch.int64)
+    if int(torch.max(bin_q.max(), bin_k.max())) >= (2**62) // max(length, 1):
+        raise RecallLabError("too many LSH bins for this sequence length (bin * L overflows int64)")
+    base_q = bin_q * length
+    sorted_k = (bin_k * length + pos).sort(dim=-1).values.contiguous()
+    end = torch.searchsorted(sorted_k, (base_q + pos).contiguous(), right=True)
+    cand = end[..., None] - 1 - torch.arange(n, device=bin_q.device, dtype=torch.int64)
+    flat = cand.clamp_min(0).flatten(-2)
+    code = sorted_k.gather(-1, flat).view(cand.shape)
+    valid = (cand >= 0) & (code >= base_q[..., None])
+    return torch.where(valid, code - base_q[..., None], -1).to(torch.int32)
+
+
+def lsh_indices(qc: Tensor, kc: Tensor, n_keys: int, planes: Tensor, rule: str = "sign") -> Tensor:
+    """LSH key indices (int32 ``[..., L, n_keys]``) from centred ``qc, kc: [..., L, d]``.
+
+    ``planes: [..., d, h]`` (broadcast like a matmul, e.g. ``[d, h]`` or ``[H, d, h]``); ``rule``
+    'sign' (Eq. 7) or 'argmax' (Eq. 6). A plain function, no module state, no randomness:
+    ``bucket_window_indices(lsh_bins(qc), lsh_bins(kc), n_keys)``. Use :func:`causal_center`
+    first to get the paper's Eq. 5 inputs (causal prefix mean, per-vector normalisation).
+    """
+    return bucket_window_indices(lsh_bins(qc, planes, rule), lsh_bins(kc, planes, rule), n_keys)
+
+
+# --------------------------------------------------------------------------- KS
+
+
+def causal_topk_indices(scores: Tensor, n: int) -> Tensor:
+    """Eq. 13: for each i the positions of the top-n of ``scores[..., :i+1]`` (int32 [.., L, n]).
+
+    Block-wise running top-n: keys are cut into blocks of n; a log-depth inclusive scan of top-n
+    merges gives each block the top-n of all earlier blocks; each query then takes the top-n of
+    those n plus the causal part of its own block. Memory O(L n), work O(L n log n) (times
+    log(L/n) for the scan). Slots with fewer than n candidates hold -1. NaN scores are not allowed.
+    """
+    *lead, length = scores.shape
+    x = scores.detach().float().reshape(-1, length)
+    rows = x.shape[0]
+    nb = max(1, math.ceil(length / n))
+    ninf = float("-inf")
+    xb = F.pad(x, (0, nb * n - length), value=ninf).view(rows, nb, n)
+    pb = torch.arange(nb * n, device=x.device).view(1, nb, n).expand(rows, nb, n)
+    rv, rp = xb, pb
+    step = 1
+    while step < nb:
+        pv = F.pad(rv[:, :-step], (0, 0, step, 0), value=ninf)
+        pp = F.pad(rp[:, :-step], (0, 0, step, 0), value=0)
+        top = torch.cat([rv, pv], -1).topk(n, dim=-1)
+        rv, rp = top.values, torch.cat([rp, pp], -1).gather(-1, top.indices)
+        step *= 2
+    ev = F.pad(rv[:, :-1], (0, 0, 1, 0), value=ninf)  # top-n of blocks strictly before
+    ep = F.pad(rp[:, :-1], (0, 0, 1, 0), value=0)
+    own = torch.ones(n, n, dtype=torch.bool, device=x.device).tril()  # [query offset, key offset]
+    own_v = xb[:, :, None, :].masked_fill(~own, ninf)
+    cand_v = torch.cat([ev[:, :, None, :].expand(rows, nb, n, n), own_v], -1)
+    cand_p = torch.cat([ep[:, :, None, :], pb[:, :, None, :]], -1).expand(rows, nb, n, 2 * n)
+    top = cand_v.topk(n, dim=-1)
+    idx = cand_p.gather(-1, top.indices).masked_fill(top.values == ninf, -1)
+    return idx.reshape(rows, nb * n, n)[:, :length].reshape(*lead, length, n).to(torch.int32)
+
+
+def ks_ranking_loss(scores: Tensor, q: Tensor, k: Tensor, n: int, scale: float,
+                    generator: torch.Generator | None = None) -> Tensor:
+    """Eq. 15-17 as in the release: n keys sampled per (batch, head) without replacement.
+
+    Target ``y_s = sum_i 1[i >= j_s] sigmoid(scale * q_i . k_{j_s})`` (detached): the reference
+    attention each sampled key receives from the queries allowed to see it. Loss = mean over the
+    n x n pairs of BCE-with-logits(x_a - x_b, T_ab) with T = 1 / 0.5 / 0 for y_a >,=,< y_b.
+    """
+    length = scores.shape[-1]
+    n = min(n, length)
+    noise = torch.rand(scores.shape, device=scores.device, generator=generator)
+    sel = noise.topk(n, dim=-1).indices
+    x = scores.gather(-1, sel)
+    with torch.no_grad():
+        qq, kk = torch.broadcast_tensors(q.detach(), k.detach())
+        ksel = kk.gather(-2, sel[..., None].expand(*sel.shape, kk.shape[-1]))
+        a = (qq.float() @ ksel.float().transpose(-1, -2)) * scale
+        pos = torch.arange(length, device=scores.device)
+        seen = pos[:, None] >= sel[..., None, :]
+        y = torch.where(seen, a.sigmoid(), 0.0).sum(-2)
+        target = ((y[..., :, None] > y[..., None, :]).float()
+                  + (y[..., :, None] >= y[..., None, :]).float()) / 2
+    logits = x[..., :, None] - x[..., None, :]
+    return F.binary_cross_entropy_with_logits(logits.float(), target)
+
+
+# --------------------------------------------------------------------------- modules
+
+
+def _check_qk(q: Tensor, k: Tensor) -> int:
+    if q.dim() != 4 or k.dim() != 4:
+        raise RecallLabError(f"pattern expects q, k of shape [B, H, L, d]; got {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}")
+    if q.shape[-2] != k.shape[-2] or q.shape[-1] != k.shape[-1]:
+        raise RecallLabError(f"q and k disagree in length or dim: {tuple(q.shape)} vs "
+                             f"{tuple(k.shape)}")
+    return q.shape[-2]
+
+
+class Pattern(nn.Module):
+    """Base: ``forward(q, k) -> (idx int32 [.., L, slots], aux_loss or None)``.
+
+    ``budget`` is the most keys any query can get (Eq. 4); ``slots`` may be larger for unions.
+    """
+
+    name: str = ""
+    budget: int = 0
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, budget={self.budget}"
+
+
+class FixedPattern(Pattern):
+    """Context-independent patterns: sw, sink, d, full (they only read L and the device)."""
+
+    def __init__(self, kind: str, n: int, dilation: int | str = "auto",
+                 max_len: int = RELEASE_MAX_LEN) -> None:
+        super().__init__()
+        self.name, self.budget = kind, n
+        self.dilation, self.max_len = dilation, max_len
+        if kind == "d":
+            dilation_for(max_len, n, dilation, max_len)  # validate early
+
+    def indices(self, length: int, device=None) -> Tensor:
+        if self.name == "sw":
+            return sliding_window_indices(length, self.budget, device)
+        if self.name == "sink":
+            return sink_indices(length, self.budget, device)
+        if self.name == "d":
+            g = dilation_for(length, self.budget, self.dilation, self.max_len)
+            return dilated_indices(length, self.budget, g, device)
+        return full_indices(length, device)
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+        return self.indices(_check_qk(q, k), q.device), None
+
+
+class LSHPattern(Pattern):
+    """Eq. 5-9 with a causal prefix mean; planes fresh per training call, seeded in eval."""
+
+    def __init__(self, n: int, h: int = 8, rule: str = "sign", seed: int = 0) -> None:
+        super().__init__()
+        if rule not in LSH_RULES:
+            raise RecallLabError(f"unknown LSH rule {rule!r}; choose from {', '.join(LSH_RULES)}")
+        if not isinstance(h, int) or not 1 <= h <= (40 if rule == "sign" else 1 << 20):
+            raise RecallLabError(f"LSH h must be an int in [1, 40] for sign-bit, got {h!r}")
+        self.name, self.budget, self.h, self.rule, self.seed = "lsh", n, h, rule, seed
+
+    def planes(self, dim: int, n_heads: int, device=None) -> Tensor:
+        if self.training:
+            return sample_planes(dim, self.h, n_heads, device=device)
+        gen = torch.Generator().manual_seed(self.seed)
+        return sample_planes(dim, self.h, n_heads, generator=gen, device=device)
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+        _check_qk(q, k)
+        n_heads = max(q.shape[1], k.shape[1])
+        planes = self.planes(q.shape[-1], n_heads, q.device)
+        with torch.no_grad():
+            idx = lsh_indices(causal_center(q), causal_center(k), self.budget, planes, self.rule)
+        return idx, None
+
+    def extra_repr(self) -> str:
+        return f"budget={self.budget}, h={self.h}, rule={self.rule!r}, seed={self.seed}"
+
+
+class KSPattern(Pattern):
+    """Key selection (Eq. 12-17): scoring MLP as in the release (2d -> 2d -> 2d -> 1, ReLU)."""
+
+    def __init__(self, n: int, dim: int, hidden: int | None = None,
+                 scale: float | None = None) -> None:
+        super().__init__()
+        if not isinstance(dim, int) or dim < 1:
+            raise RecallLabError(f"ks needs dim (the q/k feature size) as an int >= 1, got {dim!r}")
+        hidden = hidden or 2 * dim
+        self.name, self.budget, self.dim = "ks", n, dim
+        self.scale = scale if scale is not None else dim ** -0.5
+        self.mlp = nn.Sequential(
+            nn.Linear(2 * dim, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Eq. 14 on detached inputs: ``[B, H, L]``."""
+        qs = F.normalize(q.detach().float().cumsum(dim=-2), dim=-1)
+        kk, qs = torch.broadcast_tensors(k.detach().float(), qs)
+        w = self.mlp[0].weight
+        return self.mlp(torch.cat([kk, qs], dim=-1).to(w.dtype)).squeeze(-1)
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+        _check_qk(q, k)
+        if q.shape[-1] != self.dim:
+            raise RecallLabError(f"ks was built for dim {self.dim}, got q/k dim {q.shape[-1]}")
+        x = self.scores(q, k)
+        idx = causal_topk_indices(x, self.budget)
+        aux = ks_ranking_loss(x, q, k, self.budget, self.scale) if self.training else None
+        return idx, aux
+
+
+class UnionPattern(Pattern):
+    """OR of several patterns (a key counts once); aux losses are summed."""
+
+    def __init__(self, name: str, parts: Sequence[Pattern]) -> None:
+        super().__init__()
+        self.name = name
+        self.parts = nn.ModuleList(parts)
+        self.budget = sum(p.budget for p in parts)
+
+    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+        idxs, aux = [], None
+        for part in self.parts:
+            idx, a = part(q, k)
+            idxs.append(idx)
+            if a is not None:
+                aux = a if aux is None else aux + a
+        return union_indices(*idxs), aux
+
+
+_OPTS = {
+    "sw": set(), "sink": set(), "full": set(), "a": set(),
+    "d": {"dilation", "max_len"}, "sw+d": {"dilation", "max_len"},
+    "lsh": {"h", "rule", "seed"},
+    "ks": {"dim", "hidden", "scale"},
+    "hax": {"h", "rule", "seed", "dim", "hidden", "scale"},
+}
+
+
+def make_pattern(name: str, k: int, **opts) -> Pattern:
+    """Build a pattern module by name (see :data:`PATTERNS`) with total key budget ``k``.
+
+    Options: ``d``/``sw+d``: ``dilation`` ('auto' | 'release' | int), ``max_len`` (2048);
+    ``lsh``/``hax``: ``h`` (8), ``rule`` ('sign' | 'argmax'), ``seed`` (0, eval planes);
+    ``ks``/``hax``: ``dim`` (q/k size, required), ``hidden`` (2*dim), ``scale`` (dim**-0.5, for
+    the ranking-loss target). Two-part patterns (a, sw+d, hax) give k//2 to the second part and
+    the rest to the first (32 + 32 for the paper's k = 64). ``full`` ignores k.
+    """
+    if name not in PATTERNS:
+        raise RecallLabError(
+            f"unknown attention pattern {name!r}; choose from {', '.join(PATTERNS)}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise RecallLabError(f"attention budget k must be an int >= 1, got {k!r}")
+    bad = set(opts) - _OPTS[name]
+    if bad:
+        raise RecallLabError(f"pattern {name!r} takes no option {sorted(bad)[0]!r}; "
+                             f"allowed: {sorted(_OPTS[name]) or 'none'}")
+    half, rest = k // 2, k - k // 2
+    if name in ("a", "sw+d", "hax") and half < 1:
+        raise RecallLabError(f"pattern {name!r} splits k in two; k must be >= 2, got {k}")
+    d_opts = {o: opts[o] for o in ("dilation", "max_len") if o in opts}
+    lsh_opts = {o: opts[o] for o in ("h", "rule", "seed") if o in opts}
+    ks_opts = {o: opts[o] for o in ("dim", "hidden", "scale") if o in opts}
+    if name in ("ks", "hax") and "dim" not in ks_opts:
+        raise RecallLabError(f"pattern {name!r} needs dim= (the q/k feature size)")
+    if name in ("sw", "sink", "full"):
+        return FixedPattern(name, k)
+    if name == "d":
+        return FixedPattern("d", k, **d_opts)
+    if name == "a":
+        return UnionPattern("a", [FixedPattern("sw", rest), FixedPattern("sink", half)])
+    if name == "sw+d":
+        return UnionPattern("sw+d", [FixedPattern("sw", rest), FixedPattern("d", half, **d_opts)])
+    if name == "lsh":
+        return LSHPattern(k, **lsh_opts)
+    if name == "ks":
+        return KSPattern(k, **ks_opts)
+    return UnionPattern("hax", [LSHPattern(rest, **lsh_opts), KSPattern(half, **ks_opts)])

@@ -1,0 +1,264 @@
+"""The sparse-attention op: softmax over the selected keys only (paper 004, Eq. 2).
+
+``sparse_attention(q, k, v, idx, scale=None)``: ``q, k: [B, H, L, d]``, ``v: [B, H, L, dv]``,
+``idx: int [B, H, L, n]`` (broadcastable over B and H); ``idx[..., i, s]`` is a key position or
+-1 (empty slot). ``out_i = sum_s softmax_s(scale * q_i . k_{idx_s}) v_{idx_s}`` over the
+non-empty slots; a row without any key outputs zeros (never uniform attention). A key listed
+twice in a row counts twice (patterns never emit duplicates). ``scale`` defaults to ``d**-0.5``.
+
+Two backends behind one autograd function:
+
+* ``torch`` (CPU default, and the reference): gathers the selected keys/values chunk by chunk
+  over queries, so peak extra memory is O(chunk * n * d) rather than O(L * n * d); the backward is
+  hand-written (recomputes the chunk's probabilities from the saved log-sum-exp and scatters dk,
+  dv with ``index_add_``), so autograd never keeps gathered ``[B, H, L, n, d]`` tensors.
+  Half/bfloat16 inputs are computed in float32.
+* ``triton`` (CUDA default when Triton imports): one program per (query, batch*head) with an
+  online softmax over tiles of slots; the backward scatters dk, dv with fp32 atomics (so GPU
+  gradients are not bit-deterministic). Tested against the torch backend under
+  ``TRITON_INTERPRET=1`` on CPU.
+
+* ``csr`` (CPU default): the same math with torch's sparse CSR kernels: the scores are a sampled
+  dense-dense product (``torch.sparse.sampled_addmm``), ``out = P @ V`` and the backward's
+  ``dq = dS @ K``, ``dk = dS^T @ Q``, ``dv = P^T @ dO`` are CSR x dense products (the transposed
+  pattern by one stable argsort of the key indices). Memory O(L n + L (d + dv)); measured much
+  faster than the gather path on CPU (recall_lab/bench/attention.py). Tested against ``torch``.
+
+The package imports without Triton; ``backend="triton"`` then raises.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from generators.errors import RecallLabError
+
+__all__ = ["sparse_attention", "triton_available", "BACKENDS"]
+
+BACKENDS = ("auto", "torch", "csr", "triton")
+# Elements of one gathered chunk [BH, C, n, width]; 2^22 fp32 = 16 MiB.
+_CHUNK_ELEMS = 1 << 22
+
+
+def triton_available() -> bool:
+    try:
+        from recall_lab.attention import triton_sparse  # noqa: F401
+    except Exception:  # ImportError, or a Triton that fails to initialise
+        return False
+    return True
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _chunk(length: int, bh: int, n: int, width: int) -> int:
+    return max(1, min(length, _CHUNK_ELEMS // max(1, bh * n * width)))
+
+
+def _csr(crow: Tensor, col: Tensor, values: Tensor, size: int) -> Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "CSR support is in beta"
+        return torch.sparse_csr_tensor(crow, col, values.reshape(-1), (size, size),
+                                       check_invariants=False)
+
+
+def _csr_layout(idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Row pointers and global columns of the block-diagonal ``[BH*L, BH*L]`` pattern.
+
+    Empty slots point at column ``bh*L`` with value 0 (sparse kernels add duplicates).
+    """
+    bh, length, n = idx.shape
+    base = (torch.arange(bh, device=idx.device) * length).view(bh, 1, 1)
+    crow = torch.arange(0, bh * length * n + 1, n, device=idx.device)
+    col = (base + idx.clamp_min(0)).reshape(-1)
+    return crow, col, idx >= 0
+
+
+def _masked_softmax(sc: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    sc = sc.masked_fill(~valid, float("-inf"))
+    m = sc.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.exp(sc - m)
+    den = p.sum(-1, keepdim=True)
+    return p / den.clamp_min(torch.finfo(p.dtype).tiny), (m + den.log()).squeeze(-1)
+
+
+def _csr_forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float
+                 ) -> tuple[Tensor, Tensor]:
+    """CPU fast path: scores by a sampled dense-dense product (SDDMM), ``out = P @ V`` by a
+    CSR x dense product; no gathered ``[.., n, dv]`` tensor. Returns ``(out, p [BH, L, n])``:
+    the probabilities (O(L n)) are kept for the backward instead of a log-sum-exp."""
+    bh, length, _ = q.shape
+    rows = bh * length
+    crow, col, valid = _csr_layout(idx)
+    qf, kf, vf = q.reshape(rows, -1), k.reshape(rows, -1), v.reshape(rows, -1)
+    pat = _csr(crow, col, q.new_zeros(col.shape), rows)
+    sc = torch.sparse.sampled_addmm(pat, qf, kf.t(), beta=0.0, alpha=scale).values()
+    p, _ = _masked_softmax(sc.view(idx.shape), valid)
+    out = _csr(crow, col, p, rows) @ vf
+    return out.view(bh, length, -1), p
+
+
+def _csr_backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, p: Tensor,
+                  dout: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    bh, length, _ = q.shape
+    rows = bh * length
+    crow, col, _ = _csr_layout(idx)
+    qf, kf, vf, dof = (t.reshape(rows, -1) for t in (q, k, v, dout))
+    pat = _csr(crow, col, q.new_zeros(col.shape), rows)
+    dp = torch.sparse.sampled_addmm(pat, dof, vf.t(), beta=0.0).values().view(idx.shape)
+    ds = p * (dp - (dout * out).sum(-1, keepdim=True)) * scale
+    dq = _csr(crow, col, ds, rows) @ kf
+    # Transposed pattern: entries sorted by key (stable), rows = keys, columns = queries.
+    order = torch.argsort(col, stable=True)
+    qrow = torch.arange(rows, device=q.device).repeat_interleave(idx.shape[-1])[order]
+    crow_t = torch.zeros(rows + 1, dtype=torch.int64, device=q.device)
+    crow_t[1:] = torch.bincount(col, minlength=rows).cumsum(0)
+    dk = _csr(crow_t, qrow, ds.reshape(-1)[order], rows) @ qf
+    dv = _csr(crow_t, qrow, p.reshape(-1)[order], rows) @ dof
+    return dq.view_as(q), dk.view_as(k), dv.view_as(v)
+
+
+def _torch_forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float
+                   ) -> tuple[Tensor, Tensor]:
+    """``q, k, v: [BH, L, *]`` (compute dtype), ``idx: int64 [BH, L, n]`` -> (out, lse [BH, L])."""
+    bh, length, _ = q.shape
+    n = idx.shape[-1]
+    kf, vf = k.reshape(bh * length, -1), v.reshape(bh * length, -1)
+    base = (torch.arange(bh, device=q.device) * length).view(bh, 1, 1)
+    out = q.new_empty(bh, length, v.shape[-1])
+    lse = q.new_empty(bh, length)
+    step = _chunk(length, bh, n, max(k.shape[-1], v.shape[-1]))
+    for s in range(0, length, step):
+        e = min(length, s + step)
+        ic = idx[:, s:e]
+        valid = ic >= 0
+        flat = base + ic.clamp_min(0)
+        sc = torch.einsum("bcnd,bcd->bcn", kf[flat], q[:, s:e]) * scale
+        sc = sc.masked_fill(~valid, float("-inf"))
+        m = sc.amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(sc - m)
+        den = p.sum(-1, keepdim=True)
+        lse[:, s:e] = (m + den.log()).squeeze(-1)
+        p = p / den.clamp_min(torch.finfo(p.dtype).tiny)
+        out[:, s:e] = torch.einsum("bcn,bcnd->bcd", p, vf[flat])
+    return out, lse
+
+
+def _torch_backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, lse: Tensor,
+                    dout: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    bh, length, dq_w = q.shape
+    n = idx.shape[-1]
+    kf, vf = k.reshape(bh * length, -1), v.reshape(bh * length, -1)
+    base = (torch.arange(bh, device=q.device) * length).view(bh, 1, 1)
+    dq = torch.empty_like(q)
+    dk = torch.zeros_like(kf)
+    dv = torch.zeros_like(vf)
+    delta = (dout * out).sum(-1)
+    lse_safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    step = _chunk(length, bh, n, max(k.shape[-1], v.shape[-1]))
+    for s in range(0, length, step):
+        e = min(length, s + step)
+        ic = idx[:, s:e]
+        valid = ic >= 0
+        flat = base + ic.clamp_min(0)
+        kg, vg, qc, doc = kf[flat], vf[flat], q[:, s:e], dout[:, s:e]
+        sc = torch.einsum("bcnd,bcd->bcn", kg, qc) * scale
+        p = torch.exp(sc - lse_safe[:, s:e, None]).masked_fill(~valid, 0.0)
+        dp = torch.einsum("bcnd,bcd->bcn", vg, doc)
+        ds = p * (dp - delta[:, s:e, None]) * scale
+        dq[:, s:e] = torch.einsum("bcn,bcnd->bcd", ds, kg)
+        fl = flat.reshape(-1)
+        dk.index_add_(0, fl, (ds[..., None] * qc[:, :, None, :]).reshape(-1, dq_w))
+        dv.index_add_(0, fl, (p[..., None] * doc[:, :, None, :]).reshape(-1, vf.shape[-1]))
+    return dq, dk.view_as(k), dv.view_as(v)
+
+
+class _SparseAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, idx, scale, backend):
+        b, h, length, d = q.shape
+        dv = v.shape[-1]
+        cdt = _compute_dtype(q.dtype)
+        q3 = q.reshape(b * h, length, d)
+        k3 = k.reshape(b * h, length, d)
+        v3 = v.reshape(b * h, length, dv)
+        i3 = idx.expand(b, h, length, idx.shape[-1]).reshape(b * h, length, -1)
+        if backend == "triton":
+            from recall_lab.attention import triton_sparse
+
+            i3 = i3.to(torch.int32).contiguous()
+            out, stats = triton_sparse.forward(q3, k3, v3, i3, scale)
+        elif backend == "csr":
+            i3 = i3.to(torch.int64)
+            out, stats = _csr_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
+        else:
+            i3 = i3.to(torch.int64)
+            out, stats = _torch_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
+        ctx.save_for_backward(q3, k3, v3, i3, out, stats)
+        ctx.scale, ctx.backend, ctx.shape = scale, backend, (b, h, length, d, dv)
+        return out.to(v.dtype).view(b, h, length, dv)
+
+    @staticmethod
+    def backward(ctx, dout):
+        q3, k3, v3, i3, out, stats = ctx.saved_tensors
+        b, h, length, d, dv = ctx.shape
+        do3 = dout.reshape(b * h, length, dv)
+        if ctx.backend == "triton":
+            from recall_lab.attention import triton_sparse
+
+            dq, dk, dvv = triton_sparse.backward(q3, k3, v3, i3, out, stats, do3, ctx.scale)
+        else:
+            cdt = _compute_dtype(q3.dtype)
+            bwd = _csr_backward if ctx.backend == "csr" else _torch_backward
+            dq, dk, dvv = bwd(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, out, stats,
+                                          do3.to(cdt), ctx.scale)
+        return (dq.to(q3.dtype).view(b, h, length, d), dk.to(k3.dtype).view(b, h, length, d),
+                dvv.to(v3.dtype).view(b, h, length, dv), None, None, None)
+
+
+def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float | None = None,
+                     *, backend: str = "auto") -> Tensor:
+    """Attention of each query over its listed keys only; see the module docstring.
+
+    ``backend``: ``auto`` (CPU: ``csr``; CUDA: ``triton`` when importable, else ``torch``),
+    ``torch`` (the gather reference), ``csr`` or ``triton``.
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise RecallLabError("sparse_attention expects q, k, v of shape [B, H, L, d]")
+    if q.shape != k.shape or v.shape[:3] != q.shape[:3]:
+        raise RecallLabError(f"sparse_attention shapes disagree: q {tuple(q.shape)}, "
+                             f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if idx.dim() != 4 or idx.dtype.is_floating_point or idx.dtype == torch.bool:
+        raise RecallLabError("idx must be an integer tensor [B, H, L, n] (-1 = empty slot)")
+    b, h, length, _ = q.shape
+    try:
+        torch.broadcast_shapes(idx.shape[:3], (b, h, length))
+    except RuntimeError:
+        raise RecallLabError(f"idx of shape {tuple(idx.shape)} does not broadcast to "
+                             f"[{b}, {h}, {length}, n]") from None
+    if idx.shape[2] != length:
+        raise RecallLabError(f"idx covers {idx.shape[2]} queries, expected {length}")
+    if idx.numel() and int(idx.max()) >= length:
+        raise RecallLabError(f"idx lists key position {int(idx.max())} >= sequence length {length}")
+    if backend not in BACKENDS:
+        raise RecallLabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "auto":
+        if q.is_cuda:
+            backend = "triton" if triton_available() else "torch"
+        else:
+            backend = "csr"
+    elif backend == "triton" and not triton_available():
+        raise RecallLabError("backend='triton' requested but Triton is not importable")
+    if backend == "csr" and idx.shape[-1] > length:
+        # torch's sampled_addmm rejects more stored entries than the dense size (n > L only
+        # happens on toy lengths): the gather path gives the same result.
+        backend = "torch"
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    return _SparseAttention.apply(q, k, v, idx, float(scale), backend)
