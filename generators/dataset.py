@@ -35,6 +35,7 @@ from generators.joint_recall import (
     GENERATOR_VERSION,
     IGNORE,
     _component_length,
+    _targets,
     generate_rows,
     smallest_dtype,
 )
@@ -108,35 +109,22 @@ def _label_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.int64)
 
 
-def flat_labels(flat: np.ndarray, lengths: np.ndarray, vocab, dtype: np.dtype) -> np.ndarray:
-    """Targets of rows stored end to end (`flat`, row lengths `lengths`): a position after its
-    row's SEP whose next token is a value gets that value; everything else IGNORE."""
-    starts = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    sep_at = starts + lengths // 2  # a row of length 2 + 2C has SEP at index 1 + C
-    after_sep = np.zeros(len(flat) + 1, dtype=np.int8)
-    np.add.at(after_sep, sep_at + 1, 1)
-    np.add.at(after_sep, starts + lengths, -1)
-    after_sep = np.cumsum(after_sep[:-1], dtype=np.int8).astype(bool)
-    nxt = np.zeros_like(flat)
-    nxt[:-1] = flat[1:]
-    lo, hi = vocab.value_range
-    keep = after_sep & (nxt >= lo) & (nxt < hi)
-    return np.where(keep, nxt.astype(dtype), np.array(IGNORE, dtype=dtype))
-
-
 def _write_shard(
     spec: TaskSpec, seed: int, job: ShardJob, held_out: np.ndarray | None
 ) -> dict:
     vocab = spec.vocab()
     dtype = smallest_dtype(vocab)
-    parts_in, parts_sizes, redrawn = [], [], 0
+    label_dtype = _label_dtype(vocab.size)
+    parts_in, parts_lab, parts_sizes, redrawn = [], [], [], 0
     done, block = 0, job.first_block
     while done < job.n_rows:
         n = min(BLOCK_SIZE, job.n_rows - done)
         inputs, sizes, r = _block_rows(spec, seed, job.split, block, n, held_out, dtype)
         lengths = 2 + 2 * _component_length(sizes)
-        parts_in.append(inputs[np.arange(inputs.shape[1])[None, :] < lengths[:, None]])
+        mask = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
+        parts_in.append(inputs[mask])
+        # a row of length 2 + 2C has its SEP at index 1 + C = length // 2
+        parts_lab.append(_targets(inputs, lengths // 2, vocab, label_dtype)[mask])
         parts_sizes.append(sizes)
         redrawn += r
         done += n
@@ -147,7 +135,7 @@ def _write_shard(
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     offsets_arr = pa.array(offsets, type=pa.int64())
-    labels = flat_labels(flat, lengths, vocab, _label_dtype(vocab.size))
+    labels = np.concatenate(parts_lab)
     table = pa.table({
         "input_ids": pa.LargeListArray.from_arrays(offsets_arr, pa.array(flat)),
         "labels": pa.LargeListArray.from_arrays(offsets_arr, pa.array(labels)),
@@ -155,7 +143,8 @@ def _write_shard(
             pa.array(sizes.reshape(-1).astype(np.uint32)), spec.n_levels
         ),
     })
-    pq.write_table(table, job.path, compression="lz4", row_group_size=BLOCK_SIZE)
+    pq.write_table(table, job.path, compression="lz4", row_group_size=BLOCK_SIZE,
+                   write_statistics=False)
     return {
         "split": job.split, "index": job.index, "file": os.path.basename(job.path),
         "rows": job.n_rows, "sha256": sha256_file(job.path), "redrawn": redrawn,
