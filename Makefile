@@ -17,8 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/recall-lab generate mini-mqjr --out runs/demo-data --force
-	$(BIN)/recall-lab show runs/demo-data --count 2
+	$(BIN)/recall-lab demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

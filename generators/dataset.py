@@ -319,9 +319,11 @@ def manifest_spec(manifest: dict) -> TaskSpec:
     return TaskSpec.model_validate(manifest["task"])
 
 
-def read_split(folder: Path, split: str, verify: bool = True) -> Iterator[tuple[np.ndarray, ...]]:
-    """Yield (inputs [n, width] int64 padded to the task's length, sizes [n, w]) per shard,
-    checking each shard's sha256 against the manifest first."""
+def read_split_flat(
+    folder: Path, split: str, verify: bool = True
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield (flat ids in the file's narrow dtype, row lengths, sizes [n, w]) per shard, checking
+    each shard's sha256 against the manifest first."""
     folder = Path(folder)
     manifest = read_manifest(folder)
     if split not in SPLITS:
@@ -342,13 +344,26 @@ def read_split(folder: Path, split: str, verify: bool = True) -> Iterator[tuple[
             raise RecallLabError(f"shard {path} has {table.num_rows} rows, manifest says "
                                  f"{shard['rows']}")
         col = table.column("input_ids").combine_chunks()
-        offsets = col.offsets.to_numpy()
-        flat = col.values.to_numpy().astype(np.int64)
         sizes = table.column("sizes").combine_chunks().values.to_numpy().astype(np.int64)
-        sizes = sizes.reshape(-1, spec.n_levels)
-        lengths = np.diff(offsets)
+        yield (col.values.to_numpy(), np.diff(col.offsets.to_numpy()),
+               sizes.reshape(-1, spec.n_levels))
+
+
+def pad_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+    """Rows `flat[starts[i] : starts[i] + lengths[i]]` as an int64 [n, width] array, PAD-filled."""
+    cols = np.arange(width)[None, :]
+    mask = cols < lengths[:, None]
+    out = np.zeros((len(lengths), width), dtype=np.int64)
+    out[mask] = flat[(starts[:, None] + cols)[mask]]
+    return out
+
+
+def read_split(folder: Path, split: str, verify: bool = True) -> Iterator[tuple[np.ndarray, ...]]:
+    """Yield (inputs [n, width] int64 padded to the task's length or the shard's longest row,
+    sizes [n, w]) per shard, hashes verified first."""
+    spec = manifest_spec(read_manifest(Path(folder)))
+    for flat, lengths, sizes in read_split_flat(folder, split, verify):
+        starts = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
         width = spec.seq_len or int(lengths.max(initial=0))
-        inputs = np.zeros((len(lengths), width), dtype=np.int64)
-        mask = np.arange(width)[None, :] < lengths[:, None]
-        inputs[mask] = flat
-        yield inputs, sizes
+        yield pad_rows(flat, starts, lengths, width), sizes

@@ -14,11 +14,12 @@ import numpy as np
 import torch
 
 from generators import TaskSpec, generate
-from generators.dataset import SPLITS, manifest_spec, read_manifest, read_split
+from generators.dataset import SPLITS, manifest_spec, pad_rows, read_manifest, read_split_flat
 from generators.errors import RecallLabError
 from generators.joint_recall import targets_for
 
 STREAM_KEY = 7  # keeps streamed batches apart from the dataset files' seed streams
+EPOCH_KEY = 8  # epoch orders of a dataset's training split
 
 
 def _to_torch(inputs: np.ndarray, targets: np.ndarray, device: str | torch.device):
@@ -47,45 +48,82 @@ def stream_batches(
 
 
 class DatasetReader:
-    """Reads a folder written by `recall-lab generate` (hashes verified on first read)."""
+    """Reads a folder written by `recall-lab generate` (hashes verified on first read).
+
+    A split is held in memory as its flat token stream in the file's narrow dtype plus row
+    offsets (the full `paper-mqjr` train split is about 0.7 GB this way, 12 GB padded as int64);
+    padded batches are built on demand.
+    """
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
         self.manifest = read_manifest(self.folder)
         self.spec = manifest_spec(self.manifest)
-        self._cache: dict[str, np.ndarray] = {}
+        self.vocab = self.spec.vocab()
+        self._splits: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._perm: tuple[int, int, np.ndarray] | None = None  # (seed, epoch, permutation)
 
-    def arrays(self, split: str) -> np.ndarray:
-        if split not in self._cache:
-            if split not in SPLITS:
-                raise RecallLabError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
-            parts = [x for x, _ in read_split(self.folder, split)]
-            width = self.spec.seq_len or max((p.shape[1] for p in parts), default=0)
-            out = np.zeros((sum(len(p) for p in parts), width), dtype=np.int64)
-            row = 0
-            for p in parts:
-                out[row : row + len(p), : p.shape[1]] = p
-                row += len(p)
-            self._cache[split] = out
-        return self._cache[split]
+    def _split(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if split not in self._splits:
+            parts = list(read_split_flat(self.folder, split))
+            flat = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint8)
+            lengths = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+            starts = np.zeros(len(lengths), dtype=np.int64)
+            np.cumsum(lengths[:-1], out=starts[1:])
+            self._splits[split] = (flat, starts, lengths)
+        return self._splits[split]
 
-    def __len__(self) -> int:
-        return sum(self.manifest["counts"].values())
+    def count(self, split: str) -> int:
+        if split not in SPLITS:
+            raise RecallLabError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        return int(self.manifest["counts"][split])
+
+    def rows(self, split: str, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, targets) int64 for the given row numbers, padded to the task's `seq_len` or
+        to the longest of these rows."""
+        flat, starts, lengths = self._split(split)
+        index = np.asarray(index, dtype=np.int64)
+        width = self.spec.seq_len or int(lengths[index].max(initial=1))
+        x = pad_rows(flat, starts[index], lengths[index], width)
+        return x, targets_for(x, self.vocab)
+
+    def arrays(self, split: str, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The first n rows (all by default) of `split` as (inputs, targets)."""
+        total = self.count(split)
+        return self.rows(split, np.arange(total if n is None else min(n, total)))
 
     def batches(
         self, split: str, batch_size: int, shuffle_seed: int | None = None, device="cpu"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One pass over `split` (shuffled when a seed is given); the last batch may be short.
-        Each batch is trimmed to its longest row unless the task fixes `seq_len`."""
+        """One pass over `split` (shuffled when a seed is given); the last batch may be short."""
         if batch_size < 1:
             raise RecallLabError(f"batch size must be >= 1, got {batch_size}")
-        data = self.arrays(split)
-        order = np.arange(len(data))
+        n = self.count(split)
+        order = np.arange(n)
         if shuffle_seed is not None:
-            order = np.random.default_rng(shuffle_seed).permutation(len(data))
-        vocab = self.spec.vocab()
-        for start in range(0, len(data), batch_size):
-            x = data[order[start : start + batch_size]]
-            if self.spec.seq_len is None:
-                x = x[:, : int((x != vocab.PAD).sum(axis=1).max(initial=1))]
-            yield _to_torch(x, targets_for(x, vocab), device)
+            order = np.random.default_rng(shuffle_seed).permutation(n)
+        for start in range(0, n, batch_size):
+            yield _to_torch(*self.rows(split, order[start : start + batch_size]), device)
+
+    def batch_at(
+        self, split: str, batch_size: int, seed: int, step: int, device="cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training batch number `step`: the epoch-e order of the split is the permutation drawn
+        from `SeedSequence(seed, (EPOCH_KEY, e))`, and batches walk through consecutive epochs,
+        so batch `step` depends only on (dataset, seed, batch_size, step): resumable."""
+        n = self.count(split)
+        if n == 0:
+            raise RecallLabError(f"the {split} split of {self.folder} is empty")
+        pos = step * batch_size + np.arange(batch_size)
+        epochs, offsets = np.divmod(pos, n)
+        index = np.empty(batch_size, dtype=np.int64)
+        for e in np.unique(epochs):
+            sel = epochs == e
+            index[sel] = self._epoch_perm(int(seed), int(e), n)[offsets[sel]]
+        return _to_torch(*self.rows(split, index), device)
+
+    def _epoch_perm(self, seed: int, epoch: int, n: int) -> np.ndarray:
+        if self._perm is None or self._perm[:2] != (seed, epoch):
+            rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(EPOCH_KEY, epoch)))
+            self._perm = (seed, epoch, rng.permutation(n))
+        return self._perm[2]

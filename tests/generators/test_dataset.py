@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from generators import TaskSpec, generate, get_preset
+from generators import TaskSpec, generate, get_preset, targets_for
 from generators.dataset import BLOCK_SIZE, read_split, write_dataset
 from generators.errors import RecallLabError
 from recall_lab.data import DatasetReader, batch_at, stream_batches
@@ -66,16 +66,16 @@ def test_loader_round_trip_equals_the_generator(tmp_path):
     # test is drawn first and never redrawn: block 0 of split index 0
     expected = generate(SPEC, 70, np.random.SeedSequence(9, spawn_key=(0, 0)))
     reader = DatasetReader(tmp_path / "d")
-    got_x = torch.cat([x for x, _ in reader.batches("test", 32)])
-    got_y = torch.cat([y for _, y in reader.batches("test", 32)])
-    assert torch.equal(got_x, torch.from_numpy(expected.inputs))
-    assert torch.equal(got_y, torch.from_numpy(expected.targets))
+    got_x, got_y = reader.arrays("test")
+    assert (got_x == expected.inputs).all() and (got_y == expected.targets).all()
     # the stored labels column agrees with the targets
     table = pq.read_table(tmp_path / "d" / "test-00000.parquet").to_pydict()
     for row, labels, y in zip(table["input_ids"], table["labels"], expected.targets, strict=True):
         assert labels == y[: len(row)].tolist()
     def rows(batches):
         return [tuple(t for t in r if t) for x, _ in batches for r in x.tolist()]
+
+    assert rows(reader.batches("test", 32)) == [tuple(t for t in r if t) for r in got_x.tolist()]
 
     shuffled = rows(reader.batches("test", 32, shuffle_seed=1))
     assert shuffled != rows(reader.batches("test", 32))
@@ -114,3 +114,24 @@ def test_stream_is_resumable_and_seeded():
     assert torch.equal(first[2][0], resumed[0]) and torch.equal(first[2][1], resumed[1])
     assert not torch.equal(first[0][0], first[1][0])
     assert torch.equal(batch_at(SPEC, 4, 2, 1)[0], first[1][0])
+
+
+def test_training_batches_from_files_walk_epochs_and_resume(tmp_path):
+    write_dataset(SPEC, tmp_path / "d", {"train": 10, "valid": 3, "test": 3}, 5)
+    reader = DatasetReader(tmp_path / "d")
+    all_x, _ = reader.arrays("train")
+    rows = {tuple(r[r != 0].tolist()): i for i, r in enumerate(all_x)}
+
+    def seen(step):
+        x, y = reader.batch_at("train", 4, seed=1, step=step)
+        assert torch.equal(y, torch.from_numpy(targets_for(x.numpy(), SPEC.vocab())))
+        return [rows[tuple(t for t in r if t)] for r in x.tolist()]
+
+    stream = [i for s in range(5) for i in seen(s)]  # 20 rows = two epochs of 10
+    assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:]) == list(range(10))
+    assert stream[:10] != stream[10:]  # each epoch has its own order
+    fresh = DatasetReader(tmp_path / "d")
+    x3, _ = fresh.batch_at("train", 4, seed=1, step=3)  # a resumed run, no history
+    assert [rows[tuple(t for t in r if t)] for r in x3.tolist()] == stream[12:16]
+    assert seen(0) != [rows[tuple(t for t in r if t)] for r in
+                       reader.batch_at("train", 4, seed=2, step=0)[0].tolist()]

@@ -1,0 +1,170 @@
+"""Run directories and checkpoints: safetensors for tensors, JSON for everything else.
+
+Nothing is ever unpickled: weights, optimizer moments and RNG states are safetensors; optimizer
+hyper-parameters, the step counter and bookkeeping are JSON (in the safetensors metadata of the
+resume file). Every file is written to a temporary name and moved into place with `os.replace`, so
+a killed process leaves either the old or the new file, never half of one.
+
+Layout of a run directory:
+    config.json          RunConfig (model, train, task) + versions
+    metrics.jsonl        one JSON row per evaluation (train means since the last one, held-out)
+    model.safetensors    weights at the last checkpoint
+    best.safetensors     weights with the best held-out accuracy so far
+    resume.safetensors   model + optimizer + RNG tensors, metadata = step/param groups/best (JSON);
+                         the single commit point of a checkpoint
+    summary.json         final: best step, held-out and test metrics of the best weights, speed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, safe_open, save_file
+
+from generators.errors import RecallLabError
+
+CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
+    "config.json", "metrics.jsonl", "model.safetensors", "best.safetensors",
+    "resume.safetensors", "summary.json",
+)
+RUN_FILES = (CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY)
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def write_json(path: Path, data: Any) -> None:
+    path = Path(path)
+    tmp = _tmp(path)
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def write_lines(path: Path, rows: list[dict]) -> None:
+    path = Path(path)
+    tmp = _tmp(path)
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+
+
+def append_line(path: Path, row: dict) -> None:
+    # Appending a whole line is the only non-replace write; resume rewrites the file keeping
+    # only rows up to the checkpoint step, so a torn last line never survives a resume.
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def read_lines(path: Path) -> list[dict]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # torn last line of a killed run
+    return rows
+
+
+def read_json(path: Path, what: str = "file") -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise RecallLabError(f"missing {what}: {path}")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RecallLabError(f"corrupt {what}: {path} is not valid JSON") from None
+
+
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict | None = None) -> None:
+    path = Path(path)
+    tmp = _tmp(path)
+    clean = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    save_file(clean, str(tmp), metadata={"json": json.dumps(meta)} if meta is not None else None)
+    os.replace(tmp, path)
+
+
+def load_tensors(path: Path, what: str = "checkpoint") -> tuple[dict[str, torch.Tensor], Any]:
+    """Tensors and JSON metadata of a safetensors file; one clear error when missing/corrupt."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecallLabError(f"missing {what}: {path}")
+    try:
+        tensors = load_file(str(path))
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        return tensors, json.loads(meta["json"]) if "json" in meta else None
+    except (SafetensorError, OSError, ValueError, KeyError) as exc:
+        raise RecallLabError(f"corrupt {what}: {path} ({str(exc).splitlines()[0]})") from None
+
+
+def save_weights(path: Path, model: torch.nn.Module) -> None:
+    save_tensors(path, model.state_dict())
+
+
+def load_weights(path: Path, model: torch.nn.Module) -> None:
+    tensors, _ = load_tensors(path, "checkpoint")
+    _load_state(model, tensors, path)
+
+
+def _load_state(model: torch.nn.Module, tensors: dict, path: Path) -> None:
+    try:
+        model.load_state_dict(tensors, strict=True)
+    except RuntimeError as exc:
+        raise RecallLabError(
+            f"checkpoint {path} does not fit this model ({str(exc).splitlines()[0]})"
+        ) from None
+
+
+# ---- full training state ------------------------------------------------------------------------
+
+def save_resume(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, info: dict
+) -> None:
+    """Model, optimizer moments and RNG states in one file; `info` (JSON) rides in metadata."""
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    opt = optimizer.state_dict()
+    for pid, state in opt["state"].items():
+        for name, value in state.items():
+            if not torch.is_tensor(value):
+                value = torch.tensor(value)
+            tensors[f"optim.{pid}.{name}"] = value
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    meta = {**info, "param_groups": opt["param_groups"]}
+    save_tensors(path, tensors, meta)
+
+
+def load_resume(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict:
+    """Restore what `save_resume` wrote (RNG included) and return its `info`."""
+    tensors, meta = load_tensors(path, "resume checkpoint")
+    if not isinstance(meta, dict) or "param_groups" not in meta:
+        raise RecallLabError(f"corrupt resume checkpoint: {path} has no training state")
+    _load_state(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, path)
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, pid, name = key.split(".", 2)
+            state.setdefault(int(pid), {})[name] = value
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": meta.pop("param_groups")})
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise RecallLabError(f"corrupt resume checkpoint: {path} ({exc})") from None
+    torch.set_rng_state(tensors["rng.cpu"])
+    if torch.cuda.is_available():
+        keys = [t for t in tensors if t.startswith("rng.cuda.")]
+        cuda = [tensors[k] for k in sorted(keys, key=lambda t: int(t.rsplit(".", 1)[1]))]
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+    return meta

@@ -1,0 +1,161 @@
+"""Validated model and training configuration (pydantic v2), loadable from TOML or flags.
+
+The task is described by `generators.TaskSpec` (owned by `generators`); this module only adds
+`ModelConfig`, `TrainConfig` and `RunConfig` (model + train + task), and the helpers that read a
+task given as a preset name or a TOML file.
+
+TOML layout of a run config (see `experiments/`):
+
+    [model]            # ModelConfig fields; `name` is a registry name such as "mamba+hax"
+    name = "mamba+hax"
+    [train]            # TrainConfig fields
+    steps = 2000
+    [task]             # either a preset ...
+    preset = "mini-mqjr"
+    # ... or TaskSpec fields: levels = [[5, 16], [5, 16]], values = 16, seq_len = 1058
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from generators.errors import RecallLabError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+Arch = Literal["mamba", "mamba2", "samba", "transformer"]
+
+
+class ModelConfig(BaseModel):
+    """Everything needed to rebuild a model; `name` is the registry row (`mamba+hax`, ...).
+
+    `k` is the total key budget per query; patterns made of two components (sw+d, a, hax) give
+    each component k/2, as in seed 004 Sec. 5.1.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    arch: Arch
+    pattern: str | None = None  # sparse-attention branch of the hybrid; None = plain SSM
+    vocab_size: int = Field(ge=4)
+    d_model: int = Field(64, ge=4)
+    n_layers: int = Field(2, ge=1)
+    k: int = Field(64, ge=1)
+    lsh_bits: int = Field(8, ge=1)  # sign-bit LSH h (seed 004 App. D.1)
+    d_state: int | None = Field(None, ge=1)  # None = the mixer's default (Mamba 16, Mamba2 64)
+    d_conv: int = Field(4, ge=1)
+    expand: int = Field(2, ge=1)
+    headdim: int | None = Field(None, ge=1)  # Mamba2 head size; None = mixer default
+    n_heads: int = Field(4, ge=1)  # attention heads of samba / transformer layers
+    mlp_mult: int = Field(4, ge=1)
+    side_scale_init: float = 0.1
+    # Heads of the hybrid branch: 1 (one q, k of size d_state for all channels, like Mamba2's
+    # B, C with ngroups=1) or "mixer" (Mamba2: one q, k per SSM head; Mamba has no heads: 1).
+    branch_heads: Literal[1, "mixer"] = 1
+    pattern_opts: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def uses_k(self) -> bool:
+        return self.pattern is not None or self.arch == "samba"
+
+
+class TrainConfig(BaseModel):
+    """Optimiser, schedule, evaluation and seeds of one training run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(2000, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup: int = Field(100, ge=0)
+    schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; paper: constant
+    min_lr: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    alpha: float = Field(0.1, ge=0)  # weight of the KS ranking loss (seed 004 Eq. 18)
+    seed: int = Field(0, ge=0)  # model init, hash planes, KS sampling
+    data_seed: int = Field(0, ge=0)  # training stream (or epoch order) and the held-out sets
+    # A dataset folder from `recall-lab generate`: train on its train split (a fresh seeded
+    # order every epoch), evaluate on its valid / test splits. None = stream from the generator.
+    data: str | None = None
+    eval_every: int = Field(200, ge=1)
+    eval_samples: int = Field(512, ge=1)
+    test_samples: int = Field(512, ge=1)
+    eval_batch_size: int | None = Field(None, ge=1)
+    device: str = "auto"
+
+
+class RunConfig(BaseModel):
+    """One run: model + train + task (+ the preset name the task came from, if any)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: ModelConfig
+    train: TrainConfig
+    task: Any  # generators.TaskSpec; kept Any so this module does not pin its schema
+    task_name: str | None = None
+
+    @model_validator(mode="after")
+    def _task_is_spec(self) -> RunConfig:
+        from generators import TaskSpec
+
+        if not isinstance(self.task, TaskSpec):
+            object.__setattr__(self, "task", TaskSpec.model_validate(self.task))
+        return self
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model.model_dump(mode="json"),
+            "train": self.train.model_dump(mode="json"),
+            "task": self.task.model_dump(mode="json"),
+            "task_name": self.task_name,
+        }
+
+
+def read_toml(path: Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise RecallLabError(f"config file {path} does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RecallLabError(f"{path} is not valid TOML: {exc}") from None
+
+
+def task_from_table(table: dict) -> tuple[Any, str | None]:
+    """A TOML `[task]` table -> (TaskSpec, preset name or None); `preset` may be overridden."""
+    from generators import TaskSpec, get_preset
+
+    table = dict(table)
+    preset = table.pop("preset", None)
+    if preset is not None:
+        spec = get_preset(preset)
+        if table:
+            spec = TaskSpec.model_validate({**spec.model_dump(), **table})
+            return spec, None
+        return spec, preset
+    return TaskSpec.model_validate(table), None
+
+
+def resolve_task(task: str) -> tuple[Any, str | None]:
+    """A task given on the command line: a preset name or a TOML file (`[task]` table or bare)."""
+    from generators import PRESETS
+
+    if task in PRESETS:
+        return task_from_table({"preset": task})
+    path = Path(task)
+    if path.suffix == ".toml" or path.exists():
+        data = read_toml(path)
+        return task_from_table(data.get("task", data))
+    raise RecallLabError(
+        f"unknown task {task!r}: not a preset ({', '.join(PRESETS)}) and not a TOML file"
+    )

@@ -1,0 +1,124 @@
+"""Accuracy on recall tasks: the paper's per-sample accuracy, whole-table exact match, loss.
+
+Per-sample accuracy (seed 004 Sec. 5.1): for each sample, the fraction of its inquiry keys whose
+value is predicted correctly (argmax over the whole vocabulary), averaged over samples. Exact match:
+the fraction of samples with every value right. Loss: cross-entropy averaged over value targets.
+
+Evaluation is deterministic: the model is put in eval mode (context-dependent patterns use their
+fixed seeded hash planes) and the held-out sets are generated from fixed seeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from generators import IGNORE, generate
+from generators.errors import RecallLabError
+
+VALID_KEY, TEST_KEY = 1, 2  # spawn keys of the held-out sets (the lead's stream uses 7)
+
+
+def held_out(spec, n: int, data_seed: int, split: str):
+    """The fixed held-out set `split` ("valid" or "test"): (inputs, targets) int64 arrays."""
+    key = {"valid": VALID_KEY, "test": TEST_KEY}[split]
+    b = generate(spec, n, np.random.SeedSequence(data_seed, spawn_key=(key,)))
+    return b.inputs, b.targets
+
+
+def batch_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Sums over a batch: CE sum, target count, per-sample accuracy sum, exact-match count."""
+    mask = targets != IGNORE
+    ce = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+        ignore_index=IGNORE, reduction="sum",
+    )
+    correct = (logits.argmax(-1) == targets) & mask
+    n_t = mask.sum(1)
+    has = n_t > 0
+    per_sample = correct.sum(1).double() / n_t.clamp(min=1)
+    return {
+        "ce_sum": ce, "n_targets": n_t.sum(), "acc_sum": per_sample[has].sum(),
+        "exact": (correct.sum(1) == n_t)[has].sum(), "n_samples": has.sum(),
+    }
+
+
+def _trim(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    width = int((x != 0).sum(1).max(initial=1))
+    return x[:, :width], y[:, :width]
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module, inputs: np.ndarray, targets: np.ndarray,
+    batch_size: int = 64, device: str | torch.device = "cpu", autocast: bool = False,
+) -> dict[str, float]:
+    """loss / acc / exact / n over a fixed set, in eval mode (training mode restored after)."""
+    was_training = model.training
+    model.eval()
+    totals: dict[str, float] = {}
+    try:
+        for start in range(0, len(inputs), batch_size):
+            x, y = _trim(inputs[start:start + batch_size], targets[start:start + batch_size])
+            xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+            yt = torch.from_numpy(np.ascontiguousarray(y)).to(device)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(xt).logits
+            for k, v in batch_metrics(logits, yt).items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+    finally:
+        model.train(was_training)
+    n = max(totals.get("n_samples", 0.0), 1.0)
+    return {
+        "loss": totals.get("ce_sum", 0.0) / max(totals.get("n_targets", 0.0), 1.0),
+        "acc": totals.get("acc_sum", 0.0) / n,
+        "exact": totals.get("exact", 0.0) / n,
+        "n": int(totals.get("n_samples", 0)),
+    }
+
+
+def evaluate_run(
+    run: Path, spec, n: int = 512, data_seed: int = 0, which: str = "best",
+    batch_size: int = 64, device: str = "auto",
+) -> dict:
+    """Evaluate a finished (or running) run's `which` weights ("best" or "last") on a task,
+    e.g. longer sequences or other table sizes than it was trained on (extrapolation)."""
+    from recall_lab.checkpoint import BEST, MODEL, load_weights
+    from recall_lab.models import build_model
+    from recall_lab.train import load_run_config, resolve_device
+
+    run = Path(run)
+    cfg = load_run_config(run)
+    spec = fit_vocab(spec, cfg.task)
+    if which not in ("best", "last"):
+        raise RecallLabError(f"--checkpoint must be 'best' or 'last', got {which!r}")
+    dev = resolve_device(device)
+    model = build_model(cfg.model)
+    load_weights(run / (BEST if which == "best" else MODEL), model)
+    model.to(dev)
+    x, y = held_out(spec, n, data_seed, "test")
+    metrics = evaluate(model, x, y, batch_size, dev, autocast=_bf16(dev))
+    return {"run": str(run), "checkpoint": which, "task": spec.model_dump(mode="json"),
+            "max_len": spec.max_len, "data_seed": data_seed, **metrics}
+
+
+def fit_vocab(spec, train_spec):
+    """`spec` re-expressed in the training task's vocabulary (same id pools), so a model can be
+    evaluated on other table sizes and lengths; an error when the tokens cannot be named."""
+    from generators import TaskSpec
+
+    if spec.vocab() == train_spec.vocab():
+        return spec
+    if spec.values != train_spec.values or spec.n_levels != train_spec.n_levels:
+        raise RecallLabError(
+            f"task has {spec.values} values and {spec.n_levels} levels but the model was trained "
+            f"with {train_spec.values} values and {train_spec.n_levels} levels"
+        )
+    return TaskSpec.model_validate({**spec.model_dump(), "pools": train_spec.pools})
+
+
+def _bf16(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()

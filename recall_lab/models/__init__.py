@@ -1,0 +1,10 @@
+"""Models: hybrid SSM + sparse-attention blocks, Samba, Transformer, and the 2-layer LM.
+
+`build_model(name, vocab_size, **overrides)` builds any row of seed 004 Table 1 by name; see
+`registry.py` for the names and `lm.py` / `hybrid.py` for the architecture.
+"""
+
+from recall_lab.models.lm import LMOutput, RecallLM
+from recall_lab.models.registry import PAPER_MODELS, build_model, model_config
+
+__all__ = ["LMOutput", "PAPER_MODELS", "RecallLM", "build_model", "model_config"]

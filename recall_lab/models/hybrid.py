@@ -1,0 +1,71 @@
+"""The sparse-attention branch of a hybrid SSM block (seed 004 Sec. 4.3, Fig. 3).
+
+The branch runs parallel to the SSM and shares its in-projection and short convolution: the SSM
+mixer calls it as `side(xc)` with the post-conv, post-activation SSM input xc [b, l, d_inner] and
+adds the result to the SSM output before the gate (Mamba: (y + side) * silu(z); Mamba2:
+gated_rmsnorm(y + side, z)), then applies its out-projection.
+
+Inside the branch: q, k = a small linear projection of xc to the SSM state size d_state (per
+head), v = xc split into heads (Mamba: one head of width d_inner; Mamba2: the mixer's heads), the
+pattern picks key indices from (q, k), `sparse_attention` attends with scale 1/sqrt(d_state), and
+the output is multiplied by a learned per-channel vector (the paper's "parameterized gate").
+
+The vector is initialised to `side_scale_init` = 0.1 (not 0): small, so the hybrid starts close to
+its plain SSM and the branch cannot swamp the SSM output early ("promotes stable optimization");
+non-zero, so the q/k projections receive gradient from the first step (with 0 they get none until
+the vector has moved).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict) -> nn.Module:
+    """The pattern module of one branch: total budget k (`make_pattern` gives two-part patterns
+    k/2 each), h = `lsh_bits` sign-bit planes for LSH, KS scorer on d_qk-sized q/k."""
+    from recall_lab.attention import make_pattern
+
+    opts = dict(opts)
+    if name in ("lsh", "hax"):
+        opts.setdefault("h", lsh_bits)
+    if name in ("ks", "hax"):
+        opts.setdefault("dim", d_qk)
+    return make_pattern(name, k, **opts)
+
+
+class SparseBranch(nn.Module):
+    """q/k projection + pattern + sparse attention + learned per-channel scale."""
+
+    def __init__(
+        self,
+        d_inner: int,
+        d_qk: int,
+        n_heads: int,
+        pattern: str,
+        k: int,
+        lsh_bits: int = 8,
+        pattern_opts: dict | None = None,
+        scale_init: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if d_inner % n_heads:
+            raise ValueError(f"d_inner {d_inner} is not divisible by {n_heads} heads")
+        self.n_heads, self.d_qk = n_heads, d_qk
+        self.qk = nn.Linear(d_inner, 2 * n_heads * d_qk, bias=False)
+        self.pattern = make_branch_pattern(pattern, k, lsh_bits, d_qk, pattern_opts or {})
+        self.scale = nn.Parameter(torch.full((d_inner,), float(scale_init)))
+
+    def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:
+        from recall_lab.attention import sparse_attention
+
+        b, length, d_inner = xc.shape
+        h = self.n_heads
+        q, k = self.qk(xc).view(b, length, 2, h, self.d_qk).permute(2, 0, 3, 1, 4)
+        v = xc.view(b, length, h, d_inner // h).transpose(1, 2)
+        idx, aux_loss = self.pattern(q, k)
+        if aux is not None and aux_loss is not None:
+            aux.append(aux_loss)
+        out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)
+        return out.transpose(1, 2).reshape(b, length, d_inner) * self.scale

@@ -1,0 +1,139 @@
+"""The 2-layer language model around every mixer: embedding, pre-norm residual blocks, final
+RMSNorm, output projection tied to the embedding.
+
+Block kinds:
+- `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
+  `SparseBranch` passed as its `side` hook (the hybrid of seed 004 Fig. 3).
+- `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA).
+- `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recall_lab.config import ModelConfig
+from recall_lab.models.hybrid import SparseBranch
+from recall_lab.models.layers import CausalSelfAttention, SlidingWindowAttention, SwiGLU
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor  # [b, l, vocab]
+    aux_loss: torch.Tensor | None  # KS ranking loss summed over layers (seed 004 Eq. 18)
+    params: list | None = None  # per SSM layer: SSMParams (Delta, A, B, C, x, D) when asked
+
+
+def _mixer(cfg: ModelConfig, d_model: int) -> nn.Module:
+    from recall_lab.ssm import Mamba2Mixer, MambaMixer
+
+    kw: dict = {"d_inner": cfg.expand * d_model, "d_conv": cfg.d_conv}
+    if cfg.d_state is not None:
+        kw["d_state"] = cfg.d_state
+    if cfg.arch == "mamba2":
+        kw["headdim"] = cfg.headdim or min(64, kw["d_inner"])  # 64 = mamba-ssm's default
+        return Mamba2Mixer(d_model, **kw)
+    return MambaMixer(d_model, **kw)
+
+
+def _n_heads(mixer: nn.Module) -> int:
+    for attr in ("nheads", "n_heads"):
+        if hasattr(mixer, attr):
+            return int(getattr(mixer, attr))
+    if hasattr(mixer, "headdim"):
+        return mixer.d_inner // int(mixer.headdim)
+    return 1
+
+
+class SSMBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, with_branch: bool = True) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.mixer = _mixer(cfg, cfg.d_model)
+        self.branch = None
+        if with_branch and cfg.pattern is not None:
+            heads = _n_heads(self.mixer) if cfg.branch_heads == "mixer" else 1
+            self.branch = SparseBranch(
+                self.mixer.d_inner, self.mixer.d_state, heads, cfg.pattern, cfg.k,
+                cfg.lsh_bits, cfg.pattern_opts, cfg.side_scale_init,
+            )
+
+    def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
+        side = None
+        if self.branch is not None:
+            branch = self.branch
+
+            def side(xc: torch.Tensor) -> torch.Tensor:
+                return branch(xc, aux)
+
+        out = self.mixer(self.norm(x), side=side, return_params=params is not None)
+        if params is not None:
+            out, p = out
+            params.append(p)
+        return x + out
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.mlp = SwiGLU(cfg.d_model, cfg.mlp_mult)
+
+    def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class AttentionBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig, window: int | None) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.attn = (
+            CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
+            else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
+        )
+        self.mlp = MLPBlock(cfg)
+
+    def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return self.mlp(x, aux, params)
+
+
+def _blocks(cfg: ModelConfig) -> list[nn.Module]:
+    if cfg.arch in ("mamba", "mamba2"):
+        return [SSMBlock(cfg) for _ in range(cfg.n_layers)]
+    if cfg.arch == "transformer":
+        return [AttentionBlock(cfg, None) for _ in range(cfg.n_layers)]
+    # Samba (seed 004 App. D.1: 2 Mamba + 2 SWA layers, window k): units of
+    # Mamba, MLP, SWA+MLP, as in the Samba paper's layer layout.
+    out: list[nn.Module] = []
+    for _ in range(cfg.n_layers):
+        out += [SSMBlock(cfg, with_branch=False), MLPBlock(cfg), AttentionBlock(cfg, cfg.k)]
+    return out
+
+
+class RecallLM(nn.Module):
+    """Embedding -> blocks -> RMSNorm -> tied output. forward(ids) -> LMOutput."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.blocks = nn.ModuleList(_blocks(cfg))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+
+    def forward(self, ids: torch.Tensor, return_params: bool = False) -> LMOutput:
+        x = self.embed(ids)
+        aux: list[torch.Tensor] = []
+        params: list | None = [] if return_params else None
+        for block in self.blocks:
+            x = block(x, aux, params)
+        logits = self.norm(x) @ self.embed.weight.t()
+        aux_loss = torch.stack([a.float() for a in aux]).sum() if aux else None
+        return LMOutput(logits=logits, aux_loss=aux_loss, params=params)
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,67 @@
+"""Model names (the rows of seed 004 Table 1) -> `ModelConfig` -> `RecallLM`.
+
+Names: `mamba`, `mamba+<pattern>` for any attention pattern (`mamba+hax`, `mamba+sw+d`, ...),
+`mamba-2x` (hidden size doubled), the same with `mamba2`, `samba`, `transformer`. Defaults follow
+seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per component for sw+d, a, hax),
+sign-bit LSH with h = 8, Samba = 2 Mamba + 2 SWA layers with window 64.
+"""
+
+from __future__ import annotations
+
+from generators.errors import RecallLabError
+from recall_lab.config import ModelConfig
+from recall_lab.models.lm import RecallLM
+
+PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
+PAPER_MODELS: tuple[str, ...] = tuple(
+    [f"{base}{suffix}" for base in ("mamba", "mamba2")
+     for suffix in ("", *(f"+{p}" for p in PAPER_PATTERNS), "-2x")]
+    + ["samba", "transformer"]
+)
+
+
+def _known_patterns() -> tuple[str, ...]:
+    try:
+        from recall_lab.attention import PATTERNS
+    except ImportError:  # attention package not importable: accept the paper's names
+        return PAPER_PATTERNS
+    return tuple(PATTERNS)
+
+
+def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
+    """The `ModelConfig` of a named model, with field overrides (e.g. k=32, d_model=32)."""
+    base: dict = {"name": name, "vocab_size": vocab_size}
+    if name in ("samba", "transformer"):
+        base["arch"] = name
+    else:
+        arch, _, rest = name.partition("+")
+        if arch.endswith("-2x") and not rest:
+            arch = arch[:-3]
+            base["d_model"] = 128
+        if arch not in ("mamba", "mamba2"):
+            raise RecallLabError(_unknown(name))
+        base["arch"] = arch
+        if rest:
+            if rest not in _known_patterns():
+                raise RecallLabError(_unknown(name))
+            base["pattern"] = rest
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return ModelConfig.model_validate({**base, **overrides})
+
+
+def build_model(name: str | ModelConfig, vocab_size: int | None = None, **overrides) -> RecallLM:
+    """Build a model by registry name (or from a full `ModelConfig`)."""
+    if isinstance(name, ModelConfig):
+        cfg = name.model_copy(update=overrides) if overrides else name
+    else:
+        if vocab_size is None:
+            raise RecallLabError("build_model needs vocab_size")
+        cfg = model_config(name, vocab_size, **overrides)
+    return RecallLM(cfg)
+
+
+def _unknown(name: str) -> str:
+    return (
+        f"unknown model {name!r}; choose from {', '.join(PAPER_MODELS)} "
+        f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())})"
+    )

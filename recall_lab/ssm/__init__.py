@@ -1,0 +1,30 @@
+"""State-space layers: selective scan (Mamba) and SSD (Mamba2), references, fast paths, mixers.
+
+- `selective_scan_ref`, `ssd_ref`: plain recurrences (the definitions; tests compare against them).
+- `selective_scan`, `ssd`: dispatch by device (`scan_backend`): mamba-ssm kernels on CUDA when
+  installed, else the CPU torch implementations `selective_scan_torch` (chunked, custom backward)
+  and `ssd_torch` (chunked state-space duality).
+- `MambaMixer`, `Mamba2Mixer`: layers with a `side` hook, `return_params`, and a recurrent `step`.
+"""
+
+from recall_lab.ssm.backend import backend_report, scan_backend, selective_scan, ssd
+from recall_lab.ssm.mixers import GatedRMSNorm, Mamba2Mixer, MambaMixer, MixerState, SSMParams
+from recall_lab.ssm.reference import selective_scan_ref, ssd_ref
+from recall_lab.ssm.scan import selective_scan_torch
+from recall_lab.ssm.ssd import ssd_torch
+
+__all__ = [
+    "GatedRMSNorm",
+    "Mamba2Mixer",
+    "MambaMixer",
+    "MixerState",
+    "SSMParams",
+    "backend_report",
+    "scan_backend",
+    "selective_scan",
+    "selective_scan_ref",
+    "selective_scan_torch",
+    "ssd",
+    "ssd_ref",
+    "ssd_torch",
+]

@@ -1,0 +1,117 @@
+"""Which implementation runs a scan on a given device: the one dispatch point.
+
+On CUDA with mamba-ssm importable: its `selective_scan_fn` (only when the compiled
+`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. Everywhere
+else: the torch implementations in `scan.py` / `ssd.py`. `backend_report()` says what was chosen
+(for `recall-lab info`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from recall_lab.ssm.scan import selective_scan_torch
+from recall_lab.ssm.ssd import ssd_torch
+
+TORCH_SCAN = "torch-chunked"
+TORCH_SSD = "torch-ssd-chunked"
+MAMBA_SCAN = "mamba_ssm.selective_scan_fn"
+MAMBA_SSD = "mamba_ssm.mamba_chunk_scan_combined"
+OPS = ("selective_scan", "ssd")
+
+
+@functools.cache
+def _mamba_kernel(op: str) -> tuple[Callable[..., Any] | None, str]:
+    """mamba-ssm's kernel for `op`, or None and the reason it is unavailable."""
+    try:
+        if op == "selective_scan":
+            ext = importlib.import_module("selective_scan_cuda")  # the compiled extension
+            if not hasattr(ext, "fwd"):
+                return None, "selective_scan_cuda has no fwd (not the compiled extension)"
+            mod = importlib.import_module("mamba_ssm.ops.selective_scan_interface")
+            return mod.selective_scan_fn, "ok"
+        mod = importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
+        return mod.mamba_chunk_scan_combined, "ok"
+    except Exception as exc:  # any import failure means: use torch
+        return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+
+
+def scan_backend(device: torch.device | str, op: str = "selective_scan") -> str:
+    """Name of the implementation that `op` ("selective_scan" or "ssd") uses on `device`."""
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if torch.device(device).type == "cuda" and _mamba_kernel(op)[0] is not None:
+        return MAMBA_SCAN if op == "selective_scan" else MAMBA_SSD
+    return TORCH_SCAN if op == "selective_scan" else TORCH_SSD
+
+
+def backend_report() -> dict:
+    """JSON-able summary of the scan backends per device type (and why mamba-ssm is not used)."""
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    report: dict[str, Any] = {
+        "cuda_available": torch.cuda.is_available(),
+        "mamba_ssm": {op: _mamba_kernel(op)[1] for op in OPS},
+    }
+    for dev in devices:
+        report[dev] = {op: scan_backend(dev, op) for op in OPS}
+    return report
+
+
+def selective_scan(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Mamba selective scan on the fastest backend for u's device (see `scan_backend`).
+
+    u, delta, z: [b, d, l]; A: [d, n]; B, C: [b, n, l] or [b, g, n, l]; D, delta_bias: [d].
+    """
+    if scan_backend(u.device, "selective_scan") == MAMBA_SCAN:
+        fn = _mamba_kernel("selective_scan")[0]
+        return fn(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
+                  delta_softplus=delta_softplus, return_last_state=return_last_state)
+    return selective_scan_torch(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
+                                delta_softplus=delta_softplus,
+                                return_last_state=return_last_state)
+
+
+def ssd(
+    x: Tensor,
+    dt: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    chunk_size: int = 64,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    dt_bias: Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: Tensor | None = None,
+    return_final_states: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Mamba2 SSD on the fastest backend for x's device (see `scan_backend`).
+
+    x, z: [b, l, h, p]; dt: [b, l, h]; A, dt_bias: [h]; B, C: [b, l, g, n]; D: [h] or [h, p];
+    initial_states / final states: [b, h, p, n].
+    """
+    if scan_backend(x.device, "ssd") == MAMBA_SSD:
+        fn = _mamba_kernel("ssd")[0]
+        return fn(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                  initial_states=initial_states, dt_softplus=dt_softplus,
+                  return_final_states=return_final_states)
+    return ssd_torch(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                     dt_softplus=dt_softplus, initial_states=initial_states,
+                     return_final_states=return_final_states)

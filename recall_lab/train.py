@@ -1,0 +1,304 @@
+"""The training loop: streamed batches, AdamW, warm-up schedule, held-out evaluation, best
+checkpoint, resume, final test of the best weights.
+
+Objective (seed 004 Eq. 18): cross-entropy on the value targets only (every other target is -100)
++ alpha * (KS ranking loss summed over layers). AdamW with linear warm-up then a constant learning
+rate (the paper's setting) or cosine decay to `min_lr`; gradients clipped by global norm. bf16
+autocast on CUDA devices that support it, fp32 on CPU.
+
+Data: batches are streamed from the generator, or read from a dataset folder (`train.data`: its
+train split in a fresh seeded order every epoch, its valid / test splits for evaluation).
+Determinism and resume: batch number s is a pure function of (task or dataset, data_seed, s)
+(`recall_lab.data.batch_at`, `DatasetReader.batch_at`), the held-out sets are fixed, and a
+checkpoint holds the model, the AdamW moments and the torch RNG state (hash planes and KS samples
+are drawn from it). A checkpoint is written at every evaluation; a killed run restarted with
+`resume=True` continues from the last one and, on CPU, ends with weights and metrics
+bit-identical to an uninterrupted run (checked in tests/models/test_train_resume.py).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.config import RunConfig
+from recall_lab.evaluate import batch_metrics, evaluate, held_out
+
+Progress = Callable[[dict], None]
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise RecallLabError(f"unknown device {device!r}; use auto, cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RecallLabError(f"device {device!r} requested but CUDA is not available")
+    if dev.type not in ("cpu", "cuda"):
+        raise RecallLabError(f"unsupported device {device!r}; use auto, cpu or cuda[:N]")
+    return dev
+
+
+def lr_at(step: int, cfg) -> float:
+    """Learning rate of optimizer step `step` (0-based): linear warm-up, then constant/cosine."""
+    if cfg.warmup and step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    if cfg.schedule == "constant":
+        return cfg.lr
+    span = max(cfg.steps - cfg.warmup, 1)
+    t = min((step - cfg.warmup) / span, 1.0)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
+
+
+# ---- checks before anything is written ----------------------------------------------------------
+
+def _available_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def estimate_train_bytes(cfg: RunConfig) -> int:
+    """A rough estimate of training activation memory (fp32, forward + backward).
+
+    Measured on CPU at the paper's length (batch 8 x 1058, one training step, peak RSS growth):
+    mamba+hax 0.25-0.29 GiB, mamba2+hax 0.38-0.40 GiB, transformer 0.19 GiB (two runs); this
+    estimate gives 0.40, 0.80 and 0.20 GiB: on the high side, by up to ~2x.
+
+    Per token and layer it counts the mixer's activations (~32 * d_inner), one scan state
+    (d_inner * d_state) and the sparse branch's index list and q/k (k + 4 * d_state); plus logits.
+    The torch scan and sparse-attention backends work chunk by chunk, so this is an order of
+    magnitude, not a measurement; it only turns hopeless batch sizes into a clear message instead
+    of the OOM killer.
+    """
+    m, task = cfg.model, cfg.task
+    d_inner = m.expand * m.d_model
+    d_state = m.d_state or (64 if m.arch == "mamba2" else 16)
+    per_layer = 32 * d_inner + d_inner * d_state
+    if m.pattern is not None or m.arch == "samba":
+        per_layer += min(m.k, task.max_len) + 4 * d_state
+    if m.arch == "transformer":
+        per_layer = 48 * m.d_model  # SDPA does not keep L x L scores
+    layers = m.n_layers * (3 if m.arch == "samba" else 1)
+    per_token = layers * per_layer + 3 * m.vocab_size
+    return int(per_token * 4 * cfg.train.batch_size * task.max_len)
+
+
+def check_run(cfg: RunConfig, device: torch.device) -> None:
+    """Reject a configuration that cannot train: one clear line each."""
+    task, m, t = cfg.task, cfg.model, cfg.train
+    if m.uses_k and m.k > task.max_len:
+        raise RecallLabError(
+            f"k={m.k} is larger than the sequence (longest sample {task.max_len} tokens)"
+        )
+    if m.vocab_size != task.vocab().size:
+        raise RecallLabError(
+            f"model vocabulary ({m.vocab_size}) differs from the task's ({task.vocab().size})"
+        )
+    need, have = estimate_train_bytes(cfg), _available_bytes(device)
+    if have is not None and need > have:
+        raise RecallLabError(
+            f"batch of {t.batch_size} x {task.max_len} tokens does not fit: needs about "
+            f"{need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB available on {device}; "
+            "lower --batch-size"
+        )
+
+
+# ---- run directory ------------------------------------------------------------------------------
+
+def load_run_config(run: Path) -> RunConfig:
+    run = Path(run)
+    if not run.is_dir():
+        raise RecallLabError(f"run directory {run} does not exist")
+    data = ck.read_json(run / ck.CONFIG, "run config")
+    try:
+        return RunConfig.model_validate({k: data[k] for k in ("model", "train", "task",
+                                                              "task_name")})
+    except KeyError as exc:
+        raise RecallLabError(f"corrupt run config: {run / ck.CONFIG} lacks {exc}") from None
+
+
+def prepare_run_dir(out: Path, force: bool) -> None:
+    """Create `out` for a new run; refuse to overwrite an existing one without `force`."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise RecallLabError(
+                f"{out} already exists; pass --force to overwrite it or --resume to continue"
+            )
+        if not (out / ck.CONFIG).is_file():
+            raise RecallLabError(
+                f"{out} is not empty and is not a recall-lab run; refusing to delete it"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def versions() -> dict:
+    import numpy as np
+
+    import recall_lab
+
+    return {"recall_lab": recall_lab.__version__, "torch": torch.__version__,
+            "numpy": np.__version__}
+
+
+# ---- the loop -----------------------------------------------------------------------------------
+
+def train_run(
+    cfg: RunConfig,
+    out: Path,
+    *,
+    force: bool = False,
+    resume: bool = False,
+    progress: Progress | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> dict:
+    """Train `cfg` into run directory `out`; returns the summary (also written to summary.json).
+
+    resume=True continues the run in `out` from its last checkpoint (its config.json wins over
+    `cfg`, except `train.steps`, which may be raised). `on_step(step)` is called after every
+    optimizer step (tests use it to simulate a kill).
+    """
+    from recall_lab.data import batch_at
+    from recall_lab.models import build_model
+
+    out = Path(out)
+    if resume:
+        saved = load_run_config(out)
+        if not (out / ck.RESUME).is_file():
+            raise RecallLabError(f"nothing to resume: {out / ck.RESUME} is missing")
+        train_cfg = saved.train.model_copy(update={"steps": max(cfg.train.steps,
+                                                                 saved.train.steps)})
+        cfg = saved.model_copy(update={"train": train_cfg})
+    t = cfg.train
+    device = resolve_device(t.device)
+    check_run(cfg, device)
+
+    torch.manual_seed(t.seed)
+    model = build_model(cfg.model).to(device)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": t.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=t.lr, betas=t.betas,
+    )
+    autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    eval_bs = t.eval_batch_size or max(t.batch_size, 64)  # no grads: larger batches fit
+    reader = None
+    if t.data is not None:
+        from recall_lab.data import DatasetReader
+
+        reader = DatasetReader(t.data)
+        if reader.spec != cfg.task:
+            raise RecallLabError(f"the run's task ({cfg.task.describe()}) is not the task of "
+                                 f"dataset {t.data} ({reader.spec.describe()})")
+        valid = reader.arrays("valid", t.eval_samples)
+    else:
+        valid = held_out(cfg.task, t.eval_samples, t.data_seed, "valid")
+
+    start, best = 0, {"acc": -1.0, "loss": math.inf, "step": None}
+    if resume:
+        info = ck.load_resume(out / ck.RESUME, model, opt)
+        start, best = int(info["step"]), info["best"]
+        rows = [r for r in ck.read_lines(out / ck.METRICS) if r["step"] <= start]
+        ck.write_lines(out / ck.METRICS, rows)
+    else:
+        prepare_run_dir(out, force)
+        ck.write_json(out / ck.CONFIG, {**cfg.to_json(), "versions": versions(),
+                                        "n_params": model.n_params()})
+        (out / ck.METRICS).touch()
+
+    model.train()
+    acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
+    tokens, t0 = 0, time.perf_counter()
+    for step in range(start, t.steps):
+        lr = lr_at(step, t)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        if reader is not None:
+            x, y = reader.batch_at("train", t.batch_size, t.data_seed, step, device)
+        else:
+            x, y = batch_at(cfg.task, t.batch_size, t.data_seed, step, device)
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                output = model(x)
+            m = batch_metrics(output.logits, y)
+            ce = m["ce_sum"] / m["n_targets"].clamp(min=1)
+            aux = output.aux_loss if output.aux_loss is not None else torch.zeros((), device=device)
+            loss = ce + t.alpha * aux
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+        except torch.OutOfMemoryError:
+            raise RecallLabError(
+                f"batch of {t.batch_size} x {x.shape[1]} tokens does not fit in {device} memory; "
+                "lower --batch-size"
+            ) from None
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        opt.step()
+        tokens += x.numel()
+
+        acc = float(m["acc_sum"]) / max(float(m["n_samples"]), 1.0)
+        for k, v in (("loss", loss), ("ce", ce), ("aux", aux)):
+            acc_sum[k] += float(v.detach())
+        for k, v in (("acc", acc),):
+            acc_sum[k] += v
+        acc_sum["n"] += 1
+        done = step + 1
+        if on_step is not None:
+            on_step(done)
+        event = {"step": done, "steps": t.steps, "loss": float(loss.detach()), "acc": acc,
+                 "tokens_per_s": tokens / max(time.perf_counter() - t0, 1e-9)}
+
+        if done % t.eval_every == 0 or done == t.steps:
+            n = acc_sum["n"]
+            train_row = {"step": done, "split": "train", "lr": lr,
+                         **{k: acc_sum[k] / n for k in ("loss", "ce", "aux", "acc")}}
+            v = evaluate(model, *valid, eval_bs, device, autocast)
+            valid_row = {"step": done, "split": "valid", **v}
+            ck.append_line(out / ck.METRICS, train_row)
+            ck.append_line(out / ck.METRICS, valid_row)
+            if v["acc"] > best["acc"] or (v["acc"] == best["acc"] and v["loss"] < best["loss"]):
+                best = {"acc": v["acc"], "loss": v["loss"], "step": done}
+                ck.save_weights(out / ck.BEST, model)
+            ck.save_weights(out / ck.MODEL, model)
+            # resume.safetensors last: it is the commit point of this checkpoint
+            ck.save_resume(out / ck.RESUME, model, opt, {"step": done, "best": best})
+            acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
+            event["valid"] = v
+        if progress is not None:
+            progress(event)
+
+    wall = time.perf_counter() - t0
+    ck.load_weights(out / ck.BEST, model)
+    if reader is not None:
+        test_set = reader.arrays("test", t.test_samples)
+    else:
+        test_set = held_out(cfg.task, t.test_samples, t.data_seed, "test")
+    test = evaluate(model, *test_set, eval_bs, device, autocast)
+    summary = {
+        "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
+        "n_params": model.n_params(), "steps": t.steps, "best_step": best["step"],
+        "valid": {"acc": best["acc"], "loss": best["loss"]}, "test": test,
+        "device": str(device), "wall_s_this_session": wall,
+        "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
+    }
+    ck.write_json(out / ck.SUMMARY, summary)
+    return summary

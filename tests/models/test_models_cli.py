@@ -1,0 +1,133 @@
+"""CLI of the models area: bad input ends with one line and exit 2, nothing is overwritten;
+--help lists the options; a tiny train + eval round trip agrees with the library."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from recall_lab.cli import app
+
+runner = CliRunner()
+TINY = '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
+
+
+@pytest.fixture
+def tiny_task(tmp_path):
+    p = tmp_path / "tiny.toml"
+    p.write_text(TINY)
+    return p
+
+
+def _fails_with(args, needle):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in r.output
+
+
+SMALL = ["--d-model", "16", "--steps", "2", "--batch-size", "2", "--eval-every", "1",
+         "--eval-samples", "4", "--device", "cpu"]
+
+
+def test_bad_inputs_exit_2_with_one_line(tmp_path, tiny_task):
+    out = tmp_path / "run"
+    base = ["train", "--out", str(out)]
+    _fails_with(base + ["--model", "gpt", "--task", "mini-mqar"], "unknown model")
+    _fails_with(base + ["--model", "mamba", "--task", "nope"], "unknown task")
+    _fails_with(base + ["--model", "mamba+sw", "--task", str(tiny_task), "--k", "1000"],
+                "larger than the sequence")
+    _fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--batch-size", "10000000000"],
+                "does not fit")
+    _fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--steps", "0"], "steps")
+    _fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--device", "tpu"], "device")
+    _fails_with(base + ["--task", "mini-mqar"], "no model")
+    _fails_with(base + ["--resume"], "does not exist")
+    _fails_with(base + ["--model", "mamba", "--config", str(tmp_path / "none.toml")],
+                "does not exist")
+    _fails_with(["eval", str(tmp_path / "missing-run")], "does not exist")
+    assert not out.exists()
+
+
+def test_existing_run_is_not_overwritten(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "precious.txt").write_text("keep")
+    _fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--out", str(out)],
+                "already exists")
+    assert (out / "precious.txt").read_text() == "keep"
+
+
+def test_train_eval_round_trip_and_corrupt_checkpoint(tmp_path, tiny_task):
+    from recall_lab.evaluate import evaluate_run
+
+    run = tmp_path / "run"
+    r = runner.invoke(app, ["train", "--model", "mamba+hax", "--task", str(tiny_task),
+                            "--out", str(run), "--k", "4", *SMALL])
+    assert r.exit_code == 0, r.output
+    summary = json.loads((run / "summary.json").read_text())
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["model"]["name"] == "mamba+hax" and cfg["train"]["steps"] == 2
+    # the summary's test numbers are what evaluating the best checkpoint gives
+    again = evaluate_run(run, __import__("generators").TaskSpec(levels=((3, 3),), values=4),
+                         n=cfg["train"]["test_samples"], data_seed=0, device="cpu")
+    assert again["acc"] == pytest.approx(summary["test"]["acc"], rel=1e-12)
+    assert again["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5)
+    assert again["exact"] == summary["test"]["exact"]
+
+    # extrapolation to fewer pairs (same vocabulary) works and writes its JSON once
+    other = tmp_path / "short.toml"
+    other.write_text('[task]\nlevels = [[2, 2]]\nvalues = 4\n')
+    r = runner.invoke(app, ["eval", str(run), "--task", str(other), "--n", "8",
+                            "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    res = json.loads((run / "eval-short-n8-s0-best.json").read_text())
+    assert res["n"] == 8 and 0.0 <= res["acc"] <= 1.0 and res["max_len"] == 10
+    _fails_with(["eval", str(run), "--task", str(other), "--n", "8"], "exists")
+    bigger = tmp_path / "big.toml"
+    bigger.write_text('[task]\nlevels = [[5, 5]]\nvalues = 4\n')
+    _fails_with(["eval", str(run), "--task", str(bigger)], "vocabulary")
+
+    # a run cannot be silently replaced; a corrupt checkpoint is one line
+    before = (run / "best.safetensors").read_bytes()
+    _fails_with(["train", "--model", "mamba", "--task", str(tiny_task), "--out", str(run)],
+                "already exists")
+    assert (run / "best.safetensors").read_bytes() == before
+    (run / "best.safetensors").write_bytes(before[: len(before) // 3])
+    _fails_with(["eval", str(run), "--force"], "corrupt")
+    (run / "resume.safetensors").write_bytes(b"\x00" * 10)
+    _fails_with(["train", "--out", str(run), "--resume"], "corrupt")
+
+
+@pytest.mark.parametrize("cmd, options", [
+    ("train", ["--model", "--task", "--steps", "--lr", "--batch-size", "--k", "--seed", "--out",
+               "--device", "--eval-every", "--config", "--force", "--resume"]),
+    ("eval", ["--task", "--n", "--checkpoint", "--out", "--force"]),
+    ("demo", ["--out", "--steps", "--force"]),
+    ("models", ["--task"]),
+    ("info", ["--help"]),
+])
+def test_help_lists_options(cmd, options):
+    r = runner.invoke(app, [cmd, "--help"], terminal_width=200)
+    assert r.exit_code == 0
+    for opt in options:
+        assert opt in r.output, opt
+
+
+def test_demo_writes_table_plot_and_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "demo"
+    r = runner.invoke(app, ["demo", "--out", str(out), "--steps", "2"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    demo = json.loads((out / "demo.json").read_text())
+    assert [x["model"] for x in demo["runs"]] == ["mamba", "mamba+hax"]
+    png = (out / "learning_curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("mamba", "mamba+hax"):
+        s = json.loads((out / name / "summary.json").read_text())
+        assert s == next(x for x in demo["runs"] if x["model"] == name)
+        assert f"{s['test']['acc']:.3f}" in r.output
+    _fails_with(["demo", "--out", str(out), "--steps", "2"], "already exists")
+    assert (out / "learning_curves.png").read_bytes() == png

@@ -1,0 +1,80 @@
+"""The hybrid branch against hand-written references, and the registry."""
+
+import pytest
+import torch
+
+from generators.errors import RecallLabError
+from recall_lab.models import PAPER_MODELS, build_model, model_config
+from recall_lab.models.hybrid import SparseBranch
+
+
+def test_branch_with_full_pattern_is_dense_causal_attention_times_scale():
+    torch.manual_seed(0)
+    d_inner, d_qk, length = 12, 4, 9
+    br = SparseBranch(d_inner, d_qk, 1, "full", k=length, scale_init=0.5)
+    with torch.no_grad():
+        br.scale.copy_(torch.linspace(-1, 1, d_inner))
+    xc = torch.randn(2, length, d_inner)
+    q, k = (xc @ br.qk.weight.t()).split(d_qk, dim=-1)
+    s = q @ k.transpose(1, 2) / d_qk**0.5
+    s = s.masked_fill(torch.triu(torch.ones(length, length, dtype=torch.bool), 1), float("-inf"))
+    ref = torch.softmax(s, -1) @ xc * br.scale
+    torch.testing.assert_close(br(xc), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("base", ["mamba", "mamba2"])
+def test_hybrid_with_zero_scale_equals_plain_ssm(base):
+    """The branch only enters through side(xc) * scale: with scale 0 the hybrid is its SSM."""
+    torch.manual_seed(0)
+    plain = build_model(base, 20, d_model=16, d_state=8).eval()
+    hybrid = build_model(f"{base}+sw", 20, d_model=16, d_state=8, k=4,
+                         side_scale_init=0.0).eval()
+    missing = hybrid.load_state_dict(plain.state_dict(), strict=False)
+    assert missing.unexpected_keys == []
+    assert all(".branch." in key for key in missing.missing_keys)
+    ids = torch.randint(0, 20, (2, 17))
+    with torch.no_grad():
+        torch.testing.assert_close(hybrid(ids).logits, plain(ids).logits, rtol=0, atol=1e-6)
+        hybrid.blocks[0].branch.scale.fill_(1.0)
+        assert (hybrid(ids).logits - plain(ids).logits).abs().max() > 1e-4
+
+
+def test_registry_names_and_paper_defaults():
+    assert len(PAPER_MODELS) == 20 and len(set(PAPER_MODELS)) == 20
+    c = model_config("mamba+hax", 40)
+    assert (c.arch, c.pattern, c.d_model, c.k, c.lsh_bits, c.n_layers) == (
+        "mamba", "hax", 64, 64, 8, 2)
+    assert model_config("mamba2-2x", 40).d_model == 128
+    assert model_config("samba", 40).k == 64
+    # two-component patterns get k/2 each (make_pattern splits the total budget)
+    m = build_model("mamba+hax", 40)
+    parts = m.blocks[0].branch.pattern.parts
+    assert sorted(p.budget for p in parts) == [32, 32]
+    for bad in ("mamba+nope", "gpt", "mamba3", "mamba-2x+sw"):
+        with pytest.raises(RecallLabError):
+            model_config(bad, 40)
+
+
+def test_output_is_tied_to_embedding():
+    m = build_model("mamba", 30, d_model=16)
+    ids = torch.randint(0, 30, (1, 5))
+    with torch.no_grad():
+        h = m.embed(ids)
+        for b in m.blocks:
+            h = b(h, [], None)
+        torch.testing.assert_close(m(ids).logits, m.norm(h) @ m.embed.weight.t())
+    assert not any("lm_head" in n for n, _ in m.named_parameters())
+
+
+def test_per_head_branch_is_causal_and_differs_from_shared():
+    torch.manual_seed(0)
+    per_head = build_model("mamba2+lsh", 20, d_model=16, headdim=8, d_state=8, k=4,
+                           lsh_bits=2, branch_heads="mixer", side_scale_init=1.0).eval()
+    assert per_head.blocks[0].branch.n_heads == 4
+    ids = torch.randint(3, 20, (2, 24))
+    other = ids.clone()
+    other[:, 12:] = torch.randint(3, 20, (2, 12))
+    with torch.no_grad():
+        a, b = per_head(ids).logits, per_head(other).logits
+    assert (a[:, :12] - b[:, :12]).abs().max() <= 1e-5
+    assert (a[:, 12:] - b[:, 12:]).abs().max() > 1e-4

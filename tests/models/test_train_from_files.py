@@ -1,0 +1,89 @@
+"""Training on a dataset folder written by `recall-lab generate` (instead of streaming)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from generators import TaskSpec
+from generators.dataset import write_dataset
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.cli import app
+from recall_lab.config import RunConfig, TrainConfig
+from recall_lab.evaluate import evaluate
+from recall_lab.models import build_model, model_config
+from recall_lab.train import train_run
+
+SPEC = TaskSpec(levels=((3, 3),), values=4)
+
+
+def _cfg(data, steps=5, **train) -> RunConfig:
+    t = {"steps": steps, "batch_size": 4, "eval_every": 2, "eval_samples": 8, "test_samples": 6,
+         "warmup": 1, "device": "cpu", "data": str(data), **train}
+    m = model_config("mamba+sw", SPEC.vocab().size, d_model=16, d_state=4, k=4)
+    return RunConfig(model=m, train=TrainConfig(**t), task=SPEC, task_name="tiny")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "d"
+    write_dataset(SPEC, out, {"train": 9, "valid": 5, "test": 6}, 0)
+    return out
+
+
+def test_files_run_resumes_bit_identically_and_tests_on_the_test_split(tmp_path, dataset):
+    cfg = _cfg(dataset, steps=5, eval_every=2)
+    full = train_run(cfg, tmp_path / "a")
+
+    def kill(step):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_run(cfg, tmp_path / "b", on_step=kill)
+    resumed = train_run(cfg, tmp_path / "b", resume=True)
+    a, b = load_file(tmp_path / "a" / ck.MODEL), load_file(tmp_path / "b" / ck.MODEL)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert full["test"] == resumed["test"]
+    # the final test is the best checkpoint on the dataset's own test split (6 rows)
+    from recall_lab.data import DatasetReader
+
+    model = build_model(cfg.model)
+    ck.load_weights(tmp_path / "a" / ck.BEST, model)
+    x, y = DatasetReader(dataset).arrays("test")
+    assert full["test"] == evaluate(model, x, y, 64, "cpu")
+    assert full["test"]["n"] == 6
+
+
+def test_files_and_stream_train_differently(tmp_path, dataset):
+    train_run(_cfg(dataset, steps=2), tmp_path / "a")
+    train_run(_cfg(dataset, steps=2).model_copy(update={"train": TrainConfig(
+        **{**_cfg(dataset).train.model_dump(), "steps": 2, "data": None})}), tmp_path / "b")
+    a, b = load_file(tmp_path / "a" / ck.MODEL), load_file(tmp_path / "b" / ck.MODEL)
+    assert not all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_task_must_match_the_dataset(tmp_path, dataset):
+    other = TaskSpec(levels=((2, 2),), values=4, pools=(3,))
+    cfg = _cfg(dataset).model_copy(update={"task": other})
+    with pytest.raises(RecallLabError, match="is not the task of dataset"):
+        train_run(cfg, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_cli_data_option(tmp_path, dataset):
+    runner = CliRunner()
+    r = runner.invoke(app, ["train", "--model", "mamba", "--data", str(dataset), "--task",
+                            "mini-mqar", "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "not both" in r.stderr
+    r = runner.invoke(app, ["train", "--model", "mamba", "--data", str(dataset), "--steps", "2",
+                            "--eval-every", "2", "--batch-size", "2", "--d-model", "8",
+                            "--out", str(tmp_path / "r"), "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["train"]["data"] == str(dataset) and cfg["task"]["levels"] == [[3, 3]]
+    assert np.isfinite(json.loads((tmp_path / "r" / "summary.json").read_text())["test"]["loss"])
