@@ -32,9 +32,10 @@ from recall_lab.attention.patterns import (
     sliding_window_indices,
     union_indices,
 )
-from recall_lab.attention.sparse import sparse_attention, triton_available
+from recall_lab.attention.sparse import default_backend, sparse_attention, triton_available
 
 __all__ = [
+    "default_backend",
     "LSH_RULES",
     "PATTERNS",
     "Pattern",

@@ -222,6 +222,14 @@ class _SparseAttention(torch.autograd.Function):
                 dvv.to(v3.dtype).view(b, h, length, dv), None, None, None)
 
 
+def default_backend(device: torch.device | str) -> str:
+    """What ``backend="auto"`` runs on `device`: CPU ``csr``; CUDA ``triton`` when importable,
+    else ``torch``. The one place that decides (``recall-lab info`` reports it)."""
+    if torch.device(device).type == "cuda":
+        return "triton" if triton_available() else "torch"
+    return "csr"
+
+
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float | None = None,
                      *, backend: str = "auto") -> Tensor:
     """Attention of each query over its listed keys only; see the module docstring.
@@ -249,10 +257,7 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float 
     if backend not in BACKENDS:
         raise RecallLabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if backend == "auto":
-        if q.is_cuda:
-            backend = "triton" if triton_available() else "torch"
-        else:
-            backend = "csr"
+        backend = default_backend(q.device)
     elif backend == "triton" and not triton_available():
         raise RecallLabError("backend='triton' requested but Triton is not importable")
     if backend == "csr" and idx.shape[-1] > length:

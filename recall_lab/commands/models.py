@@ -29,13 +29,14 @@ def _run_config(model, task, config, k, d_model, train_over: dict):
         raise RecallLabError("no model given: pass --model NAME (see `recall-lab models`)")
     data_dir = train_over.get("data") or data.get("train", {}).get("data")
     if data_dir is not None:
-        if task is not None or "task" in data:
-            raise RecallLabError("give a task or a dataset (--data), not both: the dataset "
-                                 "fixes the task")
+        if task is not None:
+            raise RecallLabError("give --task or --data, not both: the dataset fixes the task")
         from recall_lab.data import DatasetReader
 
         reader = DatasetReader(data_dir)
         spec, task_name = reader.spec, reader.manifest.get("preset")
+        if "task" in data and task_from_table(data["task"])[0] != spec:
+            raise RecallLabError(f"{config}: its [task] is not the task of dataset {data_dir}")
     elif task is not None:
         spec, task_name = resolve_task(task)
     elif "task" in data:
@@ -343,10 +344,10 @@ def info_rows() -> list[tuple[str, str]]:
     except ImportError as exc:
         rows.append(("ssm scan backend", f"unavailable ({exc})"))
     try:
-        from recall_lab.attention import triton_available
+        from recall_lab.attention import default_backend
 
-        on_gpu = torch.cuda.is_available() and triton_available()
-        rows.append(("attention backend", "triton kernels" if on_gpu else "torch gather (CPU)"))
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        rows.append(("attention backend", f"{default_backend(dev)} ({dev})"))
     except ImportError as exc:
         rows.append(("attention backend", f"unavailable ({exc})"))
     return rows

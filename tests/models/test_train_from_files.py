@@ -80,6 +80,16 @@ def test_cli_data_option(tmp_path, dataset):
     r = runner.invoke(app, ["train", "--model", "mamba", "--data", str(dataset), "--task",
                             "mini-mqar", "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and "not both" in r.stderr
+    other = tmp_path / "other.toml"
+    other.write_text('[task]\npreset = "mini-mqar"\n')
+    r = runner.invoke(app, ["train", "-m", "mamba", "-c", str(other), "--data", str(dataset)])
+    assert r.exit_code == 2 and "is not the task of dataset" in r.stderr
+    same = tmp_path / "same.toml"
+    same.write_text('[task]\nlevels = [[3, 3]]\nvalues = 4\n[train]\nsteps = 1\n'
+                    'eval_every = 1\nbatch_size = 2\n[model]\nd_model = 8\n')
+    r = runner.invoke(app, ["train", "-m", "mamba", "-c", str(same), "--data", str(dataset),
+                            "--out", str(tmp_path / "same"), "--threads", "1"])
+    assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["train", "--model", "mamba", "--data", str(dataset), "--steps", "2",
                             "--eval-every", "2", "--batch-size", "2", "--d-model", "8",
                             "--out", str(tmp_path / "r"), "--threads", "1"])
