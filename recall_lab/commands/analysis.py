@@ -1,7 +1,121 @@
-"""Placeholder: commands of this area are registered here."""
+"""`recall-lab mean-distance` and `recall-lab attention-map`: hidden attention and Mamba Mean
+Distance (seed 002 Sec. 3) of a trained run."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
 
+def _parse_lengths(text: str | None) -> list[int] | None:
+    from generators.errors import RecallLabError
+
+    if text is None:
+        return None
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RecallLabError(f"cannot read --lengths {text!r}: comma-separated integers") from None
+    if not out or min(out) < 2:
+        raise RecallLabError(f"--lengths must be integers >= 2, got {text!r}")
+    return out
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.4g}"
+    return str(v)
+
+
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("mean-distance")
+    def mean_distance_cmd(
+        run: Path = typer.Argument(..., help="Run directory (config.json + model.safetensors)."),
+        lengths: str = typer.Option(
+            None, help="Evaluation lengths, e.g. 128,256,512 (default: 1/2..8x training length)."
+        ),
+        task: str = typer.Option(
+            None, help="Task preset or TOML for the inputs (default: the run's task)."
+        ),
+        samples: int = typer.Option(4, help="Sequences per length (results are batch means)."),
+        seed: int = typer.Option(0, help="Seed of the evaluation inputs."),
+        weights: str = typer.Option("last", help="Which weights: last or best."),
+        all_tokens: bool = typer.Option(
+            True, "--all-tokens/--last-only",
+            help="Also average Eq. 6 over every token (O(L^2) work) or only the last (Eq. 8).",
+        ),
+        out: Path = typer.Option(None, help="Output folder (default RUN/analysis)."),
+        force: bool = typer.Option(False, help="Overwrite existing outputs."),
+    ) -> None:
+        """Mamba Mean Distance per layer (and the sparse branch's, for hybrids) vs length."""
+        from rich.progress import Progress
+        from rich.table import Table
+
+        from recall_lab.cli import console, guarded
+
+        @guarded
+        def _run() -> None:
+            from recall_lab.analysis.runs import run_mean_distance
+
+            lens = _parse_lengths(lengths)
+            with Progress(console=console, transient=True) as bar:
+                n = len(lens) if lens else 5
+                t = bar.add_task("measuring", total=n)
+                res = run_mean_distance(
+                    run, lengths=lens, task=task, samples=samples, seed=seed, weights=weights,
+                    all_tokens=all_tokens, out=out, force=force,
+                    progress=lambda _length: bar.advance(t),
+                )
+            table = Table(title=f"mean distance: {res['model']} (training length "
+                                f"{res['train_length']})")
+            cols = {"length": "L", "layer": "layer", "memory": "memory", "md_last": "MD last",
+                    "md_last_norm": "/L"}
+            if all_tokens:
+                cols.update({"md_all": "MD all", "md_all_norm": "/(i+1)"})
+            cols["delta_sum_last"] = "sum Delta"
+            for header in cols.values():
+                table.add_column(header, justify="right")
+            for r in res["rows"]:
+                table.add_row(*(_fmt(r.get(c, "")) for c in cols))
+            console.print(table)
+            console.print("MD last: Eq. 8 (last token); MD all: Eq. 6 averaged over tokens, /(i+1) "
+                          "normalised per token; sum Delta: sum_{k=2..L} Delta_k (Eq. 9); channel "
+                          "and batch means")
+            console.print(f"written: {res['json']} and {res['png']}")
+
+        _run()
+
+    @app.command("attention-map")
+    def attention_map_cmd(
+        run: Path = typer.Argument(..., help="Run directory (config.json + model.safetensors)."),
+        layer: int = typer.Option(..., help="SSM layer number (0-based)."),
+        index: int = typer.Option(0, help="Sample number among the evaluation inputs."),
+        length: int = typer.Option(None, help="Sequence length (default: training length)."),
+        task: str = typer.Option(None, help="Task preset or TOML (default: the run's task)."),
+        channel: str = typer.Option(
+            "mean", help="mean (signed channel mean), abs (mean |alpha|) or a channel number."
+        ),
+        memory: str = typer.Option("ssm", help="ssm, or attention (a hybrid's sparse branch)."),
+        threshold: float = typer.Option(1e-3, help="Lowest value shown, relative to the max."),
+        seed: int = typer.Option(0, help="Seed of the evaluation inputs."),
+        weights: str = typer.Option("last", help="Which weights: last or best."),
+        out: Path = typer.Option(None, help="PNG path (default RUN/analysis/attention_map_*)."),
+        force: bool = typer.Option(False, help="Overwrite an existing PNG."),
+    ) -> None:
+        """PNG of one layer's hidden attention on a log scale (seed 002 Fig. 2-3 style)."""
+        from recall_lab.cli import console, guarded
+
+        @guarded
+        def _run() -> None:
+            from recall_lab.analysis.runs import run_attention_map
+
+            res = run_attention_map(
+                run, layer=layer, index=index, length=length, task=task, seed=seed,
+                weights=weights, channel=channel, memory=memory, threshold=threshold,
+                out=out, force=force,
+            )
+            console.print(f"written: {res['png']} (last-row mean distance "
+                          f"{res['md_last']:.2f} of {res['length']} tokens)")
+
+        _run()
