@@ -5,9 +5,12 @@
   installed, else the CPU torch implementations `selective_scan_torch` (chunked, custom backward)
   and `ssd_torch` (chunked state-space duality).
 - `MambaMixer`, `Mamba2Mixer`: layers with a `side` hook, `return_params`, and a recurrent `step`.
+- `retain_freed_memory()`: process-wide glibc malloc setting that keeps large CPU steps from
+  page-faulting their activations in again (see cpu_malloc.py for the measurement).
 """
 
 from recall_lab.ssm.backend import backend_report, scan_backend, selective_scan, ssd
+from recall_lab.ssm.cpu_malloc import retain_freed_memory
 from recall_lab.ssm.mixers import GatedRMSNorm, Mamba2Mixer, MambaMixer, MixerState, SSMParams
 from recall_lab.ssm.reference import selective_scan_ref, ssd_ref
 from recall_lab.ssm.scan import selective_scan_torch
@@ -20,6 +23,7 @@ __all__ = [
     "MixerState",
     "SSMParams",
     "backend_report",
+    "retain_freed_memory",
     "scan_backend",
     "selective_scan",
     "selective_scan_ref",

@@ -1,4 +1,4 @@
-"""CPU state-space duality (Mamba2 SSD): chunked, differentiated by autograd.
+"""CPU state-space duality (Mamba2 SSD): chunked; autograd plus two hand-written backward pieces.
 
 Same signature and layouts as `ssd_ref` / mamba-ssm's `mamba_chunk_scan_combined`.
 
@@ -8,6 +8,10 @@ The sequence is cut into chunks of `chunk_size`. Inside a chunk the output is a 
 each chunk also emits its end state from a zero start. A short sequential pass over chunks carries
 the state (one step per chunk), and its contribution C_l exp(cumA_l) S_prev is added. Cost is
 O(l T (n + p)) per head with T = chunk_size; memory O(b h l T) for the intra-chunk decay matrix.
+Autograd differentiates the whole; the intra-chunk product and the batched matmuls have their own
+backward (`_IntraChunk`, `_BatchedMatmul`). With the chunk loop unbound once, these took one
+layer's fwd+bwd at B=16, L=256, 8 heads x 16, N=32, chunk 64 from ~43 to ~33 ms (1 thread).
+Decays use exp2 with log2-scaled A (torch's exp measured ~6x slower than exp2 on this CPU build).
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ LN2 = 0.6931471805599453
 class _BatchedMatmul(torch.autograd.Function):
     """a @ b over matching leading dims; backward as two plain bmm calls on contiguous operands.
 
-    Autograd's own backward for an N-d matmul measured ~10x slower here (it fell back to one
-    small GEMM per batch entry for the transposed operands).
+    Autograd's N-d matmul backward was seen falling back to one small GEMM per batch entry when
+    the incoming gradient was not contiguous; this one makes it contiguous first.
     """
 
     @staticmethod
