@@ -349,6 +349,13 @@ def read_split_flat(
                sizes.reshape(-1, spec.n_levels))
 
 
+def row_starts(lengths: np.ndarray) -> np.ndarray:
+    """Start offset of each row in rows stored end to end."""
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return starts
+
+
 def pad_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
     """Rows `flat[starts[i] : starts[i] + lengths[i]]` as an int64 [n, width] array, PAD-filled."""
     cols = np.arange(width)[None, :]
@@ -356,14 +363,3 @@ def pad_rows(flat: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: i
     out = np.zeros((len(lengths), width), dtype=np.int64)
     out[mask] = flat[(starts[:, None] + cols)[mask]]
     return out
-
-
-def read_split(folder: Path, split: str, verify: bool = True) -> Iterator[tuple[np.ndarray, ...]]:
-    """Yield (inputs [n, width] int64 padded to the task's length or the shard's longest row,
-    sizes [n, w]) per shard, hashes verified first."""
-    spec = manifest_spec(read_manifest(Path(folder)))
-    for flat, lengths, sizes in read_split_flat(folder, split, verify):
-        starts = np.zeros(len(lengths), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        width = spec.seq_len or int(lengths.max(initial=0))
-        yield pad_rows(flat, starts, lengths, width), sizes

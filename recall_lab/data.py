@@ -14,9 +14,16 @@ import numpy as np
 import torch
 
 from generators import TaskSpec, generate
-from generators.dataset import SPLITS, manifest_spec, pad_rows, read_manifest, read_split_flat
+from generators.dataset import (
+    SPLITS,
+    manifest_spec,
+    pad_rows,
+    read_manifest,
+    read_split_flat,
+    row_starts,
+)
 from generators.errors import RecallLabError
-from generators.joint_recall import targets_for
+from generators.joint_recall import smallest_dtype, targets_for
 
 STREAM_KEY = 7  # keeps streamed batches apart from the dataset files' seed streams
 EPOCH_KEY = 8  # epoch orders of a dataset's training split
@@ -65,12 +72,19 @@ class DatasetReader:
 
     def _split(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if split not in self._splits:
-            parts = list(read_split_flat(self.folder, split))
-            flat = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint8)
-            lengths = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-            starts = np.zeros(len(lengths), dtype=np.int64)
-            np.cumsum(lengths[:-1], out=starts[1:])
-            self._splits[split] = (flat, starts, lengths)
+            # filled in place (token counts are in the manifest): one copy of the split in memory
+            tokens = sum(shard["tokens"] for shard in self.manifest["splits"][split])
+            flat = np.zeros(tokens, dtype=smallest_dtype(self.vocab))
+            lengths = np.zeros(self.count(split), dtype=np.int64)
+            tok = row = 0
+            for ids, lens, _ in read_split_flat(self.folder, split):
+                if tok + len(ids) > tokens or row + len(lens) > len(lengths):
+                    raise RecallLabError(f"{self.folder}: the {split} shards hold more tokens or "
+                                         "rows than the manifest says")
+                flat[tok : tok + len(ids)] = ids
+                lengths[row : row + len(lens)] = lens
+                tok, row = tok + len(ids), row + len(lens)
+            self._splits[split] = (flat, row_starts(lengths), lengths)
         return self._splits[split]
 
     def count(self, split: str) -> int:

@@ -134,30 +134,24 @@ def register(app: typer.Typer) -> None:
 
         @guarded
         def _run() -> None:
+            import numpy as np
             from rich.table import Table
 
             from generators import PRESETS, generate, get_preset
-            from generators.dataset import read_manifest, read_split
             from generators.errors import RecallLabError
             from generators.render import render_sample
 
             if index < 0 or count < 1:
                 raise RecallLabError("--index must be >= 0 and --count >= 1")
             if Path(source).is_dir():
-                manifest = read_manifest(Path(source))
-                from generators.dataset import manifest_spec
+                from recall_lab.data import DatasetReader
 
-                spec = manifest_spec(manifest)
-                rows, skipped = [], 0
-                for x, _ in read_split(Path(source), split):
-                    if skipped + len(x) > index:
-                        rows.extend(x[max(index - skipped, 0):])
-                    skipped += len(x)
-                    if len(rows) >= count:
-                        break
-                rows = rows[:count]
-                if not rows:
-                    raise RecallLabError(f"{split} has {skipped} samples; index {index} is past it")
+                reader = DatasetReader(source)
+                spec = reader.spec
+                total = reader.count(split)
+                if index >= total:
+                    raise RecallLabError(f"{split} has {total} samples; index {index} is past it")
+                rows = list(reader.rows(split, np.arange(index, min(index + count, total)))[0])
                 title = f"{source} [{split}]"
             elif source in PRESETS:
                 spec = get_preset(source)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from generators import TaskSpec, generate, get_preset, targets_for
-from generators.dataset import BLOCK_SIZE, read_split, write_dataset
+from generators.dataset import BLOCK_SIZE, write_dataset
 from generators.errors import RecallLabError
 from recall_lab.data import DatasetReader, batch_at, stream_batches
 
@@ -19,10 +19,8 @@ SPEC = get_preset("mini-mqjr")
 
 
 def _rows(folder: Path, split: str) -> list[tuple[int, ...]]:
-    out = []
-    for x, _ in read_split(folder, split):
-        out += [tuple(r[r != 0].tolist()) for r in x]
-    return out
+    x, _ = DatasetReader(folder).arrays(split)
+    return [tuple(r[r != 0].tolist()) for r in x]
 
 
 def test_same_seed_same_bytes_whatever_the_sharding(tmp_path):
