@@ -23,6 +23,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -135,8 +136,19 @@ def ssm_readout(inst: TinyRecall, rule: np.ndarray, out_rule: np.ndarray, seed: 
 
 
 def bound(n_states: int, n_values: int, n: int) -> float:
-    """Corollary 3.1: the success rate of any fixed-state SSM is at most |U| / |V|^n."""
-    return min(1.0, n_states / float(n_values) ** n)
+    """Corollary 3.1: the success rate of any fixed-state SSM is at most |U| / |V|^n.
+
+    Exact integer arithmetic (a `Fraction`), rounded to a float once at the end: at the paper's
+    scale |V|^n = 16^256 = 2^1024 is beyond the float range, so `float(|V|) ** n` overflowed.
+    """
+    return exact_ratio(int(n_states), int(n_values) ** int(n))
+
+
+def exact_ratio(num: int, den: int) -> float:
+    """min(1, num / den) for non-negative integers of any size, correctly rounded."""
+    if num < 0 or den < 1:
+        raise RecallLabError(f"a bound needs counts >= 0 and > 0, got {num} / {den}")
+    return float(min(Fraction(1), Fraction(num, den)))
 
 
 def exhaustive_success(

@@ -27,7 +27,7 @@ import numpy as np
 import sympy as sp
 
 from generators.errors import RecallLabError
-from proofs.capacity import TinyRecall, random_rule, register_rule, run_rule
+from proofs.capacity import TinyRecall, exact_ratio, random_rule, register_rule, run_rule
 from proofs.evidence import Evidence
 
 # entry -> positions in the information component the query for that entry attends to
@@ -37,8 +37,9 @@ WindowReadout = Callable[[int, np.ndarray], np.ndarray]
 
 
 def bound(n_states: int, k: int, n_values: int, n: int) -> float:
-    """Prop. 3.3's counting step: k attended states hold at most |U|^k tables."""
-    return min(1.0, float(n_states) ** k / float(n_values) ** n)
+    """Prop. 3.3's counting step: k attended states hold at most |U|^k tables, so the success
+    rate is at most |U|^k / |V|^n (exact integers; no float overflow at the paper's scale)."""
+    return exact_ratio(int(n_states) ** int(k), int(n_values) ** int(n))
 
 
 def window_success(

@@ -84,3 +84,17 @@ def test_check_small_passes_with_numbers():
     assert ev.details["violations"] == 0
     assert 0 < ev.details["max_success_over_bound_best_readout"] <= 1.0
     assert ev.details["rules_checked"] == 160
+
+
+def test_bound_at_paper_scale():
+    """n = 256 entries over |V| = 16 values: |V|^n = 2^1024 overflows a float. With |U| = 2^b
+    states the bound is 2^(b - 1024), derived here by exponent arithmetic (math.ldexp)."""
+    import math
+
+    assert bound(2**1023, 16, 256) == 0.5
+    assert bound(2**1024, 16, 256) == 1.0
+    for b in (0, 1, 500, 1000, 1022, 1023, 1024, 1025, 2048):
+        assert bound(2**b, 16, 256) == math.ldexp(1.0, min(b - 1024, 0))
+    # beyond the float range on both sides, still correctly rounded: 1 / 2^1100 underflows to 0
+    assert bound(1, 2, 1100) == 0.0
+    assert bound(3, 2**600, 2) == math.ldexp(3.0, -1200) == 0.0

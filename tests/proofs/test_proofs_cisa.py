@@ -77,3 +77,13 @@ def test_check_small_passes():
     ev = check("small")
     assert ev.passed and ev.details["violations"] == 0
     assert ev.details["query_dependent_window"]["success"] == 1.0
+
+
+def test_bound_at_paper_scale():
+    """|V|^n = 16^256 = 2^1024 (beyond a float): k states of b bits give 2^(k b - 1024)."""
+    import math
+
+    assert bound(2**1023, 1, 16, 256) == 0.5
+    assert bound(2**1024, 1, 16, 256) == 1.0
+    for k, b in ((4, 255), (4, 256), (32, 31), (32, 32), (64, 16), (8, 100)):
+        assert bound(2**b, k, 16, 256) == math.ldexp(1.0, min(k * b - 1024, 0))
