@@ -4,6 +4,10 @@ On CUDA with mamba-ssm importable: its `selective_scan_fn` (only when the compil
 `selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. Everywhere
 else: the torch implementations in `scan.py` / `ssd.py`. `backend_report()` says what was chosen
 (for `recall-lab info`).
+
+`reset` (chunk starts, reference.py): mamba-ssm's SSD takes it as `seq_idx` (segment ids, the
+running count of resets); its selective_scan_fn has no such input, so a reset S6 scan always runs
+the torch implementation.
 """
 
 from __future__ import annotations
@@ -74,18 +78,20 @@ def selective_scan(
     delta_bias: Tensor | None = None,
     delta_softplus: bool = False,
     return_last_state: bool = False,
+    reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba selective scan on the fastest backend for u's device (see `scan_backend`).
 
-    u, delta, z: [b, d, l]; A: [d, n]; B, C: [b, n, l] or [b, g, n, l]; D, delta_bias: [d].
+    u, delta, z: [b, d, l]; A: [d, n]; B, C: [b, n, l] or [b, g, n, l]; D, delta_bias: [d];
+    reset: bool [l] or [b, l] (chunk starts; forces the torch implementation).
     """
-    if scan_backend(u.device, "selective_scan") == MAMBA_SCAN:
+    if reset is None and scan_backend(u.device, "selective_scan") == MAMBA_SCAN:
         fn = _mamba_kernel("selective_scan")[0]
         return fn(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
                   delta_softplus=delta_softplus, return_last_state=return_last_state)
     return selective_scan_torch(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
                                 delta_softplus=delta_softplus,
-                                return_last_state=return_last_state)
+                                return_last_state=return_last_state, reset=reset)
 
 
 def ssd(
@@ -101,17 +107,22 @@ def ssd(
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
     return_final_states: bool = False,
+    reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba2 SSD on the fastest backend for x's device (see `scan_backend`).
 
     x, z: [b, l, h, p]; dt: [b, l, h]; A, dt_bias: [h]; B, C: [b, l, g, n]; D: [h] or [h, p];
-    initial_states / final states: [b, h, p, n].
+    initial_states / final states: [b, h, p, n]; reset: bool [l] or [b, l] (chunk starts).
     """
     if scan_backend(x.device, "ssd") == MAMBA_SSD:
         fn = _mamba_kernel("ssd")[0]
+        kw = {}
+        if reset is not None:  # untested here (no CUDA): mamba-ssm's segment ids
+            rst = torch.as_tensor(reset, device=x.device).expand(x.shape[0], x.shape[1])
+            kw["seq_idx"] = rst.to(torch.int32).cumsum(-1).to(torch.int32).contiguous()
         return fn(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
                   initial_states=initial_states, dt_softplus=dt_softplus,
-                  return_final_states=return_final_states)
+                  return_final_states=return_final_states, **kw)
     return ssd_torch(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
                      dt_softplus=dt_softplus, initial_states=initial_states,
-                     return_final_states=return_final_states)
+                     return_final_states=return_final_states, reset=reset)

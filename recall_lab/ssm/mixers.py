@@ -3,6 +3,11 @@
 Both expose the per-token SSM parameters (Delta, A, B, C, the scan input x, D) from the same
 forward (`return_params=True`), and accept a `side` branch that is added to the SSM output before
 the gate: the hook the hybrid (HAX) block uses for its sparse-attention branch.
+
+`reset` (bool [l] or [b, l], optional): chunk starts. The scan drops its state there and the conv
+taps that would read across a start are masked, so the output equals running every chunk from a
+zero state on its own (Attamba's key/value SSMs, paper 003 Sec. 4.1). In `step`, the caller
+starts a fresh `allocate_state` at a chunk start (same thing).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from torch import Tensor, nn
 
 from generators.errors import RecallLabError
 from recall_lab.ssm.backend import selective_scan, ssd
-from recall_lab.ssm.reference import selective_scan_ref, ssd_ref
+from recall_lab.ssm.reference import reset_mask, selective_scan_ref, ssd_ref
 from recall_lab.ssm.scan import selective_scan_torch
 from recall_lab.ssm.ssd import ssd_torch
 
@@ -66,9 +71,26 @@ def _dt_bias_init(size: int, dt_min: float, dt_max: float, dt_floor: float) -> T
     return dt + torch.log(-torch.expm1(-dt))  # inverse of softplus
 
 
-def _causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """Depthwise causal conv over the last axis of x [b, c, l] (left padding only)."""
-    return F.conv1d(F.pad(x, (weight.shape[-1] - 1, 0)), weight, bias, groups=x.shape[1])
+def _causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None,
+                 reset: Tensor | None = None) -> Tensor:
+    """Depthwise causal conv over the last axis of x [b, c, l] (left padding only).
+
+    With `reset`, tap t-s counts only when no chunk starts in (t-s, t] (same segment id), i.e.
+    each chunk is convolved as if it were a sequence of its own (the bias is added everywhere,
+    as it would be there too).
+    """
+    if reset is None:
+        return F.conv1d(F.pad(x, (weight.shape[-1] - 1, 0)), weight, bias, groups=x.shape[1])
+    b, _, length = x.shape
+    width = weight.shape[-1]
+    seg = reset_mask(reset, b, length, x.device).to(torch.int64).cumsum(-1)  # [b, l]
+    xp = F.pad(x, (width - 1, 0))
+    segp = F.pad(seg, (width - 1, 0), value=-1)
+    out = x.new_zeros(x.shape) if bias is None else bias[None, :, None].expand_as(x)
+    for k in range(width):  # tap k reads x[t - (width - 1 - k)]
+        same = (segp[:, k:k + length] == seg).to(x.dtype)[:, None, :]
+        out = out + xp[:, :, k:k + length] * same * weight[None, :, 0, k, None]
+    return out
 
 
 def _conv_step(state: Tensor, x_t: Tensor, weight: Tensor, bias: Tensor | None):
@@ -142,15 +164,20 @@ class MambaMixer(nn.Module):
         dt = (dt @ self.dt_proj.weight.t()).transpose(1, 2)
         return dt, B.transpose(1, 2), C.transpose(1, 2)
 
-    def forward(self, x: Tensor, side: Side | None = None, return_params: bool = False):
-        """x [b, l, d_model] -> y [b, l, d_model] (and SSMParams with return_params)."""
+    def forward(self, x: Tensor, side: Side | None = None, return_params: bool = False,
+                reset: Tensor | None = None):
+        """x [b, l, d_model] -> y [b, l, d_model] (and SSMParams with return_params).
+
+        reset: bool [l] or [b, l] chunk starts (module docstring)."""
         _check_d_model(x, self.d_model)
         xz = self.in_proj(x).transpose(1, 2)  # [b, 2d, l]
         xs, z = xz.chunk(2, dim=1)
-        xc = F.silu(_causal_conv(xs, self.conv1d.weight, self.conv1d.bias))
+        xc = F.silu(_causal_conv(xs, self.conv1d.weight, self.conv1d.bias, reset))
         dt, B, C = self._ssm_inputs(xc)
         A = -torch.exp(_fp(self.A_log))
         scan_kw = dict(delta_bias=_fp(self.dt_proj.bias), delta_softplus=True)
+        if reset is not None:
+            scan_kw["reset"] = reset
         if side is None:  # the gate can go inside the scan (fused on the mamba-ssm kernel)
             y = self._scan(xc, dt, A, B, C, _fp(self.D), z=z, **scan_kw).transpose(1, 2)
         else:
@@ -262,12 +289,16 @@ class Mamba2Mixer(nn.Module):
         di, gn = self.d_inner, self.ngroups * self.d_state
         return torch.split(zxbcdt, [di, di + 2 * gn, self.nheads], dim=-1)
 
-    def forward(self, x: Tensor, side: Side | None = None, return_params: bool = False):
-        """x [b, l, d_model] -> y [b, l, d_model] (and SSMParams with return_params)."""
+    def forward(self, x: Tensor, side: Side | None = None, return_params: bool = False,
+                reset: Tensor | None = None):
+        """x [b, l, d_model] -> y [b, l, d_model] (and SSMParams with return_params).
+
+        reset: bool [l] or [b, l] chunk starts (module docstring)."""
         _check_d_model(x, self.d_model)
         b, length, _ = x.shape
         z, xBC, dt = self._split(self.in_proj(x))
-        xBC = F.silu(_causal_conv(xBC.transpose(1, 2), self.conv1d.weight, self.conv1d.bias))
+        xBC = F.silu(_causal_conv(xBC.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
+                                  reset))
         xBC = xBC.transpose(1, 2)
         gn = self.ngroups * self.d_state
         xc, B, C = torch.split(xBC, [self.d_inner, gn, gn], dim=-1)
@@ -275,8 +306,9 @@ class Mamba2Mixer(nn.Module):
         B = B.reshape(b, length, self.ngroups, self.d_state)
         C = C.reshape(b, length, self.ngroups, self.d_state)
         A = -torch.exp(_fp(self.A_log))
+        reset_kw = {} if reset is None else {"reset": reset}
         y = self._ssd(xh, dt, A, B, C, self.chunk_size, D=_fp(self.D), dt_bias=_fp(self.dt_bias),
-                dt_softplus=True)
+                dt_softplus=True, **reset_kw)
         y = y.reshape(b, length, self.d_inner)
         if side is not None:
             y = y + side(xc)

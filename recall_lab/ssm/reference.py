@@ -8,6 +8,12 @@ S6 (DeciMamba paper, Sec. 2, Eq. 2-3), per channel d and state n::
     h_t = exp(Delta_t A) * h_{t-1} + Delta_t B_t u_t,     y_t = C_t . h_t + D u_t
 
 SSD (Mamba2) is the same recurrence with one scalar decay per head and a state of shape [P, N].
+
+`reset` (bool [l] or [b, l], optional, both scans): at a position t with reset[t] the state carried
+in from t-1 is dropped (the decay exp(Delta_t A) is taken as 0, the input Delta_t B_t u_t kept), so
+the scan restarts from zero there: a chunk-reset scan equals running every chunk on its own
+(Attamba's `cu_seqlens`, paper 003 Sec. 3.2). Zero padding between chunks cannot do this once a
+conv bias is in front of the scan.
 """
 
 from __future__ import annotations
@@ -34,6 +40,21 @@ def expand_groups(M: Tensor, channels: int) -> Tensor:
     return M.repeat_interleave(channels // g, dim=1)
 
 
+def reset_mask(reset: Tensor | None, b: int, length: int, device) -> Tensor | None:
+    """`reset` as bool [b, l] (a [l] flag is shared by the batch); None stays None."""
+    if reset is None:
+        return None
+    r = torch.as_tensor(reset, device=device)
+    if r.dtype != torch.bool:
+        raise RecallLabError(f"reset must be a bool tensor, got {r.dtype}")
+    if r.dim() == 1:
+        r = r.unsqueeze(0)
+    if r.dim() != 2 or r.shape[-1] != length or r.shape[0] not in (1, b):
+        raise RecallLabError(f"reset must be [l] or [b, l] with b={b}, l={length}; "
+                             f"got {tuple(r.shape)}")
+    return r.expand(b, length)
+
+
 def selective_scan_ref(
     u: Tensor,
     delta: Tensor,
@@ -45,10 +66,11 @@ def selective_scan_ref(
     delta_bias: Tensor | None = None,
     delta_softplus: bool = False,
     return_last_state: bool = False,
+    reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba selective scan. u, delta, z: [b, d, l]; A: [d, n]; B, C: [b, n, l] or [b, g, n, l].
 
-    Returns y [b, d, l] (dtype of u) and, with return_last_state, h_L [b, d, n].
+    Returns y [b, d, l] (dtype of u) and, with return_last_state, h_L [b, d, n]. reset: see above.
     """
     dtype_in = u.dtype
     ct = compute_dtype(u, delta, A, B, C)
@@ -61,9 +83,12 @@ def selective_scan_ref(
     B = expand_groups(B, d)
     C = expand_groups(C, d)
     h = u.new_zeros(b, d, A.shape[1])
+    rst = reset_mask(reset, b, length, u.device)
     ys = []
     for t in range(length):
         decay = torch.exp(delta[:, :, t, None] * A)
+        if rst is not None:
+            decay = decay * (~rst[:, t]).to(ct)[:, None, None]
         h = decay * h + (delta[:, :, t] * u[:, :, t])[:, :, None] * B[:, :, :, t]
         ys.append((h * C[:, :, :, t]).sum(-1))
     y = torch.stack(ys, dim=-1) if ys else u.new_zeros(b, d, 0)
@@ -88,11 +113,13 @@ def ssd_ref(
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
     return_final_states: bool = False,
+    reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Mamba2 scan as a recurrence. x, z: [b, l, h, p]; dt: [b, l, h]; A: [h]; B, C: [b, l, g, n].
 
     D: [h] or [h, p]; initial_states / final states: [b, h, p, n]. chunk_size is accepted for
-    signature parity with the chunked version and does not change the result.
+    signature parity with the chunked version and does not change the result. reset: see above
+    (a reset at t = 0 drops initial_states).
     """
     del chunk_size
     dtype_in = x.dtype
@@ -112,9 +139,12 @@ def ssd_ref(
         h = x.new_zeros(b, nh, p, B.shape[-1])
     else:
         h = initial_states.to(ct)
+    rst = reset_mask(reset, b, length, x.device)
     ys = []
     for t in range(length):
         decay = torch.exp(dt[:, t] * A)[:, :, None, None]
+        if rst is not None:
+            decay = decay * (~rst[:, t]).to(ct)[:, None, None, None]
         inp = (dt[:, t, :, None] * x[:, t])[..., None] * B[:, t, :, None, :]
         h = decay * h + inp
         ys.append((h * C[:, t, :, None, :]).sum(-1))

@@ -15,6 +15,9 @@ How it is computed (and why):
   reverse recurrence dh_t = C_t dy_t + exp(Delta_{t+1} A) dh_{t+1}. Memory is
   O(b d n (l/chunk + chunk)), never O(b d n l) and never O(l^2).
 - D skip, z gate and the softplus/bias on Delta are O(b d l) and go through ordinary autograd.
+- `reset` (chunk starts, see reference.py): the decay a_t is multiplied by 0 there, in the forward
+  and in the backward's recomputation alike; the reverse recurrence then stops at the start by
+  itself, and the decay gradient (h_t - bu_t) dh_t vanishes there, as it should for a constant 0.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from generators.errors import RecallLabError
-from recall_lab.ssm.reference import compute_dtype
+from recall_lab.ssm.reference import compute_dtype, reset_mask
 
 # Elements per [chunk, b, n, d] buffer the chunk size aims for (1 MiB of float32: L2-sized).
 _CHUNK_ELEMS = 1 << 18
@@ -43,14 +46,17 @@ def default_chunk(batch: int, dim: int, dstate: int, length: int) -> int:
     return int(min(c, 64, max(length, 1)))
 
 
-def _chunk_terms(d_t: Tensor, du_t: Tensor, B_t: Tensor, A2T: Tensor):
+def _chunk_terms(d_t: Tensor, du_t: Tensor, B_t: Tensor, A2T: Tensor, keep_t: Tensor | None):
     """Decays a = exp(Delta A) and inputs Delta u B for one chunk, both [t, b, n, d].
 
-    d_t, du_t: [t, b, d]; B_t: [t, b, n, g]; A2T: (A log2 e) transposed, [n, d].
+    d_t, du_t: [t, b, d]; B_t: [t, b, n, g]; A2T: (A log2 e) transposed, [n, d]; keep_t: None or
+    [t, b, 1, 1], 0 at chunk starts (reset) and 1 elsewhere.
     """
     t, b, d = d_t.shape
     n, g = B_t.shape[2], B_t.shape[3]
     a = torch.exp2(d_t.unsqueeze(2) * A2T)
+    if keep_t is not None:
+        a.mul_(keep_t)
     bu = (du_t.view(t, b, 1, g, d // g) * B_t.unsqueeze(-1)).view(t, b, n, d)
     return a, bu
 
@@ -84,7 +90,7 @@ class _SelectiveScanCore(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, chunk: int):
+    def forward(ctx, u, delta, A, B, C, chunk: int, keep: Tensor | None):
         length, b, d = u.shape
         n = A.shape[1]
         A2T = (A * LOG2E).t().contiguous()
@@ -96,19 +102,19 @@ class _SelectiveScanCore(torch.autograd.Function):
         for ci, s in enumerate(range(0, length, chunk)):
             e = min(s + chunk, length)
             starts[ci] = h
-            a, bu = _chunk_terms(delta[s:e], du[s:e], B[s:e], A2T)
+            a, bu = _chunk_terms(delta[s:e], du[s:e], B[s:e], A2T, _part(keep, s, e))
             hs = buf[: e - s]
             h = _scan_chunk(a, bu, h, hs)
             y[s:e] = _sum_n(hs, C[s:e])
         last = h.transpose(1, 2).contiguous()
         ctx.save_for_backward(u, delta, A, B, C, starts)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.keep = chunk, keep
         return y, last
 
     @staticmethod
     def backward(ctx, gy, glast):
         u, delta, A, B, C, starts = ctx.saved_tensors
-        chunk = ctx.chunk
+        chunk, keep = ctx.chunk, ctx.keep
         length, b, d = u.shape
         n = A.shape[1]
         g = B.shape[3]
@@ -131,7 +137,7 @@ class _SelectiveScanCore(torch.autograd.Function):
             s = ci * chunk
             e = min(s + chunk, length)
             tl = e - s
-            a, bu = _chunk_terms(delta[s:e], du[s:e], B[s:e], A2T)
+            a, bu = _chunk_terms(delta[s:e], du[s:e], B[s:e], A2T, _part(keep, s, e))
             h = hbuf[:tl]
             _scan_chunk(a, bu, starts[ci], h)
             gyt = gy[s:e]
@@ -150,7 +156,11 @@ class _SelectiveScanCore(torch.autograd.Function):
             gdelta[s:e] = torch.addcmul((gdA * AT).sum(2), gdu, u[s:e])
             gAT += (gdA * dt.unsqueeze(2)).sum((0, 1))
             gu[s:e] = gdu * dt
-        return gu, gdelta, gAT.t(), gB, gC, None
+        return gu, gdelta, gAT.t(), gB, gC, None, None
+
+
+def _part(keep: Tensor | None, s: int, e: int) -> Tensor | None:
+    return None if keep is None else keep[s:e]
 
 
 def selective_scan_torch(
@@ -165,6 +175,7 @@ def selective_scan_torch(
     delta_softplus: bool = False,
     return_last_state: bool = False,
     chunk: int | None = None,
+    reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Chunked selective scan with custom backward; same contract as `selective_scan_ref`."""
     if A.is_complex():
@@ -197,7 +208,9 @@ def selective_scan_torch(
     dT = delta_c.permute(2, 0, 1).contiguous()
     BT = B4.to(ct).permute(3, 0, 2, 1).contiguous()  # [l, b, n, g]
     CT = C4.to(ct).permute(3, 0, 2, 1).contiguous()
-    yT, last = _SelectiveScanCore.apply(uT, dT, A_c, BT, CT, chunk)
+    rst = reset_mask(reset, b, length, u.device)
+    keep = None if rst is None else (~rst).t().to(ct)[:, :, None, None].contiguous()  # [l,b,1,1]
+    yT, last = _SelectiveScanCore.apply(uT, dT, A_c, BT, CT, chunk, keep)
     y = yT.permute(1, 2, 0)
     if D is not None:
         y = y + u_c * D.to(ct)[:, None]

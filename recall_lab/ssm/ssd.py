@@ -12,6 +12,12 @@ Autograd differentiates the whole; the intra-chunk product and the batched matmu
 backward (`_IntraChunk`, `_BatchedMatmul`). With the chunk loop unbound once, these took one
 layer's fwd+bwd at B=16, L=256, 8 heads x 16, N=32, chunk 64 from ~43 to ~33 ms (1 thread).
 Decays use exp2 with log2-scaled A (torch's exp measured ~6x slower than exp2 on this CPU build).
+
+`reset` (chunk starts, see reference.py) is not written as -inf into the cumulative log-decays
+(differences of two -inf would be NaN); instead each position gets a segment id, the number of
+resets up to it inside its chunk, and every decay that would cross a reset is masked to 0: the
+intra-chunk matrix keeps s <= l of the same segment, a chunk's end state sums its last segment
+only, and the incoming state reaches (and passes) the chunk only before its first reset.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from generators.errors import RecallLabError
-from recall_lab.ssm.reference import compute_dtype
+from recall_lab.ssm.reference import compute_dtype, reset_mask
 from recall_lab.ssm.scan import LOG2E
 
 LN2 = 0.6931471805599453
@@ -60,12 +66,17 @@ def _bmm(a: Tensor, b: Tensor) -> Tensor:
     return _BatchedMatmul.apply(a, b)
 
 
-def _segment_decay(acs: Tensor) -> Tensor:
-    """L[..., l, s] = 2^(acs_l - acs_s) for s <= l, else 0 (only s <= l is exponentiated)."""
+def _segment_decay(acs: Tensor, seg: Tensor | None = None) -> Tensor:
+    """L[..., l, s] = 2^(acs_l - acs_s) for s <= l, else 0 (only s <= l is exponentiated).
+
+    With segment ids seg (broadcasting to acs), also 0 unless seg_l == seg_s (no reset between).
+    """
     T = acs.shape[-1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=acs.device).tril()
-    seg = acs.unsqueeze(-1) - acs.unsqueeze(-2)
-    return torch.exp2(seg.masked_fill_(~causal, float("-inf")))
+    mask = torch.ones(T, T, dtype=torch.bool, device=acs.device).tril()
+    if seg is not None:
+        mask = mask & (seg.unsqueeze(-1) == seg.unsqueeze(-2))
+    diff = acs.unsqueeze(-1) - acs.unsqueeze(-2)
+    return torch.exp2(diff.masked_fill_(~mask, float("-inf")))
 
 
 class _IntraChunk(torch.autograd.Function):
@@ -78,8 +89,8 @@ class _IntraChunk(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, acs: Tensor, CB: Tensor, x: Tensor) -> Tensor:
-        L = _segment_decay(acs)
+    def forward(ctx, acs: Tensor, CB: Tensor, x: Tensor, seg: Tensor | None) -> Tensor:
+        L = _segment_decay(acs, seg)
         ctx.save_for_backward(L, CB, x)
         return _bmm_nd(L * CB, x)
 
@@ -92,7 +103,7 @@ class _IntraChunk(torch.autograd.Function):
         gCB = P.sum(3, keepdim=True)
         G = P.mul_(CB)
         gacs = (G.sum(-1) - G.sum(-2)).mul_(LN2)
-        return gacs, gCB, gx
+        return gacs, gCB, gx, None
 
 
 def _bmm_nd(a: Tensor, b: Tensor) -> Tensor:
@@ -130,6 +141,7 @@ def ssd_torch(
     dt_softplus: bool = False,
     initial_states: Tensor | None = None,
     return_final_states: bool = False,
+    reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Chunked SSD; same contract as `ssd_ref`."""
     g, hg = _check(x, dt, A, B, C)
@@ -151,6 +163,9 @@ def ssd_torch(
     xdt = x_in * dt.unsqueeze(-1)
     a2 = dt * (A.to(ct) * LOG2E)  # log2 decays [b, l, h]
     Bc, Cc = B.to(ct), C.to(ct)
+    rst = reset_mask(reset, b, length, x.device)
+    if rst is not None and pad:
+        rst = F.pad(rst, (0, pad))
     if pad:
         # dt = 0 on padding: decay 1 and no input, so states and outputs are unchanged
         xdt = F.pad(xdt, (0, 0, 0, 0, 0, pad))
@@ -165,16 +180,25 @@ def ssd_torch(
     Bg = Bc.view(b, nc, T, g, n).permute(0, 3, 1, 2, 4).contiguous()  # [b, g, c, T, n]
     Cg = Cc.view(b, nc, T, g, n).permute(0, 3, 1, 2, 4).contiguous()
 
+    # segment id per position: resets so far inside its chunk, [b, 1, c, 1, T] (None: no reset)
+    seg = None if rst is None else rst.view(b, nc, T).cumsum(-1)[:, None, :, None, :]
+
     # intra-chunk: masked decay "attention" (C_l . B_s) 2^(acs_l - acs_s) for s <= l
     CB = _bmm(Cg, Bg.transpose(-1, -2)).unsqueeze(3)  # [b, g, c, 1, T, T]
-    y = _IntraChunk.apply(acs, CB, xdt)  # [b, g, c, hg, T, p]
+    y = _IntraChunk.apply(acs, CB, xdt, seg)  # [b, g, c, hg, T, p]
 
     # per-chunk end states from a zero start: sum_s 2^(acs_T - acs_s) dt_s x_s B_s^T
-    xw = (xdt * torch.exp2(acs[..., -1:] - acs).unsqueeze(-1)).transpose(-1, -2)
+    w_end = torch.exp2(acs[..., -1:] - acs)
+    if seg is not None:  # only the chunk's last segment reaches its end
+        w_end = w_end * (seg == seg[..., -1:])
+    xw = (xdt * w_end.unsqueeze(-1)).transpose(-1, -2)
     states = _bmm(xw.reshape(b, g, nc, hg * p, T), Bg).view(b, g, nc, hg, p, n)
 
     # sequential pass over chunks: S_{k+1} = 2^(chunk k's summed log2-decays) S_k + states_k
-    chunk_decay = torch.exp2(acs[..., -1])[..., None, None]  # [b, g, c, hg, 1, 1]
+    w_in = torch.exp2(acs)  # how much of the incoming state position l still sees
+    if seg is not None:  # none after the chunk's first reset
+        w_in = w_in * (seg == 0)
+    chunk_decay = w_in[..., -1][..., None, None]  # [b, g, c, hg, 1, 1]
     if initial_states is None:
         S = x_in.new_zeros(b, g, hg, p, n)
     else:
@@ -189,7 +213,7 @@ def ssd_torch(
     # contribution of the incoming state: 2^acs_l C_l . S_prev, heads folded into the columns
     ps = prev_states.permute(0, 1, 2, 5, 3, 4).reshape(b, g, nc, n, hg * p)
     y_off = _bmm(Cg, ps).view(b, g, nc, T, hg, p).transpose(3, 4)
-    y = y + y_off * torch.exp2(acs).unsqueeze(-1)
+    y = y + y_off * w_in.unsqueeze(-1)
     y = y.permute(0, 2, 4, 1, 3, 5).reshape(b, nc * T, nh, p)[:, :length]
     if D is not None:
         Dc = D.to(ct)
