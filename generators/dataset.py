@@ -34,9 +34,10 @@ from generators.errors import RecallLabError
 from generators.joint_recall import (
     GENERATOR_VERSION,
     IGNORE,
-    _component_length,
     _targets,
     generate_rows,
+    row_lengths,
+    sep_positions,
     smallest_dtype,
 )
 from generators.spec import TaskSpec
@@ -115,23 +116,23 @@ def _write_shard(
     vocab = spec.vocab()
     dtype = smallest_dtype(vocab)
     label_dtype = _label_dtype(vocab.size)
-    parts_in, parts_lab, parts_sizes, redrawn = [], [], [], 0
+    parts_in, parts_lab, parts_sizes, parts_len, redrawn = [], [], [], [], 0
     done, block = 0, job.first_block
     while done < job.n_rows:
         n = min(BLOCK_SIZE, job.n_rows - done)
         inputs, sizes, r = _block_rows(spec, seed, job.split, block, n, held_out, dtype)
-        lengths = 2 + 2 * _component_length(sizes)
+        lengths = row_lengths(inputs)
         mask = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
         parts_in.append(inputs[mask])
-        # a row of length 2 + 2C has its SEP at index 1 + C = length // 2
-        parts_lab.append(_targets(inputs, lengths // 2, vocab, label_dtype)[mask])
+        parts_lab.append(_targets(inputs, sep_positions(inputs), vocab, label_dtype)[mask])
         parts_sizes.append(sizes)
+        parts_len.append(lengths)
         redrawn += r
         done += n
         block += 1
     sizes = np.concatenate(parts_sizes)
     flat = np.concatenate(parts_in)
-    lengths = 2 + 2 * _component_length(sizes)
+    lengths = np.concatenate(parts_len)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     offsets_arr = pa.array(offsets, type=pa.int64())

@@ -9,6 +9,12 @@ teacher-forced inputs; the target at each inquiry key position is the value that
 
 Samples whose level sizes agree are built together with fixed-shape numpy ops (permutations are
 argsorts of uniform keys), so a batch costs a handful of array operations per distinct size tuple.
+
+Filler (`TaskSpec.filler`, `filler_gap`) is inserted afterwards, from the same generator but after
+every draw of the table, so one seed gives the same tables whatever the amount of filler. The
+`filler` tokens of a sample are spread over its slots (before every non-value token of the
+information component, i.e. between blocks and never between a key and its value, and at its end)
+as a uniformly random composition (stars and bars); `filler_gap` tokens follow, just before SEP.
 """
 
 from __future__ import annotations
@@ -33,7 +39,19 @@ class Batch:
 
     @property
     def lengths(self) -> np.ndarray:
-        return 2 + 2 * _component_length(self.sizes)
+        return row_lengths(self.inputs)
+
+
+def row_lengths(inputs: np.ndarray) -> np.ndarray:
+    """Unpadded length of each row (PAD = 0 only ever pads on the right)."""
+    return (np.asarray(inputs) != Vocab.PAD).sum(axis=1).astype(np.int64)
+
+
+def sep_positions(inputs: np.ndarray) -> np.ndarray:
+    """Index of the first SEP of each row (the row's width when it has none)."""
+    inputs = np.asarray(inputs)
+    is_sep = inputs == Vocab.SEP
+    return np.where(is_sep.any(axis=1), np.argmax(is_sep, axis=1), inputs.shape[1])
 
 
 def _component_length(sizes: np.ndarray) -> np.ndarray:
@@ -111,9 +129,7 @@ def _targets(
 def targets_for(inputs: np.ndarray, vocab: Vocab) -> np.ndarray:
     """Targets of padded inputs: the next token at every inquiry position followed by a value."""
     inputs = np.asarray(inputs)
-    has_sep = (inputs == vocab.SEP).any(axis=1)
-    sep_pos = np.where(has_sep, np.argmax(inputs == vocab.SEP, axis=1), inputs.shape[1])
-    return _targets(inputs, sep_pos, vocab)
+    return _targets(inputs, sep_positions(inputs), vocab)
 
 
 def smallest_dtype(vocab: Vocab) -> np.dtype:
@@ -139,7 +155,9 @@ def generate_rows(
     hi = np.array([b for _, b in spec.levels], dtype=np.int64)
     sizes = rng.integers(lo, hi + 1, size=(n, spec.n_levels), dtype=np.int64)
     lengths = 2 + 2 * _component_length(sizes) if n else np.zeros(0, dtype=np.int64)
-    width = spec.seq_len if spec.seq_len is not None else int(lengths.max(initial=0))
+    width = int(lengths.max(initial=0))
+    if spec.seq_len is not None and not spec.has_filler:
+        width = spec.seq_len
     inputs = np.zeros((n, width), dtype=dtype)  # PAD = 0
     if n:
         groups, inverse = np.unique(sizes, axis=0, return_inverse=True)
@@ -151,7 +169,54 @@ def generate_rows(
                 tuple(int(s) for s in group), len(rows), vocab, rng, np.dtype(dtype)
             )
             inputs[rows, : block.shape[1]] = block
+    if spec.has_filler:
+        inputs = _insert_filler(inputs, sizes, spec, vocab, rng)
     return inputs, sizes
+
+
+def _insert_filler(
+    base: np.ndarray, sizes: np.ndarray, spec: TaskSpec, vocab: Vocab, rng: np.random.Generator
+) -> np.ndarray:
+    """Rows of `base` (no filler) with filler inserted (module docstring), padded to `seq_len` or
+    to the longest row."""
+    n, w0 = base.shape
+    info = _component_length(sizes) if n else np.zeros(0, dtype=np.int64)
+    sep0, len0 = 1 + info, 2 + 2 * info
+    n_info = rng.integers(spec.filler[0], spec.filler[1] + 1, size=n)
+    n_gap = rng.integers(spec.filler_gap[0], spec.filler_gap[1] + 1, size=n)
+    cols = np.arange(w0)[None, :]
+    slot = ((cols >= 1) & (cols < sep0[:, None]) & ~vocab.is_value(base)) | (cols == sep0[:, None])
+    n_slots = slot.sum(axis=1)
+    ins = np.zeros((n, w0), dtype=np.int64)  # filler tokens placed just before base column j
+    if n and n_info.max() > 0:
+        # stars and bars: n_slots - 1 bars among n_info + n_slots - 1 units, uniformly
+        units = n_info + n_slots - 1
+        width = int(units.max())
+        r = rng.random((n, width))
+        r[np.arange(width)[None, :] >= units[:, None]] = 2.0  # past the row's units: never a bar
+        order = np.argsort(r, axis=1)
+        take = np.arange(width)[None, :] < (n_slots - 1)[:, None]
+        is_bar = np.zeros((n, width), dtype=bool)
+        is_bar[np.nonzero(take)[0], order[take]] = True
+        is_star = ~is_bar & (np.arange(width)[None, :] < units[:, None])
+        slot_of_star = np.cumsum(is_bar, axis=1)  # bars before a star = its slot number
+        s_max = int(n_slots.max())
+        rows = np.nonzero(is_star)[0]
+        counts = np.bincount(rows * s_max + slot_of_star[is_star], minlength=n * s_max)
+        slot_rows, slot_cols = np.nonzero(slot)  # row-major: each row's slots in column order
+        k = np.arange(len(slot_rows)) - np.searchsorted(slot_rows, slot_rows)
+        ins[slot_rows, slot_cols] = counts.reshape(n, s_max)[slot_rows, k]
+    ins[np.arange(n), sep0] += n_gap
+    new_pos = cols + np.cumsum(ins, axis=1)
+    new_len = len0 + n_info + n_gap
+    out_width = spec.seq_len if spec.seq_len is not None else int(new_len.max(initial=0))
+    out = np.zeros((n, out_width), dtype=base.dtype)
+    live = np.arange(out_width)[None, :] < new_len[:, None]
+    flo, fhi = vocab.filler_range
+    out[live] = rng.integers(flo, fhi, size=int(live.sum())).astype(base.dtype)
+    keep = cols < len0[:, None]
+    out[np.nonzero(keep)[0], new_pos[keep]] = base[keep]
+    return out
 
 
 def generate(
@@ -161,6 +226,5 @@ def generate(
     vocab = spec.vocab()
     # built in the narrowest dtype (8x less memory traffic for small vocabularies), widened once
     inputs, sizes = generate_rows(spec, n, seed, smallest_dtype(vocab))
-    sep_pos = 1 + _component_length(sizes) if n else np.zeros(0, dtype=np.int64)
-    targets = _targets(inputs, sep_pos, vocab, np.int64)
+    targets = _targets(inputs, sep_positions(inputs), vocab, np.int64)
     return Batch(inputs=inputs.astype(np.int64), targets=targets, sizes=sizes)

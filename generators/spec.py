@@ -3,6 +3,12 @@
 A task is multi-level joint recall with level sizes `(n_1, ..., n_w)` (each fixed or sampled per
 sample from an inclusive range) over `values` value tokens: w=1 is MQAR, w=2 is multi-query joint
 recall (seed 004 Sec. 3.2, App. C).
+
+Filler (DeciMamba's passkey / document-retrieval setting, seed 002 Sec. 5): `filler` distractor
+tokens (a count range per sample) are scattered between the blocks of the information component and
+`filler_gap` more sit between the information component and SEP; they come from `filler_ids` ids of
+their own. Filler is drawn after the table from the same stream, so one seed gives the same table
+with any amount of filler: `at_length` evaluates the same tables at k times the length.
 """
 
 from __future__ import annotations
@@ -25,6 +31,14 @@ class TaskSpec(BaseModel):
     values: int = Field(ge=2)
     pools: tuple[int, ...] | None = None
     seq_len: int | None = None
+    filler: tuple[int, int] = (0, 0)  # filler tokens between the information blocks, per sample
+    filler_gap: tuple[int, int] = (0, 0)  # filler tokens between information and SEP
+    filler_ids: int = Field(0, ge=0)  # distinct filler ids in the Vocab (after every other id)
+
+    @field_validator("filler", "filler_gap", mode="before")
+    @classmethod
+    def _fixed_count(cls, v: Any) -> Any:
+        return (v, v) if isinstance(v, int) else v
 
     @field_validator("levels", mode="before")
     @classmethod
@@ -52,6 +66,12 @@ class TaskSpec(BaseModel):
                     f"table larger than the vocabulary can name: level {level} needs up to "
                     f"{hi} distinct tokens but its vocabulary has {pool}"
                 )
+        for name in ("filler", "filler_gap"):
+            lo, hi = getattr(self, name)
+            if lo < 0 or hi < lo:
+                raise RecallLabError(f"{name} count range ({lo}, {hi}) must satisfy 0 <= lo <= hi")
+        if self.has_filler and self.filler_ids < 1:
+            raise RecallLabError("filler needs filler_ids >= 1 (distinct filler tokens)")
         if self.seq_len is not None and self.seq_len < self.max_len:
             raise RecallLabError(
                 f"seq_len {self.seq_len} is shorter than the longest sample ({self.max_len})"
@@ -73,19 +93,44 @@ class TaskSpec(BaseModel):
         return 2 + 2 * (nodes + prod)
 
     @property
+    def has_filler(self) -> bool:
+        return self.filler[1] > 0 or self.filler_gap[1] > 0
+
+    @property
     def max_len(self) -> int:
-        return self.sample_length([hi for _, hi in self.levels])
+        table = self.sample_length([hi for _, hi in self.levels])
+        return table + self.filler[1] + self.filler_gap[1]
+
+    def at_length(self, factor: int) -> TaskSpec:
+        """The same task with `(factor - 1) * max_len` more filler tokens in the information
+        component of every sample (so the longest sample is `factor * max_len`); the same seed
+        gives the same tables. `seq_len` is scaled too."""
+        if factor < 1:
+            raise RecallLabError(f"length factor must be >= 1, got {factor}")
+        extra = (factor - 1) * self.max_len
+        lo, hi = self.filler
+        update: dict[str, Any] = {"filler": (lo + extra, hi + extra),
+                                  "filler_ids": self.filler_ids or 1}
+        if self.seq_len is not None:
+            update["seq_len"] = self.seq_len * factor
+        return TaskSpec.model_validate({**self.model_dump(), **update})
 
     @property
     def max_entries(self) -> int:
         return math.prod(hi for _, hi in self.levels)
 
     def vocab(self) -> Vocab:
-        return Vocab(pools=tuple(self.pools), n_values=self.values)
+        return Vocab(pools=tuple(self.pools), n_values=self.values, n_filler=self.filler_ids)
 
     def describe(self) -> str:
-        sizes = " x ".join(f"{lo}" if lo == hi else f"[{lo},{hi}]" for lo, hi in self.levels)
-        return f"w={self.n_levels} levels {sizes}, |V|={self.values}"
+        def rng(lo: int, hi: int) -> str:
+            return f"{lo}" if lo == hi else f"[{lo},{hi}]"
+
+        sizes = " x ".join(rng(lo, hi) for lo, hi in self.levels)
+        out = f"w={self.n_levels} levels {sizes}, |V|={self.values}"
+        if self.has_filler:
+            out += f", filler {rng(*self.filler)} + gap {rng(*self.filler_gap)}"
+        return out
 
 
 class Preset(BaseModel):
@@ -118,6 +163,18 @@ PRESETS: dict[str, Preset] = {
         spec=TaskSpec(levels=((4, 6), (4, 6)), values=16),
         train=20_000, valid=512, test=512,
         about="CPU-sized joint recall: 4-6 contexts x 4-6 keys, 16 values",
+    ),
+    "passkey": Preset(
+        spec=TaskSpec(levels=((1, 1),), values=16, pools=(8,), filler=(60, 60), filler_ids=16),
+        train=20_000, valid=512, test=512,
+        about="passkey-style (seed 002 Sec. 5): one key-value pair at a random place in 60 "
+              "filler tokens (16 filler ids); length 66",
+    ),
+    "mini-mqar-filler": Preset(
+        spec=TaskSpec(levels=((8, 8),), values=16, pools=(16,), filler=(30, 30),
+                      filler_ids=16),
+        train=20_000, valid=512, test=512,
+        about="MQAR with filler (seed 002 setting): 8 pairs among 30 filler tokens; length 64",
     ),
     "mini-ml3": Preset(
         spec=TaskSpec(levels=((2, 3), (2, 3), (3, 4)), values=16),

@@ -1,7 +1,8 @@
 """The token layout: one `Vocab` owns every id.
 
 Layout: special tokens PAD=0, BOS=1, SEP=2; then the value ids; then one contiguous id range per
-context level (level 0 first, the last level holds the keys). Nothing else in the project uses a
+context level (level 0 first, the last level holds the keys); then the filler (distractor) ids,
+last, so that adding filler never moves an id of the table. Nothing else in the project uses a
 numeric offset: ask the `Vocab`.
 """
 
@@ -20,10 +21,12 @@ _GREEK = "αβγδεζηθικλμνξοπρστυφχψω"
 
 @dataclass(frozen=True)
 class Vocab:
-    """Ids for `n_values` values and one id pool per context level (`pools[-1]` = keys)."""
+    """Ids for `n_values` values, one id pool per context level (`pools[-1]` = keys) and
+    `n_filler` filler ids."""
 
     pools: tuple[int, ...]
     n_values: int
+    n_filler: int = 0
 
     PAD = 0
     BOS = 1
@@ -45,8 +48,17 @@ class Vocab:
         return (lo, lo + self.pools[level])
 
     @property
+    def filler_range(self) -> tuple[int, int]:
+        lo = self.N_SPECIAL + self.n_values + sum(self.pools)
+        return (lo, lo + self.n_filler)
+
+    @property
     def size(self) -> int:
-        return self.N_SPECIAL + self.n_values + sum(self.pools)
+        return self.N_SPECIAL + self.n_values + sum(self.pools) + self.n_filler
+
+    def is_filler(self, ids: np.ndarray) -> np.ndarray:
+        lo, hi = self.filler_range
+        return (ids >= lo) & (ids < hi)
 
     def is_value(self, ids: np.ndarray) -> np.ndarray:
         lo, hi = self.value_range
@@ -80,6 +92,7 @@ class Vocab:
         out += [str(v) for v in range(self.n_values)]
         for level, pool in enumerate(self.pools):
             out += [self._level_name(level, i) for i in range(pool)]
+        out += [f"~{i}" for i in range(self.n_filler)]
         return tuple(out)
 
     @cached_property
@@ -102,5 +115,6 @@ class Vocab:
             "PAD": self.PAD, "BOS": self.BOS, "SEP": self.SEP,
             "values": list(self.value_range),
             "levels": [list(self.level_range(level)) for level in range(self.n_levels)],
+            "filler": list(self.filler_range),
             "size": self.size,
         }

@@ -117,7 +117,14 @@ def fit_vocab(spec, train_spec):
             f"task has {spec.values} values and {spec.n_levels} levels but the model was trained "
             f"with {train_spec.values} values and {train_spec.n_levels} levels"
         )
-    return TaskSpec.model_validate({**spec.model_dump(), "pools": train_spec.pools})
+    if spec.filler_ids > train_spec.filler_ids:
+        raise RecallLabError(
+            f"task uses {spec.filler_ids} filler ids but the model was trained with "
+            f"{train_spec.filler_ids}"
+        )
+    return TaskSpec.model_validate(
+        {**spec.model_dump(), "pools": train_spec.pools, "filler_ids": train_spec.filler_ids}
+    )
 
 
 def _bf16(device: torch.device) -> bool:

@@ -23,8 +23,11 @@ def parse(row: np.ndarray, targets: np.ndarray, vocab: Vocab) -> dict:
         path: list[int | None] = [None] * w
         entries = []  # (path, value, position of the key)
         children: dict[tuple, list[int]] = {}
+        flo, fhi = vocab.filler_range
         for pos in range(lo, hi):
             t = row[pos]
+            if flo <= t < fhi:  # filler: part of no block
+                continue
             if vlo <= t < vhi:
                 assert path[-1] is not None and row[pos - 1] == path[-1], "value not after a key"
                 entries.append((tuple(path), t, pos - 1))
