@@ -267,7 +267,7 @@ def forward(inputs: np.ndarray, vocab: Vocab, cfg: ConstructionConfig) -> Forwar
     """The 2-layer model on one token sequence ``[L]``.
 
     Causal: the output at i depends on tokens <= i only, given the plane count (which `solve`
-    derives from L, as the ``auto`` dilation of the ``d`` pattern does).
+    derives from L; the model patterns fix such parameters by config instead).
     """
     if cfg.window < 1:
         raise RecallLabError("window k must be >= 1")

@@ -61,6 +61,10 @@ class ModelConfig(BaseModel):
     # B, C with ngroups=1) or "mixer" (Mamba2: one q, k per SSM head; Mamba has no heads: 1).
     branch_heads: Literal[1, "mixer"] = 1
     pattern_opts: dict[str, Any] = Field(default_factory=dict)
+    # The longest sequence the model is built for: it fixes pattern parameters such as the gap
+    # of the dilated pattern (ceil(max_len / n)), so query i reads the same keys however long the
+    # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).
+    max_len: int | None = Field(None, ge=1)
 
     @property
     def uses_k(self) -> bool:
@@ -110,6 +114,9 @@ class RunConfig(BaseModel):
 
         if not isinstance(self.task, TaskSpec):
             object.__setattr__(self, "task", TaskSpec.model_validate(self.task))
+        if self.model.max_len is None:  # fixed once, from the training task (also old runs)
+            object.__setattr__(self, "model",
+                               self.model.model_copy(update={"max_len": self.task.max_len}))
         return self
 
     def to_json(self) -> dict:

@@ -6,14 +6,18 @@ is a key position ``j <= i`` or ``-1`` for an empty slot. No pattern ever builds
 tensor except ``full`` (the dense baseline, whose index list is ``L`` long by definition).
 
 Semantics (all strictly causal: the keys chosen for query ``i`` depend on tokens ``<= i`` only,
-and on the sequence length ``L`` for the ``auto`` dilation rule of ``d``):
+never on the sequence length ``L`` or on batch padding; every pattern parameter, such as the gap
+of ``d``, is fixed by the configuration):
 
 * ``sw`` SW(n): keys ``i-n+1 .. i``.
 * ``sink`` Sink(n): keys ``0 .. n-1`` (those ``<= i``).
 * ``d`` D(n): keys ``j`` with ``j % g == g-1`` (the phase of the original release), ``j <= i``,
-  the ``n`` most recent of them. Gap ``g``: ``dilation="auto"`` -> ``g = ceil(L / n)``, the
-  smallest gap for which no query ever has more than ``n`` candidates; ``dilation="release"`` ->
-  ``g = max_len // n`` (``max_len=2048``), the release's rule, kept for fidelity; an int fixes it.
+  the ``n`` most recent of them. Gap ``g`` from the config's ``max_len`` (the longest sequence
+  the model is built for; 2048 when not given): ``dilation="auto"`` -> ``g = ceil(max_len / n)``,
+  the smallest gap for which no query of a sequence up to ``max_len`` has more than ``n``
+  candidates; ``dilation="release"`` -> ``g = max_len // n``, the release's rule; an int fixes
+  it. (Deriving g from the padded batch length L, as an earlier version did, made query i's keys
+  depend on the tokens after i and on its batch-mates: seed 004 Eq. 10-11 forbid that.)
 * ``a`` = SW(n - n//2) u Sink(n//2); ``sw+d`` = SW(n - n//2) u D(n//2).
 * ``lsh`` (Eq. 5-9): q, k centred by their causal prefix mean and normalised per vector; bins by
   the sign-bit rule (Eq. 7, 2^h bins, most significant bit = plane 1) or the argmax rule (Eq. 6,
@@ -97,13 +101,15 @@ def sink_indices(length: int, n: int, device=None) -> Tensor:
     return _finish(torch.where(s <= i, s.expand(length, n), -1))
 
 
-def dilation_for(length: int, n: int, dilation: int | str = "auto",
-                 max_len: int = RELEASE_MAX_LEN) -> int:
-    """The gap g of D(n): ``auto`` = ceil(L / n); ``release`` = max_len // n; or a given int."""
+def dilation_for(n: int, dilation: int | str = "auto", max_len: int = RELEASE_MAX_LEN) -> int:
+    """The gap g of D(n), fixed by the config: ``auto`` = ceil(max_len / n); ``release`` =
+    max_len // n; or a given int. Never a function of the sequence at hand."""
     if isinstance(dilation, bool):
         raise RecallLabError(f"dilation must be 'auto', 'release' or an int >= 1, got {dilation!r}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise RecallLabError(f"max_len of the dilated pattern must be an int >= 1, got {max_len!r}")
     if dilation == "auto":
-        return max(1, math.ceil(length / n))
+        return max(1, math.ceil(max_len / n))
     if dilation == "release":
         if max_len // n < 1:
             raise RecallLabError(f"release dilation max_len // k is 0 (max_len={max_len}, k={n})")
@@ -318,7 +324,7 @@ class FixedPattern(Pattern):
         self.name, self.budget = kind, n
         self.dilation, self.max_len = dilation, max_len
         if kind == "d":
-            dilation_for(max_len, n, dilation, max_len)  # validate early
+            self.gap = dilation_for(n, dilation, max_len)
 
     def indices(self, length: int, device=None) -> Tensor:
         if self.name == "sw":
@@ -326,8 +332,7 @@ class FixedPattern(Pattern):
         if self.name == "sink":
             return sink_indices(length, self.budget, device)
         if self.name == "d":
-            g = dilation_for(length, self.budget, self.dilation, self.max_len)
-            return dilated_indices(length, self.budget, g, device)
+            return dilated_indices(length, self.budget, self.gap, device)
         return full_indices(length, device)
 
     def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -428,7 +433,8 @@ _OPTS = {
 def make_pattern(name: str, k: int, **opts) -> Pattern:
     """Build a pattern module by name (see :data:`PATTERNS`) with total key budget ``k``.
 
-    Options: ``d``/``sw+d``: ``dilation`` ('auto' | 'release' | int), ``max_len`` (2048);
+    Options: ``d``/``sw+d``: ``dilation`` ('auto' | 'release' | int), ``max_len`` (2048; the
+    longest sequence planned for, which fixes the gap);
     ``lsh``/``hax``: ``h`` (8), ``rule`` ('sign' | 'argmax'), ``seed`` (0, eval planes);
     ``ks``/``hax``: ``dim`` (q/k size, required), ``hidden`` (2*dim), ``scale`` (dim**-0.5, for
     the ranking-loss target). Two-part patterns (a, sw+d, hax) give k//2 to the second part and

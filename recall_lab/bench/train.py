@@ -21,7 +21,7 @@ def _time_model(name: str, spec, batches, steps: int, device) -> dict:
     from recall_lab.models import build_model
 
     torch.manual_seed(0)
-    model = build_model(name, spec.vocab().size).to(device)
+    model = build_model(name, spec.vocab().size, max_len=spec.max_len).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     times = []
     for i in range(steps + 1):

@@ -22,12 +22,16 @@ import torch
 from torch import nn
 
 
-def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict) -> nn.Module:
+def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
+                        max_len: int | None = None) -> nn.Module:
     """The pattern module of one branch: total budget k (`make_pattern` gives two-part patterns
-    k/2 each), h = `lsh_bits` sign-bit planes for LSH, KS scorer on d_qk-sized q/k."""
+    k/2 each), h = `lsh_bits` sign-bit planes for LSH, KS scorer on d_qk-sized q/k, the dilated
+    gap fixed by `max_len` (the config's, never the batch's length)."""
     from recall_lab.attention import make_pattern
 
     opts = dict(opts)
+    if name in ("d", "sw+d") and max_len is not None:
+        opts.setdefault("max_len", max_len)
     if name in ("lsh", "hax"):
         opts.setdefault("h", lsh_bits)
     if name in ("ks", "hax"):
@@ -48,13 +52,15 @@ class SparseBranch(nn.Module):
         lsh_bits: int = 8,
         pattern_opts: dict | None = None,
         scale_init: float = 0.1,
+        max_len: int | None = None,
     ) -> None:
         super().__init__()
         if d_inner % n_heads:
             raise ValueError(f"d_inner {d_inner} is not divisible by {n_heads} heads")
         self.n_heads, self.d_qk = n_heads, d_qk
         self.qk = nn.Linear(d_inner, 2 * n_heads * d_qk, bias=False)
-        self.pattern = make_branch_pattern(pattern, k, lsh_bits, d_qk, pattern_opts or {})
+        self.pattern = make_branch_pattern(pattern, k, lsh_bits, d_qk, pattern_opts or {},
+                                           max_len)
         self.scale = nn.Parameter(torch.full((d_inner,), float(scale_init)))
 
     def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:

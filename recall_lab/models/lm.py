@@ -58,7 +58,7 @@ class SSMBlock(nn.Module):
             heads = _n_heads(self.mixer) if cfg.branch_heads == "mixer" else 1
             self.branch = SparseBranch(
                 self.mixer.d_inner, self.mixer.d_state, heads, cfg.pattern, cfg.k,
-                cfg.lsh_bits, cfg.pattern_opts, cfg.side_scale_init,
+                cfg.lsh_bits, cfg.pattern_opts, cfg.side_scale_init, max_len=cfg.max_len,
             )
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:

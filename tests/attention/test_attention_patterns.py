@@ -54,7 +54,7 @@ def causal(length: int) -> torch.Tensor:
     return torch.ones(length, length, dtype=torch.bool).tril()
 
 
-def dense_fixed(name: str, length: int, n: int) -> torch.Tensor:
+def dense_fixed(name: str, length: int, n: int, max_len: int = 2048) -> torch.Tensor:
     i = torch.arange(length)[:, None]
     j = torch.arange(length)[None, :]
     c = j <= i
@@ -63,7 +63,7 @@ def dense_fixed(name: str, length: int, n: int) -> torch.Tensor:
     if name == "sink":
         return c & (j < n)
     if name == "d":
-        g = math.ceil(length / n)
+        g = math.ceil(max_len / n)  # fixed by the config, not by this sequence's length
         return most_recent(c & (j % g == g - 1), n)
     if name == "full":
         return c
@@ -71,7 +71,7 @@ def dense_fixed(name: str, length: int, n: int) -> torch.Tensor:
     if name == "a":
         return dense_fixed("sw", length, rest) | dense_fixed("sink", length, half)
     if name == "sw+d":
-        return dense_fixed("sw", length, rest) | dense_fixed("d", length, half)
+        return dense_fixed("sw", length, rest) | dense_fixed("d", length, half, max_len)
     raise AssertionError(name)
 
 
@@ -136,26 +136,41 @@ def check_invariants(idx: torch.Tensor, length: int, budget: int, shape) -> torc
 
 
 @given(st.sampled_from(["sw", "sink", "d", "a", "sw+d", "full"]), st.integers(1, 40),
-       st.integers(2, 12))
-def test_fixed_patterns_match_dense_definition(name, length, n):
+       st.integers(2, 12), st.integers(1, 60))
+def test_fixed_patterns_match_dense_definition(name, length, n, max_len):
     q = torch.zeros(1, 1, length, 4)
-    idx, aux = make_pattern(name, n)(q, q)
+    opts = {"max_len": max_len} if name in ("d", "sw+d") else {}
+    idx, aux = make_pattern(name, n, **opts)(q, q)
     assert aux is None
     mask = check_invariants(idx, length, length if name == "full" else n, (1, 1))
-    assert torch.equal(mask[0, 0], dense_fixed(name, length, n))
+    assert torch.equal(mask[0, 0], dense_fixed(name, length, n, max_len))
 
 
 def test_dilation_rules():
-    assert dilation_for(1058, 32, "auto") == 34
-    assert dilation_for(1058, 32, "release") == 2048 // 32
-    assert dilation_for(100, 32, 7) == 7
+    assert dilation_for(32, "auto", max_len=1058) == 34  # ceil(1058 / 32)
+    assert dilation_for(32, "auto") == 2048 // 32
+    assert dilation_for(32, "release", max_len=1058) == 33  # 1058 // 32
+    assert dilation_for(32, "release") == 2048 // 32
+    assert dilation_for(32, 7) == 7
     # release rule at L > 2048 would list more than n keys: we keep the n most recent.
     idx, _ = make_pattern("d", 4, dilation="release", max_len=16)(torch.zeros(1, 1, 40, 2),
                                                                    torch.zeros(1, 1, 40, 2))
     assert idx[0, 0, 39].sort().values.tolist() == [27, 31, 35, 39]
     assert idx[0, 0, 38].sort().values.tolist() == [23, 27, 31, 35]
     with pytest.raises(RecallLabError):
-        dilation_for(10, 2, "weird")
+        dilation_for(2, "weird")
+    with pytest.raises(RecallLabError):
+        dilation_for(2, "auto", max_len=0)
+
+
+def test_dilated_keys_do_not_depend_on_the_sequence_length():
+    """The same query reads the same keys in a sequence of 20 and of 2000 tokens."""
+    pat = make_pattern("d", 4, max_len=40)  # gap ceil(40 / 4) = 10: keys 9, 19, 29, ...
+    short = pat(torch.zeros(1, 1, 20, 2), torch.zeros(1, 1, 20, 2))[0]
+    long = pat(torch.zeros(1, 1, 2000, 2), torch.zeros(1, 1, 2000, 2))[0]
+    assert torch.equal(short[0, 0], long[0, 0, :20])
+    assert sorted(k for k in long[0, 0, 19].tolist() if k >= 0) == [9, 19]
+    assert sorted(long[0, 0, 1999].tolist()) == [1969, 1979, 1989, 1999]
 
 
 @given(st.integers(1, 30), st.integers(1, 8), st.integers(1, 5), st.integers(0, 10**6),

@@ -1,5 +1,7 @@
-"""Strict causality of every named model: changing tokens after position t never changes the
-logits at positions <= t (eval mode, and training mode with the same RNG state)."""
+"""Strict causality of every named model: changing tokens after position t, cutting the sequence
+after t, or padding it on the right (PAD = 0, as a longer batch-mate does) never changes the
+logits at positions <= t (eval mode with its seeded hash planes; training mode with the same RNG
+state, for models whose patterns draw no random planes)."""
 
 from functools import cache
 
@@ -8,6 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from recall_lab.attention.patterns import LSHPattern
 from recall_lab.models import PAPER_MODELS, build_model
 
 VOCAB, LENGTH = 23, 40
@@ -17,8 +20,9 @@ VOCAB, LENGTH = 23, 40
 def tiny(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
     # k = 8 < LENGTH so every pattern is genuinely sparse; d_state small keeps it fast
+    # max_len = LENGTH: the dilated gap is ceil(40 / 4) = 10, so D has keys in every test sequence
     return build_model(name, VOCAB, d_model=16, k=8, d_state=8, lsh_bits=3, n_heads=2,
-                       side_scale_init=1.0)
+                       side_scale_init=1.0, max_len=LENGTH)
 
 
 def _leak(name: str, seed: int, t: int, training: bool) -> float:
@@ -53,3 +57,48 @@ def test_every_model_is_causal(name):
        t=st.integers(0, LENGTH - 2), training=st.booleans())
 def test_causality_property(name, seed, t, training):
     assert _leak(name, seed, t, training) <= 1e-5
+
+
+def _logits(model: torch.nn.Module, ids: torch.Tensor, seed: int) -> torch.Tensor:
+    with torch.no_grad():
+        torch.manual_seed(seed)  # same hash planes / KS samples for every call
+        return model(ids).logits
+
+
+def _random_in_training(model: torch.nn.Module) -> bool:
+    """LSH planes are drawn fresh per training call; how much RNG the layers before consume can
+    depend on the length (KS samples), so training mode is only compared without LSH."""
+    return any(isinstance(m, LSHPattern) for m in model.modules())
+
+
+def _length_leak(name: str, seed: int, t: int, pad: int, training: bool) -> float:
+    """Largest change of the logits at positions <= t when the sequence is cut after t, and when
+    PAD tokens are appended (alone, and as the short row of a batch with a longer row)."""
+    model = tiny(name).train(training)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (2, LENGTH), generator=g)
+    full = _logits(model, ids, seed)
+    cut = _logits(model, ids[:, : t + 1], seed)
+    padded = _logits(model, torch.cat([ids, torch.zeros(2, pad, dtype=ids.dtype)], 1), seed)
+    longer = torch.randint(3, VOCAB, (1, LENGTH + pad), generator=g)
+    mate = torch.cat([torch.cat([ids[:1], torch.zeros(1, pad, dtype=ids.dtype)], 1), longer])
+    mixed = _logits(model, mate, seed)
+    return max(
+        (full[:, : t + 1] - cut).abs().max().item(),
+        (full - padded[:, :LENGTH]).abs().max().item(),
+        (full[:1] - mixed[:1, :LENGTH]).abs().max().item(),
+    )
+
+
+@pytest.mark.parametrize("name", PAPER_MODELS)
+def test_every_model_ignores_length_and_padding(name):
+    for t, pad in ((0, 1), (17, 25), (LENGTH - 2, 60)):
+        assert _length_leak(name, seed=t, t=t, pad=pad, training=False) <= 1e-5
+        if not _random_in_training(tiny(name)):
+            assert _length_leak(name, seed=t, t=t, pad=pad, training=True) <= 1e-5
+
+
+@given(name=st.sampled_from(PAPER_MODELS), seed=st.integers(0, 2**16),
+       t=st.integers(0, LENGTH - 2), pad=st.integers(1, 70))
+def test_length_and_padding_property(name, seed, t, pad):
+    assert _length_leak(name, seed, t, pad, training=False) <= 1e-5

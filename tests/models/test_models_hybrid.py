@@ -78,3 +78,22 @@ def test_per_head_branch_is_causal_and_differs_from_shared():
         a, b = per_head(ids).logits, per_head(other).logits
     assert (a[:, :12] - b[:, :12]).abs().max() <= 1e-5
     assert (a[:, 12:] - b[:, 12:]).abs().max() > 1e-4
+
+
+def test_run_config_fixes_the_dilated_gap_from_the_task():
+    """The gap of D comes from the training task's max_len, written into config.json: train,
+    eval (trimmed batches) and a resumed run build the same pattern; an old config without
+    max_len is read with the task's."""
+    from generators import get_preset
+    from recall_lab.config import RunConfig, TrainConfig
+
+    spec = get_preset("mini-mqjr")
+    mcfg = model_config("mamba+sw+d", spec.vocab().size)
+    cfg = RunConfig(model=mcfg, train=TrainConfig(), task=spec)
+    assert mcfg.max_len is None and cfg.model.max_len == spec.max_len
+    saved = cfg.to_json()
+    assert saved["model"]["max_len"] == spec.max_len
+    del saved["model"]["max_len"]
+    assert RunConfig.model_validate(saved).model.max_len == spec.max_len
+    d_part = build_model(cfg.model).blocks[0].branch.pattern.parts[1]
+    assert d_part.gap == -(-spec.max_len // (mcfg.k // 2))  # ceil(max_len / (k/2))
