@@ -8,7 +8,8 @@ out = sparse_attention(q, k, v, idx)           # [B, H, L, dv]
 ```
 
 Plain functions for other areas (no module state): ``lsh_indices`` (+ ``causal_center``,
-``lsh_bins``, ``sample_planes``), ``causal_topk_indices``, ``union_indices``. The dense
+``lsh_bins``, ``sample_planes``), ``causal_topk_indices``, ``union_indices``, ``seattn_indices``
+(SE-Attn; its dense loop reference is :mod:`recall_lab.attention.seattn_reference`). The dense
 release-semantics reference lives in :mod:`recall_lab.attention.release_reference` (non-causal,
 for comparison only). Nothing here imports Triton at import time.
 """
@@ -32,6 +33,7 @@ from recall_lab.attention.patterns import (
     sliding_window_indices,
     union_indices,
 )
+from recall_lab.attention.seattn import SEAttnPattern, seattn_indices
 from recall_lab.attention.sparse import default_backend, sparse_attention, triton_available
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "LSH_RULES",
     "PATTERNS",
     "Pattern",
+    "SEAttnPattern",
     "bucket_window_indices",
     "causal_center",
     "causal_topk_indices",
@@ -50,6 +53,7 @@ __all__ = [
     "lsh_indices",
     "make_pattern",
     "sample_planes",
+    "seattn_indices",
     "sink_indices",
     "sliding_window_indices",
     "sparse_attention",

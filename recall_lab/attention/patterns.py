@@ -28,6 +28,8 @@ of ``d``, is fixed by the configuration):
   query ``i`` takes the top-n scores among ``x_0 .. x_i`` (ties: any of the tied keys). In
   training mode the module also returns the pairwise ranking loss on n randomly sampled keys.
 * ``hax`` (Eq. 19-20) = LSH(n - n//2) u KS(n//2); ``full``: every ``j <= i``.
+* ``seattn``, ``seattn-nomem``, ``seattn-random``, ``seattn-landmark`` (seed 001, SE-Attn): own
+  chunk + top-k retrieved memory blocks; defined in :mod:`recall_lab.attention.seattn`.
 
 A union counts a key once (OR of masks); slot order within a row carries no meaning.
 
@@ -47,8 +49,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.attention.seattn import OPTIONS as SEATTN_OPTIONS
+from recall_lab.attention.seattn import VARIANTS as SEATTN_VARIANTS
+from recall_lab.attention.seattn import make_seattn
 
-PATTERNS = ("sw", "d", "sink", "a", "sw+d", "lsh", "ks", "hax", "full")
+PATTERNS = ("sw", "d", "sink", "a", "sw+d", "lsh", "ks", "hax", "full", *SEATTN_VARIANTS)
 LSH_RULES = ("sign", "argmax")
 RELEASE_MAX_LEN = 2048
 
@@ -303,7 +308,9 @@ def _check_qk(q: Tensor, k: Tensor) -> int:
 
 
 class Pattern(nn.Module):
-    """Base: ``forward(q, k) -> (idx int32 [.., L, slots], aux_loss or None)``.
+    """Base: ``forward(q, k, v=None) -> (idx int32 [.., L, slots], aux_loss or None)``.
+
+    ``v`` is read only by patterns that need it (SE-Attn's value summaries); callers pass it.
 
     ``budget`` is the most keys any query can get (Eq. 4); ``slots`` may be larger for unions.
     """
@@ -335,7 +342,8 @@ class FixedPattern(Pattern):
             return dilated_indices(length, self.budget, self.gap, device)
         return full_indices(length, device)
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         return self.indices(_check_qk(q, k), q.device), None
 
 
@@ -356,7 +364,8 @@ class LSHPattern(Pattern):
         gen = torch.Generator().manual_seed(self.seed)
         return sample_planes(dim, self.h, n_heads, generator=gen, device=device)
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         _check_qk(q, k)
         n_heads = max(q.shape[1], k.shape[1])
         planes = self.planes(q.shape[-1], n_heads, q.device)
@@ -392,7 +401,8 @@ class KSPattern(Pattern):
         w = self.mlp[0].weight
         return self.mlp(torch.cat([kk, qs], dim=-1).to(w.dtype)).squeeze(-1)
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         _check_qk(q, k)
         if q.shape[-1] != self.dim:
             raise RecallLabError(f"ks was built for dim {self.dim}, got q/k dim {q.shape[-1]}")
@@ -411,10 +421,11 @@ class UnionPattern(Pattern):
         self.parts = nn.ModuleList(parts)
         self.budget = sum(p.budget for p in parts)
 
-    def forward(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
+                ) -> tuple[Tensor, Tensor | None]:
         idxs, aux = [], None
         for part in self.parts:
-            idx, a = part(q, k)
+            idx, a = part(q, k, v)
             idxs.append(idx)
             if a is not None:
                 aux = a if aux is None else aux + a
@@ -427,6 +438,7 @@ _OPTS = {
     "lsh": {"h", "rule", "seed"},
     "ks": {"dim", "hidden", "scale"},
     "hax": {"h", "rule", "seed", "dim", "hidden", "scale"},
+    **{name: SEATTN_OPTIONS - set(fixed) for name, fixed in SEATTN_VARIANTS.items()},
 }
 
 
@@ -439,6 +451,8 @@ def make_pattern(name: str, k: int, **opts) -> Pattern:
     ``ks``/``hax``: ``dim`` (q/k size, required), ``hidden`` (2*dim), ``scale`` (dim**-0.5, for
     the ranking-loss target). Two-part patterns (a, sw+d, hax) give k//2 to the second part and
     the rest to the first (32 + 32 for the paper's k = 64). ``full`` ignores k.
+    ``seattn*`` (SE-Attn, :mod:`recall_lab.attention.seattn`): ``chunk``, ``block``, ``topk``,
+    ``chunk_choices``, ``scoring``, ``summary``, ``pool``, ``retrieval``, ``seed``.
     """
     if name not in PATTERNS:
         raise RecallLabError(
@@ -457,6 +471,8 @@ def make_pattern(name: str, k: int, **opts) -> Pattern:
     ks_opts = {o: opts[o] for o in ("dim", "hidden", "scale") if o in opts}
     if name in ("ks", "hax") and "dim" not in ks_opts:
         raise RecallLabError(f"pattern {name!r} needs dim= (the q/k feature size)")
+    if name in SEATTN_VARIANTS:
+        return make_seattn(name, k, **opts)
     if name in ("sw", "sink", "full"):
         return FixedPattern(name, k)
     if name == "d":

@@ -16,6 +16,12 @@ elsewhere it falls back to ``ru_maxrss`` minus the RSS before (an upper bound). 
 threshold is fixed at 64 KiB in the subprocesses so freed blocks leave the resident set (both
 methods alike). Growth exponents are least-squares slopes of log(time) and log(memory) on log(L).
 Absolute CPU times depend on machine load; compare the ratios measured side by side.
+
+A third method, ``seattn``, times one SE-Attn layer (seed 001) in the same setup: the ``seattn``
+pattern at the same budget k = 64 (chunk 32 + top-4 blocks of 8, prefix scoring, key summaries
+because d_v != d_qk) plus ``sparse_attention``; its fitted exponent is reported beside HAX's. Its
+scoring step is O(L^2 d / S) (every query against every earlier block summary), so the exponent
+climbs from ~1 towards 2 once scoring dominates the O(L (M + kS) d) attention.
 """
 
 from __future__ import annotations
@@ -76,9 +82,13 @@ def run_case(method: str, length: int, mode: str, reps: int, warmup: int, thread
     k = torch.randn(1, 1, length, D_QK, requires_grad=True)
     v = torch.randn(1, 1, length, D_V, requires_grad=True)
     pattern = make_pattern("hax", K, dim=D_QK).train()
+    se_pattern = make_pattern("seattn", K, summary="key").train()
 
     def step() -> None:
-        if method == "ours":
+        if method == "seattn":
+            idx, _ = se_pattern(q, k, v)
+            out, aux = sparse_attention(q, k, v, idx), torch.zeros(())
+        elif method == "ours":
             idx, aux = pattern(q, k)
             out = sparse_attention(q, k, v, idx)
         else:
@@ -96,6 +106,8 @@ def run_case(method: str, length: int, mode: str, reps: int, warmup: int, thread
     (sparse_attention(*small, idx).square().mean() + aux).backward()
     out, aux = release_sparse_attention(*small, "hax", K, score_mlp=pattern.parts[1].mlp)
     (out.square().mean() + aux).backward()
+    idx, _ = se_pattern(*small)
+    sparse_attention(*small, idx).square().mean().backward()
     pattern.zero_grad(set_to_none=True)
     del small, idx, aux, out
 
@@ -157,7 +169,7 @@ def run(console, quick: bool) -> dict:
     with console.status("attention bench") as status:
         for length in lengths:
             for mode in MODES:
-                for method in ("ours", "dense"):
+                for method in ("ours", "dense", "seattn"):
                     if method == "dense" and length > dense_max:
                         continue
                     status.update(f"attention bench: {method} {mode} L={length}")
@@ -172,21 +184,24 @@ def run(console, quick: bool) -> dict:
 
     table = Table(title="HAX attention layer (B=1, H=1, d_qk=16, d_v=128, k=64): "
                         "ours vs release dense masks")
-    for col in ("L", "mode", "ours ms", "dense ms", "speed-up", "ours MB", "dense MB", "mem ratio"):
+    for col in ("L", "mode", "ours ms", "dense ms", "speed-up", "ours MB", "dense MB", "mem ratio",
+                "se-attn ms", "se-attn MB"):
         table.add_column(col, justify="right")
     rows = []
     for length in lengths:
         for mode in MODES:
             ot, dt = get("ours", mode, length, "time_s"), get("dense", mode, length, "time_s")
             om, dm = get("ours", mode, length, "peak_mb"), get("dense", mode, length, "peak_mb")
+            st, sm = get("seattn", mode, length, "time_s"), get("seattn", mode, length, "peak_mb")
             row = {"L": length, "mode": mode, "ours_s": ot, "dense_s": dt,
                    "speedup": ratio(ot, dt), "ours_peak_mb": om, "dense_peak_mb": dm,
-                   "memory_ratio": ratio(om, dm)}
+                   "memory_ratio": ratio(om, dm), "seattn_s": st, "seattn_peak_mb": sm}
             rows.append(row)
             table.add_row(str(length), mode, _fmt(ot and ot * 1e3), _fmt(dt and dt * 1e3),
-                          _fmt(row["speedup"]), _fmt(om), _fmt(dm), _fmt(row["memory_ratio"]))
+                          _fmt(row["speedup"]), _fmt(om), _fmt(dm), _fmt(row["memory_ratio"]),
+                          _fmt(st and st * 1e3), _fmt(sm))
     exponents = {}
-    for method in ("ours", "dense"):
+    for method in ("ours", "dense", "seattn"):
         for mode in MODES:
             ls = [r["L"] for r in rows if r["mode"] == mode and r[f"{method}_s"] is not None]
             ts = [r[f"{method}_s"] for r in rows if r["mode"] == mode and r["L"] in ls]

@@ -36,6 +36,9 @@ def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
         opts.setdefault("h", lsh_bits)
     if name in ("ks", "hax"):
         opts.setdefault("dim", d_qk)
+    if name.startswith("seattn"):
+        # v = xc is d_inner wide, not d_qk: q . c_j needs key summaries (MECHANISMS §3).
+        opts.setdefault("summary", "key")
     return make_pattern(name, k, **opts)
 
 
@@ -70,7 +73,7 @@ class SparseBranch(nn.Module):
         h = self.n_heads
         q, k = self.qk(xc).view(b, length, 2, h, self.d_qk).permute(2, 0, 3, 1, 4)
         v = xc.view(b, length, h, d_inner // h).transpose(1, 2)
-        idx, aux_loss = self.pattern(q, k)
+        idx, aux_loss = self.pattern(q, k, v)
         if aux is not None and aux_loss is not None:
             aux.append(aux_loss)
         out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)

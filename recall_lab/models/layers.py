@@ -82,5 +82,5 @@ class SlidingWindowAttention(_HeadsAttention):
         from recall_lab.attention import sparse_attention
 
         q, k, v = self._qkv(x)
-        idx, _ = self.pattern(q, k)
+        idx, _ = self.pattern(q, k, v)
         return self._merge(sparse_attention(q, k, v, idx, scale=self.head_dim**-0.5))

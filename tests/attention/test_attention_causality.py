@@ -14,6 +14,8 @@ def build(name: str, n: int, d: int):
     opts = {"dim": d} if name in ("ks", "hax") else {}
     if name in ("lsh", "hax"):
         opts["h"] = 3
+    if name.startswith("seattn"):
+        opts.update(chunk=max(1, n // 2), block=2, topk=2)
     return make_pattern(name, n, **opts)
 
 
@@ -25,7 +27,7 @@ def test_pattern_and_op_are_causal(name, length, n, data):
     gen = torch.Generator().manual_seed(seed)
     d = 4
     q, k = torch.randn(1, 2, length, d, generator=gen), torch.randn(1, 2, length, d, generator=gen)
-    v = torch.randn(1, 2, length, 3, generator=gen)
+    v = torch.randn(1, 2, length, d, generator=gen)
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
     for x in (q2, k2, v2):
         x[..., t + 1:, :] = torch.randn(x[..., t + 1:, :].shape, generator=gen) * 5
@@ -33,8 +35,8 @@ def test_pattern_and_op_are_causal(name, length, n, data):
     pat = build(name, n, d)
     # Eval mode (seeded planes); in training mode the same holds given the same planes.
     pat.eval()
-    i1, _ = pat(q, k)
-    i2, _ = pat(q2, k2)
+    i1, _ = pat(q, k, v)
+    i2, _ = pat(q2, k2, v2)
     assert torch.equal(i1[..., : t + 1, :], i2[..., : t + 1, :])
     o1 = sparse_attention(q, k, v, i1)
     o2 = sparse_attention(q2, k2, v2, i2)

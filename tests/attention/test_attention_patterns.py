@@ -305,7 +305,7 @@ def test_budget_and_shapes_for_the_paper_setup(name):
     length = 300
     q, k = torch.randn(2, 1, length, 16), torch.randn(2, 1, length, 16)
     pat = make_pattern(name, 64, dim=16) if name in ("ks", "hax") else make_pattern(name, 64)
-    idx, _ = pat(q, k)
+    idx, _ = pat(q, k, torch.randn(2, 1, length, 16))
     check_invariants(idx, length, length if name == "full" else 64, q.shape)
 
 
