@@ -14,6 +14,7 @@ release-semantics reference lives in :mod:`recall_lab.attention.release_referenc
 for comparison only). Nothing here imports Triton at import time.
 """
 
+from recall_lab.attention.attamba import AttambaPattern, attamba_indices, chunk_starts
 from recall_lab.attention.patterns import (
     LSH_RULES,
     PATTERNS,
@@ -37,6 +38,9 @@ from recall_lab.attention.seattn import SEAttnPattern, seattn_indices
 from recall_lab.attention.sparse import default_backend, sparse_attention, triton_available
 
 __all__ = [
+    "AttambaPattern",
+    "attamba_indices",
+    "chunk_starts",
     "default_backend",
     "LSH_RULES",
     "PATTERNS",

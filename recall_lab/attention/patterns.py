@@ -30,6 +30,8 @@ of ``d``, is fixed by the configuration):
 * ``hax`` (Eq. 19-20) = LSH(n - n//2) u KS(n//2); ``full``: every ``j <= i``.
 * ``seattn``, ``seattn-nomem``, ``seattn-random``, ``seattn-landmark`` (seed 001, SE-Attn): own
   chunk + top-k retrieved memory blocks; defined in :mod:`recall_lab.attention.seattn`.
+* ``attamba`` (paper 003 Eq. 5, Fig. 5; module ``attamba.py``): chunk ends ``j <= i`` plus a
+  leading window; here ``n`` is the chunk size P, and a query gets up to ceil(L/P) + leading keys.
 
 A union counts a key once (OR of masks); slot order within a row carries no meaning.
 
@@ -53,7 +55,8 @@ from recall_lab.attention.seattn import OPTIONS as SEATTN_OPTIONS
 from recall_lab.attention.seattn import VARIANTS as SEATTN_VARIANTS
 from recall_lab.attention.seattn import make_seattn
 
-PATTERNS = ("sw", "d", "sink", "a", "sw+d", "lsh", "ks", "hax", "full", *SEATTN_VARIANTS)
+PATTERNS = ("sw", "d", "sink", "a", "sw+d", "lsh", "ks", "hax", "full", *SEATTN_VARIANTS,
+            "attamba")
 LSH_RULES = ("sign", "argmax")
 RELEASE_MAX_LEN = 2048
 
@@ -439,6 +442,8 @@ _OPTS = {
     "ks": {"dim", "hidden", "scale"},
     "hax": {"h", "rule", "seed", "dim", "hidden", "scale"},
     **{name: SEATTN_OPTIONS - set(fixed) for name, fixed in SEATTN_VARIANTS.items()},
+    "attamba": {"leading", "chunking", "offset", "layer", "n_layers", "seed", "eval_chunking",
+                "eval_chunk"},
 }
 
 
@@ -453,6 +458,9 @@ def make_pattern(name: str, k: int, **opts) -> Pattern:
     the rest to the first (32 + 32 for the paper's k = 64). ``full`` ignores k.
     ``seattn*`` (SE-Attn, :mod:`recall_lab.attention.seattn`): ``chunk``, ``block``, ``topk``,
     ``chunk_choices``, ``scoring``, ``summary``, ``pool``, ``retrieval``, ``seed``.
+    ``attamba``: k is the chunk size P; options ``leading`` (P; an int or 'chunk'), ``chunking``
+    ('uniform' | 'cyclic' | 'random'), ``offset``, ``layer``/``n_layers`` (cyclic offsets, random
+    seeds), ``seed``, ``eval_chunking``, ``eval_chunk`` (see ``attamba.py``).
     """
     if name not in PATTERNS:
         raise RecallLabError(
@@ -473,6 +481,10 @@ def make_pattern(name: str, k: int, **opts) -> Pattern:
         raise RecallLabError(f"pattern {name!r} needs dim= (the q/k feature size)")
     if name in SEATTN_VARIANTS:
         return make_seattn(name, k, **opts)
+    if name == "attamba":
+        from recall_lab.attention.attamba import AttambaPattern
+
+        return AttambaPattern(k, **opts)
     if name in ("sw", "sink", "full"):
         return FixedPattern(name, k)
     if name == "d":
