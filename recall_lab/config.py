@@ -33,6 +33,28 @@ else:  # pragma: no cover - Python 3.10
 Arch = Literal["mamba", "mamba2", "samba", "transformer"]
 
 
+class DecimationConfig(BaseModel):
+    """DeciMamba (seed 002 Sec. 4, Eq. 11, App. A, D; MECHANISMS.md §1).
+
+    The s-th decimating layer (s = 0 first, in `layers` order) keeps
+    P_s = max(min_len, floor(L_base * beta^s)) context tokens (at most the row's context), or with
+    `top_k` a fraction K of the row's context (the Top-K% ablation). `layers` are SSM layer
+    indices (negative counts from the end; default: the last layer, since shallow decimation
+    fails, App. D) or "auto": the `n_auto` layers with the largest Mamba Mean Distance, chosen
+    from data before use (`recall_lab.models.decimation.resolve_auto_layers`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layers: tuple[int, ...] | Literal["auto"] = (-1,)
+    n_auto: int = Field(1, ge=1)
+    L_base: int = Field(32, ge=1)
+    beta: float = Field(0.5, gt=0, le=1)
+    min_len: int = Field(20, ge=0)
+    score: Literal["mean", "l2", "random", "xnorm"] = "mean"
+    top_k: float | None = Field(None, gt=0, le=1)
+
+
 class ModelConfig(BaseModel):
     """Everything needed to rebuild a model; `name` is the registry row (`mamba+hax`, ...).
 
@@ -65,6 +87,22 @@ class ModelConfig(BaseModel):
     # of the dilated pattern (ceil(max_len / n)), so query i reads the same keys however long the
     # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).
     max_len: int | None = Field(None, ge=1)
+    decimation: DecimationConfig | None = None  # DeciMamba (mamba / mamba2 without a branch)
+
+    @model_validator(mode="after")
+    def _decimation_fits(self) -> ModelConfig:
+        if self.decimation is not None:
+            if self.arch not in ("mamba", "mamba2") or self.pattern is not None:
+                raise RecallLabError(
+                    "decimation works on plain mamba / mamba2 models only (no attention branch)"
+                )
+            if self.decimation.layers != "auto":
+                for layer in self.decimation.layers:
+                    if not -self.n_layers <= layer < self.n_layers:
+                        raise RecallLabError(
+                            f"decimation layer {layer} out of range for {self.n_layers} layers"
+                        )
+        return self
 
     @property
     def uses_k(self) -> bool:

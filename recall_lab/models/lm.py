@@ -25,6 +25,7 @@ class LMOutput:
     logits: torch.Tensor  # [b, l, vocab]
     aux_loss: torch.Tensor | None  # KS ranking loss summed over layers (seed 004 Eq. 18)
     params: list | None = None  # per SSM layer: SSMParams (Delta, A, B, C, x, D) when asked
+    kept: torch.Tensor | None = None  # DeciMamba: bool [b, l], positions that have logits
 
 
 def _mixer(cfg: ModelConfig, d_model: int) -> nn.Module:
@@ -61,7 +62,9 @@ class SSMBlock(nn.Module):
                 cfg.lsh_bits, cfg.pattern_opts, cfg.side_scale_init, max_len=cfg.max_len,
             )
 
-    def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, aux: list, params: list | None, decimate=None):
+        """x + mixer(norm(x)); with `decimate` (DeciMamba) the residual is gathered at the kept
+        positions too and the block returns (x' [b, l', d], kept)."""
         side = None
         if self.branch is not None:
             branch = self.branch
@@ -69,11 +72,16 @@ class SSMBlock(nn.Module):
             def side(xc: torch.Tensor) -> torch.Tensor:
                 return branch(xc, aux)
 
-        out = self.mixer(self.norm(x), side=side, return_params=params is not None)
+        out = self.mixer(self.norm(x), side=side, return_params=params is not None,
+                         **({} if decimate is None else {"decimate": decimate}))
         if params is not None:
-            out, p = out
+            *out, p = out
             params.append(p)
-        return x + out
+            out = out[0] if len(out) == 1 else tuple(out)
+        if decimate is None:
+            return x + out
+        out, kept = out
+        return kept.gather(x, 1) + out, kept
 
 
 class MLPBlock(nn.Module):
@@ -124,8 +132,14 @@ class RecallLM(nn.Module):
         nn.init.normal_(self.embed.weight, std=0.02)
         self.blocks = nn.ModuleList(_blocks(cfg))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        # DeciMamba; may be replaced on a built model for zero-shot evaluation (`--decimate`)
+        self.decimation = cfg.decimation
 
     def forward(self, ids: torch.Tensor, return_params: bool = False) -> LMOutput:
+        if self.decimation is not None:
+            from recall_lab.models.decimation import decimated_forward
+
+            return decimated_forward(self, ids, return_params)
         x = self.embed(ids)
         aux: list[torch.Tensor] = []
         params: list | None = [] if return_params else None

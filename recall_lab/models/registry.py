@@ -1,7 +1,9 @@
 """Model names (the rows of seed 004 Table 1) -> `ModelConfig` -> `RecallLM`.
 
 Names: `mamba`, `mamba+<pattern>` for any attention pattern (`mamba+hax`, `mamba+sw+d`, ...),
-`mamba-2x` (hidden size doubled), the same with `mamba2`, `samba`, `transformer`. Defaults follow
+`mamba-2x` (hidden size doubled), the same with `mamba2`, `samba`, `transformer`; `mamba+deci` and
+`mamba2+deci` (DeciMamba, seed 002: Delta-based decimation of the context in the last layer by
+default; `decimation=` overrides the `DecimationConfig`). Defaults follow
 seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per component for sw+d, a, hax),
 sign-bit LSH with h = 8, Samba = 2 Mamba + 2 SWA layers with window 64.
 """
@@ -41,11 +43,17 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
         if arch not in ("mamba", "mamba2"):
             raise RecallLabError(_unknown(name))
         base["arch"] = arch
-        if rest:
+        if rest == "deci" or rest.startswith("deci+"):
+            if rest != "deci":  # decimation shortens the sequence: no key-index branch on top
+                raise RecallLabError(f"{name!r}: decimation cannot be combined with a pattern")
+            base["decimation"] = {}
+        elif rest:
             if rest not in _known_patterns():
                 raise RecallLabError(_unknown(name))
             base["pattern"] = rest
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    if isinstance(base.get("decimation"), dict) and isinstance(overrides.get("decimation"), dict):
+        overrides["decimation"] = {**base["decimation"], **overrides["decimation"]}
     return ModelConfig.model_validate({**base, **overrides})
 
 
@@ -63,5 +71,6 @@ def build_model(name: str | ModelConfig, vocab_size: int | None = None, **overri
 def _unknown(name: str) -> str:
     return (
         f"unknown model {name!r}; choose from {', '.join(PAPER_MODELS)} "
-        f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())})"
+        f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "
+        "or mamba+deci / mamba2+deci)"
     )

@@ -8,6 +8,12 @@ the gate: the hook the hybrid (HAX) block uses for its sparse-attention branch.
 taps that would read across a start are masked, so the output equals running every chunk from a
 zero state on its own (Attamba's key/value SSMs, paper 003 Sec. 4.1). In `step`, the caller
 starts a fresh `allocate_state` at a chunk start (same thing).
+
+`decimate` (a `decimation.Decimate`, optional): DeciMamba (seed 002 Alg. 1). Conv, projections and
+Delta run at full length; the tokens are scored by Delta, the kept ones (`decimation.py`) are
+gathered (scan input, Delta, B, C and the gate z) and the scan runs on them only. The forward then
+returns `(out [b, l', d_model], kept)` (`kept.idx`, `kept.valid`: positions in the input), plus
+SSMParams of the kept tokens with return_params.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from torch import Tensor, nn
 
 from generators.errors import RecallLabError
 from recall_lab.ssm.backend import selective_scan, ssd
+from recall_lab.ssm.decimation import Decimate, decimate_indices, decimation_scores
 from recall_lab.ssm.reference import reset_mask, selective_scan_ref, ssd_ref
 from recall_lab.ssm.scan import selective_scan_torch
 from recall_lab.ssm.ssd import ssd_torch
@@ -112,6 +119,17 @@ def _check_d_model(x: Tensor, d_model: int) -> None:
         raise RecallLabError(f"mixer input must be [b, l, {d_model}], got {tuple(x.shape)}")
 
 
+def _check_decimate(decimate: Decimate | None, reset: Tensor | None) -> None:
+    if decimate is not None and reset is not None:
+        raise RecallLabError("decimation and chunk resets cannot be combined in one mixer call")
+
+
+def _result(out: Tensor, kept, params: SSMParams | None):
+    """out; (out, params); (out, kept); (out, kept, params) depending on what was asked."""
+    res = (out,) + (() if kept is None else (kept,)) + (() if params is None else (params,))
+    return res[0] if len(res) == 1 else res
+
+
 class MambaMixer(nn.Module):
     """Mamba (S6) mixer: in_proj -> causal depthwise conv -> SiLU -> selective scan -> gate -> out.
 
@@ -165,16 +183,23 @@ class MambaMixer(nn.Module):
         return dt, B.transpose(1, 2), C.transpose(1, 2)
 
     def forward(self, x: Tensor, side: Side | None = None, return_params: bool = False,
-                reset: Tensor | None = None):
+                reset: Tensor | None = None, decimate: Decimate | None = None):
         """x [b, l, d_model] -> y [b, l, d_model] (and SSMParams with return_params).
 
-        reset: bool [l] or [b, l] chunk starts (module docstring)."""
+        reset: bool [l] or [b, l] chunk starts; decimate: DeciMamba (module docstring)."""
         _check_d_model(x, self.d_model)
+        _check_decimate(decimate, reset)
         xz = self.in_proj(x).transpose(1, 2)  # [b, 2d, l]
         xs, z = xz.chunk(2, dim=1)
         xc = F.silu(_causal_conv(xs, self.conv1d.weight, self.conv1d.bias, reset))
         dt, B, C = self._ssm_inputs(xc)
         A = -torch.exp(_fp(self.A_log))
+        kept = None
+        if decimate is not None:  # Alg. 1 l.5-6: select by Delta, gather after the conv
+            delta = F.softplus(dt + self.dt_proj.bias[:, None])
+            score = decimation_scores(delta, decimate.score, xc)
+            kept = decimate_indices(score, decimate.n_keep, decimate.keep_from)
+            xc, dt, B, C, z = (kept.gather(t, -1) for t in (xc, dt, B, C, z))
         scan_kw = dict(delta_bias=_fp(self.dt_proj.bias), delta_softplus=True)
         if reset is not None:
             scan_kw["reset"] = reset
@@ -184,10 +209,11 @@ class MambaMixer(nn.Module):
             y = self._scan(xc, dt, A, B, C, _fp(self.D), **scan_kw)
             y = (y.transpose(1, 2) + side(xc.transpose(1, 2))) * F.silu(z.transpose(1, 2))
         out = self.out_proj(y.to(x.dtype))
-        if not return_params:
-            return out
-        delta = F.softplus(dt + self.dt_proj.bias[:, None])
-        return out, SSMParams(delta=delta, A=A, B=B, C=C, x=xc, D=self.D)
+        params = None
+        if return_params:
+            delta = F.softplus(dt + self.dt_proj.bias[:, None])
+            params = SSMParams(delta=delta, A=A, B=B, C=C, x=xc, D=self.D)
+        return _result(out, kept, params)
 
     def allocate_state(self, batch: int, device=None, dtype=None) -> MixerState:
         p = self.A_log
@@ -290,16 +316,26 @@ class Mamba2Mixer(nn.Module):
         return torch.split(zxbcdt, [di, di + 2 * gn, self.nheads], dim=-1)
 
     def forward(self, x: Tensor, side: Side | None = None, return_params: bool = False,
-                reset: Tensor | None = None):
+                reset: Tensor | None = None, decimate: Decimate | None = None):
         """x [b, l, d_model] -> y [b, l, d_model] (and SSMParams with return_params).
 
-        reset: bool [l] or [b, l] chunk starts (module docstring)."""
+        reset: bool [l] or [b, l] chunk starts; decimate: DeciMamba (module docstring). Delta is
+        one scalar per head here, with the same role (Delta -> 0 skips the token): the score is
+        its mean over heads."""
         _check_d_model(x, self.d_model)
-        b, length, _ = x.shape
+        _check_decimate(decimate, reset)
         z, xBC, dt = self._split(self.in_proj(x))
         xBC = F.silu(_causal_conv(xBC.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
                                   reset))
         xBC = xBC.transpose(1, 2)
+        kept = None
+        if decimate is not None:
+            delta = F.softplus(dt + self.dt_bias).transpose(1, 2)  # [b, h, l]
+            xc_t = xBC[..., : self.d_inner].transpose(1, 2)
+            score = decimation_scores(delta, decimate.score, xc_t)
+            kept = decimate_indices(score, decimate.n_keep, decimate.keep_from)
+            z, xBC, dt = (kept.gather(t, 1) for t in (z, xBC, dt))
+        b, length, _ = xBC.shape
         gn = self.ngroups * self.d_state
         xc, B, C = torch.split(xBC, [self.d_inner, gn, gn], dim=-1)
         xh = xc.reshape(b, length, self.nheads, self.headdim)
@@ -313,10 +349,11 @@ class Mamba2Mixer(nn.Module):
         if side is not None:
             y = y + side(xc)
         out = self.out_proj(self.norm(y, z).to(x.dtype))
-        if not return_params:
-            return out
-        delta = F.softplus(dt + self.dt_bias).transpose(1, 2)
-        return out, SSMParams(delta=delta, A=A, B=B, C=C, x=xh, D=self.D)
+        params = None
+        if return_params:
+            delta = F.softplus(dt + self.dt_bias).transpose(1, 2)
+            params = SSMParams(delta=delta, A=A, B=B, C=C, x=xh, D=self.D)
+        return _result(out, kept, params)
 
     def allocate_state(self, batch: int, device=None, dtype=None) -> MixerState:
         p = self.A_log
