@@ -30,7 +30,39 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-Arch = Literal["mamba", "mamba2", "samba", "transformer"]
+Arch = Literal["mamba", "mamba2", "samba", "transformer", "mamba2-attn"]
+
+
+class SEAttnConfig(BaseModel):
+    """Options of an SE-Attn pattern (seed 001; `recall_lab/attention/seattn.py`), wherever it
+    is used: the hybrid branch (`mamba2+seattn`) or the attention layers of `mamba2-attn-se`.
+    None = derived from the budget k (chunk k/2, block k/8, top (k - chunk) / block)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    chunk: int | None = Field(None, ge=1)  # chunk size M in evaluation (and training if fixed)
+    block: int | None = Field(None, ge=1)  # memory block size S
+    topk: int | None = Field(None, ge=0)  # blocks retrieved per query
+    chunk_choices: tuple[int, ...] = ()  # training: one M per forward drawn from these
+    scoring: Literal["prefix", "token", "chunk"] = "prefix"  # "chunk" = paper, not causal
+    # None: "value" (the paper's) where v has q's width, "key" in the hybrid branch (v = xc).
+    summary: Literal["value", "key"] | None = None
+    seed: int = Field(0, ge=0)  # landmark queries, random retrieval in evaluation
+
+    def options(self) -> dict[str, Any]:
+        """The fields that are set, as `make_pattern` options."""
+        return {k: v for k, v in self.model_dump().items() if v is not None and v != ()}
+
+
+class AttnLayersConfig(BaseModel):
+    """The attention layers of `mamba2-attn` (Mamba2 layers with attention layers between them,
+    the shape of seed 001's Mamba-2-Hybrid): after each Mamba2 layer listed in `after`, one
+    attention block (multi-head attention with RoPE + SwiGLU MLP)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attention: Literal["full", "sw", "se"] = "full"  # sw: window k; se: seattn with budget k
+    after: tuple[int, ...] = (0,)
 
 
 class DecimationConfig(BaseModel):
@@ -88,6 +120,8 @@ class ModelConfig(BaseModel):
     # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).
     max_len: int | None = Field(None, ge=1)
     decimation: DecimationConfig | None = None  # DeciMamba (mamba / mamba2 without a branch)
+    seattn: SEAttnConfig | None = None  # options of seattn* patterns (branch or layers)
+    attn_layers: AttnLayersConfig | None = None  # arch mamba2-attn only (None = full after 0)
 
     @model_validator(mode="after")
     def _decimation_fits(self) -> ModelConfig:
@@ -106,7 +140,30 @@ class ModelConfig(BaseModel):
 
     @property
     def uses_k(self) -> bool:
-        return self.pattern is not None or self.arch == "samba"
+        return self.pattern is not None or self.arch == "samba" or (
+            self.arch == "mamba2-attn" and self.attention_layers.attention != "full")
+
+    @property
+    def attention_layers(self) -> AttnLayersConfig:
+        return self.attn_layers or AttnLayersConfig()
+
+    def pattern_options(self) -> dict[str, Any]:
+        """Options of the branch pattern: the typed SE-Attn options for seattn*, then
+        `pattern_opts` (which win)."""
+        se = (self.seattn or SEAttnConfig()).options()
+        if self.pattern is not None and self.pattern.startswith("seattn"):
+            return {**se, **self.pattern_opts}
+        return dict(self.pattern_opts)
+
+    @model_validator(mode="after")
+    def _check_layers(self) -> ModelConfig:
+        if self.attn_layers is not None and self.arch != "mamba2-attn":
+            raise ValueError(f"attn_layers is for arch mamba2-attn, not {self.arch}")
+        bad = [i for i in self.attention_layers.after if not 0 <= i < self.n_layers]
+        if self.arch == "mamba2-attn" and bad:
+            raise ValueError(f"attn_layers.after lists layer {bad[0]}; the model has "
+                             f"{self.n_layers} Mamba2 layers")
+        return self
 
 
 class TrainConfig(BaseModel):

@@ -5,6 +5,13 @@
 """
 
 from recall_lab.models.lm import LMOutput, RecallLM
-from recall_lab.models.registry import PAPER_MODELS, build_model, model_config
+from recall_lab.models.registry import (
+    MODEL_ROWS,
+    PAPER_MODELS,
+    SEATTN_MODELS,
+    build_model,
+    model_config,
+)
 
-__all__ = ["LMOutput", "PAPER_MODELS", "RecallLM", "build_model", "model_config"]
+__all__ = ["LMOutput", "MODEL_ROWS", "PAPER_MODELS", "RecallLM", "SEATTN_MODELS", "build_model",
+           "model_config"]

@@ -7,6 +7,8 @@ Attention layers of the baselines (not the hybrid branch, which lives in `hybrid
   fused kernels and is exact; both compute the same softmax over all j <= i.
 - `SlidingWindowAttention`: Samba's SWA layer, through the project's `sparse_attention` with the
   "sw" pattern (O(L k) memory), so the window has exactly the hybrid models' semantics.
+- `PatternAttention`: the same with any pattern module (SE-Attn layers of `mamba2-attn-se`: the
+  pattern sees the RoPE'd q, k and v of each head, so its value summaries are defined).
 """
 
 from __future__ import annotations
@@ -69,14 +71,12 @@ class CausalSelfAttention(_HeadsAttention):
         return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
-class SlidingWindowAttention(_HeadsAttention):
-    """Multi-head sliding-window attention with RoPE (Samba's SWA layer), window = k keys."""
+class PatternAttention(_HeadsAttention):
+    """Multi-head attention with RoPE over the keys a pattern module lists (one sparse op)."""
 
-    def __init__(self, d_model: int, n_heads: int, window: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, pattern: nn.Module) -> None:
         super().__init__(d_model, n_heads)
-        from recall_lab.attention import make_pattern
-
-        self.pattern = make_pattern("sw", window)
+        self.pattern = pattern
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from recall_lab.attention import sparse_attention
@@ -84,3 +84,12 @@ class SlidingWindowAttention(_HeadsAttention):
         q, k, v = self._qkv(x)
         idx, _ = self.pattern(q, k, v)
         return self._merge(sparse_attention(q, k, v, idx, scale=self.head_dim**-0.5))
+
+
+class SlidingWindowAttention(PatternAttention):
+    """Multi-head sliding-window attention with RoPE (Samba's SWA layer), window = k keys."""
+
+    def __init__(self, d_model: int, n_heads: int, window: int) -> None:
+        from recall_lab.attention import make_pattern
+
+        super().__init__(d_model, n_heads, make_pattern("sw", window))

@@ -15,9 +15,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from recall_lab.config import ModelConfig
+from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.models.hybrid import SparseBranch
-from recall_lab.models.layers import CausalSelfAttention, SlidingWindowAttention, SwiGLU
+from recall_lab.models.layers import (
+    CausalSelfAttention,
+    PatternAttention,
+    SlidingWindowAttention,
+    SwiGLU,
+)
 
 
 @dataclass
@@ -34,7 +39,7 @@ def _mixer(cfg: ModelConfig, d_model: int) -> nn.Module:
     kw: dict = {"d_inner": cfg.expand * d_model, "d_conv": cfg.d_conv}
     if cfg.d_state is not None:
         kw["d_state"] = cfg.d_state
-    if cfg.arch == "mamba2":
+    if cfg.arch in ("mamba2", "mamba2-attn"):
         kw["headdim"] = cfg.headdim or min(64, kw["d_inner"])  # 64 = mamba-ssm's default
         return Mamba2Mixer(d_model, **kw)
     return MambaMixer(d_model, **kw)
@@ -59,7 +64,7 @@ class SSMBlock(nn.Module):
             heads = _n_heads(self.mixer) if cfg.branch_heads == "mixer" else 1
             self.branch = SparseBranch(
                 self.mixer.d_inner, self.mixer.d_state, heads, cfg.pattern, cfg.k,
-                cfg.lsh_bits, cfg.pattern_opts, cfg.side_scale_init, max_len=cfg.max_len,
+                cfg.lsh_bits, cfg.pattern_options(), cfg.side_scale_init, max_len=cfg.max_len,
             )
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None, decimate=None):
@@ -95,10 +100,11 @@ class MLPBlock(nn.Module):
 
 
 class AttentionBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, window: int | None) -> None:
+    def __init__(self, cfg: ModelConfig, window: int | None, attn: nn.Module | None = None
+                 ) -> None:
         super().__init__()
         self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-5)
-        self.attn = (
+        self.attn = attn or (
             CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
             else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
         )
@@ -109,9 +115,28 @@ class AttentionBlock(nn.Module):
         return self.mlp(x, aux, params)
 
 
+def _attention_layer(cfg: ModelConfig) -> AttentionBlock:
+    """An attention block of `mamba2-attn`: full (SDPA), sliding window k, or SE-Attn (budget
+    k, options from `cfg.seattn`; value summaries: each head's v has q's width)."""
+    kind = cfg.attention_layers.attention
+    if kind != "se":
+        return AttentionBlock(cfg, cfg.k if kind == "sw" else None)
+    from recall_lab.attention import make_pattern
+
+    pattern = make_pattern("seattn", cfg.k, **(cfg.seattn or SEAttnConfig()).options())
+    return AttentionBlock(cfg, None, PatternAttention(cfg.d_model, cfg.n_heads, pattern))
+
+
 def _blocks(cfg: ModelConfig) -> list[nn.Module]:
     if cfg.arch in ("mamba", "mamba2"):
         return [SSMBlock(cfg) for _ in range(cfg.n_layers)]
+    if cfg.arch == "mamba2-attn":  # seed 001's Mamba-2-Hybrid shape, scaled down
+        out = []
+        for i in range(cfg.n_layers):
+            out.append(SSMBlock(cfg, with_branch=False))
+            if i in cfg.attention_layers.after:
+                out.append(_attention_layer(cfg))
+        return out
     if cfg.arch == "transformer":
         return [AttentionBlock(cfg, None) for _ in range(cfg.n_layers)]
     # Samba (seed 004 App. D.1: 2 Mamba + 2 SWA layers, window k): units of

@@ -1,7 +1,9 @@
 """Model names (the rows of seed 004 Table 1) -> `ModelConfig` -> `RecallLM`.
 
-Names: `mamba`, `mamba+<pattern>` for any attention pattern (`mamba+hax`, `mamba+sw+d`, ...),
-`mamba-2x` (hidden size doubled), the same with `mamba2`, `samba`, `transformer`; `mamba+deci` and
+Names: `mamba`, `mamba+<pattern>` for any attention pattern (`mamba+hax`, `mamba+sw+d`, ...,
+`mamba2+seattn`), `mamba-2x` (hidden size doubled), the same with `mamba2`; the rows of
+`MODEL_ROWS`: `samba`, `transformer`, `mamba2-attn[-sw|-se]` (Mamba2 layers with full /
+sliding-window / SE-Attn attention layers, seed 001's Mamba-2-Hybrid shape); `mamba+deci` and
 `mamba2+deci` (DeciMamba, seed 002: Delta-based decimation of the context in the last layer by
 default; `decimation=` overrides the `DecimationConfig`). Defaults follow
 seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per component for sw+d, a, hax),
@@ -22,6 +24,22 @@ PAPER_MODELS: tuple[str, ...] = tuple(
 )
 
 
+# Models that are not `base+pattern` strings: name -> ModelConfig fields.
+MODEL_ROWS: dict[str, dict] = {
+    "samba": {"arch": "samba"},
+    "transformer": {"arch": "transformer"},
+    "mamba2-attn": {"arch": "mamba2-attn", "attn_layers": {"attention": "full"}},
+    "mamba2-attn-sw": {"arch": "mamba2-attn", "attn_layers": {"attention": "sw"}},
+    "mamba2-attn-se": {"arch": "mamba2-attn", "attn_layers": {"attention": "se"}},
+}
+# SE-Attn rows (seed 001): the hybrid branch with SE-Attn and its ablations, and the layer hybrid.
+SEATTN_MODELS: tuple[str, ...] = tuple(
+    [f"{base}+{p}" for base in ("mamba", "mamba2")
+     for p in ("seattn", "seattn-nomem", "seattn-random", "seattn-landmark")]
+    + ["mamba2-attn", "mamba2-attn-sw", "mamba2-attn-se"]
+)
+
+
 def _known_patterns() -> tuple[str, ...]:
     try:
         from recall_lab.attention import PATTERNS
@@ -33,8 +51,8 @@ def _known_patterns() -> tuple[str, ...]:
 def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
     """The `ModelConfig` of a named model, with field overrides (e.g. k=32, d_model=32)."""
     base: dict = {"name": name, "vocab_size": vocab_size}
-    if name in ("samba", "transformer"):
-        base["arch"] = name
+    if name in MODEL_ROWS:
+        base.update(MODEL_ROWS[name])
     else:
         arch, _, rest = name.partition("+")
         if arch.endswith("-2x") and not rest:
@@ -70,7 +88,8 @@ def build_model(name: str | ModelConfig, vocab_size: int | None = None, **overri
 
 def _unknown(name: str) -> str:
     return (
-        f"unknown model {name!r}; choose from {', '.join(PAPER_MODELS)} "
+        f"unknown model {name!r}; choose from {', '.join(PAPER_MODELS)}, "
+        f"{', '.join(r for r in MODEL_ROWS if r not in PAPER_MODELS)} "
         f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "
         "or mamba+deci / mamba2+deci)"
     )

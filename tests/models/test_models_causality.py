@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recall_lab.attention.patterns import LSHPattern
-from recall_lab.models import PAPER_MODELS, build_model
+from recall_lab.models import PAPER_MODELS, SEATTN_MODELS, build_model
 
 VOCAB, LENGTH = 23, 40
+NAMES = PAPER_MODELS + SEATTN_MODELS
 
 
 @cache
@@ -40,7 +41,7 @@ def _leak(name: str, seed: int, t: int, training: bool) -> float:
     return (a[:, : t + 1] - b[:, : t + 1]).abs().max().item()
 
 
-@pytest.mark.parametrize("name", PAPER_MODELS)
+@pytest.mark.parametrize("name", NAMES)
 def test_every_model_is_causal(name):
     for t in (0, 9, 23):
         assert _leak(name, seed=t, t=t, training=False) <= 1e-5
@@ -53,7 +54,7 @@ def test_every_model_is_causal(name):
         assert (model(ids).logits[:, 20:] - model(other).logits[:, 20:]).abs().max() > 1e-4
 
 
-@given(name=st.sampled_from(PAPER_MODELS), seed=st.integers(0, 2**16),
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**16),
        t=st.integers(0, LENGTH - 2), training=st.booleans())
 def test_causality_property(name, seed, t, training):
     assert _leak(name, seed, t, training) <= 1e-5
@@ -90,7 +91,7 @@ def _length_leak(name: str, seed: int, t: int, pad: int, training: bool) -> floa
     )
 
 
-@pytest.mark.parametrize("name", PAPER_MODELS)
+@pytest.mark.parametrize("name", NAMES)
 def test_every_model_ignores_length_and_padding(name):
     for t, pad in ((0, 1), (17, 25), (LENGTH - 2, 60)):
         assert _length_leak(name, seed=t, t=t, pad=pad, training=False) <= 1e-5
@@ -98,7 +99,7 @@ def test_every_model_ignores_length_and_padding(name):
             assert _length_leak(name, seed=t, t=t, pad=pad, training=True) <= 1e-5
 
 
-@given(name=st.sampled_from(PAPER_MODELS), seed=st.integers(0, 2**16),
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**16),
        t=st.integers(0, LENGTH - 2), pad=st.integers(1, 70))
 def test_length_and_padding_property(name, seed, t, pad):
     assert _length_leak(name, seed, t, pad, training=False) <= 1e-5
