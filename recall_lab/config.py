@@ -261,3 +261,40 @@ def resolve_task(task: str) -> tuple[Any, str | None]:
     raise RecallLabError(
         f"unknown task {task!r}: not a preset ({', '.join(PRESETS)}) and not a TOML file"
     )
+
+
+RUN_TABLES = ("model", "train", "task")
+
+
+def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
+    """RunConfig from the `[model]`, `[train]`, `[task]` tables of a run config (a TOML file's
+    content, with command-line flags already merged in). `train.data` (a dataset folder) fixes
+    the task: a `[task]` table beside it must describe the same task. `where` names the source
+    in error messages."""
+    from generators.dataset import manifest_spec, read_manifest
+    from recall_lab.models.registry import model_config
+
+    unknown = set(data) - set(RUN_TABLES)
+    if unknown:
+        raise RecallLabError(f"{where}: unknown table [{sorted(unknown)[0]}]; "
+                             "expected [model], [train], [task]")
+    model_tab = dict(data.get("model") or {})
+    name = model_tab.pop("name", None)
+    if name is None:
+        raise RecallLabError(f"{where}: no model given: set model.name or pass --model NAME "
+                             "(see `recall-lab models`)")
+    train_tab = dict(data.get("train") or {})
+    if train_tab.get("data") is not None:
+        manifest = read_manifest(Path(train_tab["data"]))
+        spec, task_name = manifest_spec(manifest), manifest.get("preset")
+        if data.get("task") and task_from_table(data["task"])[0] != spec:
+            raise RecallLabError(f"{where}: its [task] is not the task of dataset "
+                                 f"{train_tab['data']}")
+    elif data.get("task"):
+        spec, task_name = task_from_table(data["task"])
+    else:
+        raise RecallLabError(f"{where}: no task given: a [task] table, --task PRESET_OR_TOML "
+                             "or --data DATASET_DIR")
+    mcfg = model_config(name, spec.vocab().size, **model_tab)
+    return RunConfig(model=mcfg, train=TrainConfig.model_validate(train_tab), task=spec,
+                     task_name=task_name)

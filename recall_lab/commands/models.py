@@ -13,42 +13,22 @@ import typer
 
 def _run_config(model, task, config, k, d_model, train_over: dict):
     """RunConfig from an optional TOML file, then flags (flags win)."""
+    from generators import PRESETS
     from generators.errors import RecallLabError
-    from recall_lab.config import RunConfig, TrainConfig, read_toml, resolve_task, task_from_table
-    from recall_lab.models import model_config
+    from recall_lab.config import read_toml, resolve_task, run_config_from_tables
 
     data = read_toml(config) if config is not None else {}
-    unknown = set(data) - {"model", "train", "task"}
-    if unknown:
-        raise RecallLabError(f"{config}: unknown table [{sorted(unknown)[0]}]; "
-                             "expected [model], [train], [task]")
-    model_tab = dict(data.get("model", {}))
-    name = model or model_tab.pop("name", None)
-    model_tab.pop("name", None)
-    if name is None:
-        raise RecallLabError("no model given: pass --model NAME (see `recall-lab models`)")
-    data_dir = train_over.get("data") or data.get("train", {}).get("data")
-    if data_dir is not None:
-        if task is not None:
+    tables = {**data, **{t: dict(data.get(t) or {}) for t in ("model", "train", "task")}}
+    if model is not None:
+        tables["model"]["name"] = model
+    tables["model"].update({a: b for a, b in (("k", k), ("d_model", d_model)) if b is not None})
+    tables["train"].update({a: b for a, b in train_over.items() if b is not None})
+    if task is not None:
+        if tables["train"].get("data") is not None:
             raise RecallLabError("give --task or --data, not both: the dataset fixes the task")
-        from recall_lab.data import DatasetReader
-
-        reader = DatasetReader(data_dir)
-        spec, task_name = reader.spec, reader.manifest.get("preset")
-        if "task" in data and task_from_table(data["task"])[0] != spec:
-            raise RecallLabError(f"{config}: its [task] is not the task of dataset {data_dir}")
-    elif task is not None:
-        spec, task_name = resolve_task(task)
-    elif "task" in data:
-        spec, task_name = task_from_table(data["task"])
-    else:
-        raise RecallLabError("no task given: pass --task PRESET_OR_TOML or --data DATASET_DIR")
-    over = {**model_tab, **({"k": k} if k is not None else {}),
-            **({"d_model": d_model} if d_model is not None else {})}
-    mcfg = model_config(name, spec.vocab().size, **over)
-    train_tab = {**data.get("train", {}), **{a: b for a, b in train_over.items() if b is not None}}
-    return RunConfig(model=mcfg, train=TrainConfig.model_validate(train_tab), task=spec,
-                     task_name=task_name)
+        tables["task"] = ({"preset": task} if task in PRESETS
+                          else resolve_task(task)[0].model_dump(mode="json"))
+    return run_config_from_tables(tables, str(config) if config is not None else "flags")
 
 
 class _Bar:

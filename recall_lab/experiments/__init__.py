@@ -1,0 +1,2 @@
+"""The experiment layer: a grid of runs from a TOML file (`grid`), engines that run them
+(`engine`: a local process pool or Ray), and the report over their run folders (`report`)."""

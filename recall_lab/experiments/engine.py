@@ -1,0 +1,367 @@
+"""Running an experiment's runs: a local process pool or Ray tasks, over the same run folders.
+
+`run_sweep(experiment, root)` looks at `root/<experiment>/<run name>/` for every run of the grid:
+a folder with `summary.json` is finished and skipped; one with a resume checkpoint is resumed
+(`train_run(resume=True)`: the same result as an uninterrupted run); anything else is started
+afresh. It keeps `root/<experiment>/sweep.json`, the index of the grid: every run with its config,
+hash, status (`done`, `failed`, `pending`, `running`) and, for a failure, the error line and the
+traceback. A failing run does not stop the others; the caller turns the failure count into the
+exit code. Editing the grid and sweeping again runs only the runs that are new.
+
+Workers: `--workers N` processes (spawned, each with `threads` torch threads; with several GPUs
+visible, each worker owns one through CUDA_VISIBLE_DEVICES), or Ray tasks (`engine="ray"`: a local
+Ray instance, or the cluster at `address`) running the same `execute` function. A run's result
+depends only on its config, so both engines give the same summaries (tests check it). Only this
+process writes `sweep.json` (atomically); each worker writes only its own run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.experiments.grid import Experiment, Run
+
+INDEX = "sweep.json"
+LOCK = ".sweep.lock"
+ENGINES = ("local", "ray")
+
+
+class Monitor(Protocol):
+    """What a sweep reports while it runs (the CLI draws it; tests record it)."""
+
+    def start(self, total: int, todo: list[str]) -> None: ...
+    def running(self, name: str) -> None: ...
+    def step(self, name: str, step: int, steps: int) -> None: ...
+    def finished(self, name: str, result: dict) -> None: ...
+
+
+class _Quiet:
+    def start(self, total: int, todo: list[str]) -> None:
+        pass
+
+    def running(self, name: str) -> None:
+        pass
+
+    def step(self, name: str, step: int, steps: int) -> None:
+        pass
+
+    def finished(self, name: str, result: dict) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Job:
+    run: Run
+    folder: Path
+    action: str  # "skip" (finished), "resume" (has a checkpoint) or "fresh"
+
+
+def plan(exp: Experiment, root: Path) -> list[Job]:
+    """What a sweep would do with each run, from what is on disk."""
+    out = Path(root) / exp.name
+    jobs = []
+    for run in exp.runs:
+        folder = out / run.name
+        if (folder / ck.SUMMARY).is_file():
+            action = "skip"
+        elif (folder / ck.RESUME).is_file() and (folder / ck.CONFIG).is_file():
+            action = "resume"
+        else:
+            action = "fresh"
+        jobs.append(Job(run, folder, action))
+    return jobs
+
+
+# ---- the worker side ----------------------------------------------------------------------------
+
+_events: Any = None  # queue to the parent (local pool); None under Ray
+
+
+def _init_worker(threads: int, events: Any, gpus: Any) -> None:
+    """Runs in each new worker before torch is imported: thread count, and its own GPU."""
+    global _events
+    _events = events
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if gpus is not None:
+        try:
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus.get_nowait())
+        except queue.Empty:
+            pass
+
+
+def _send(*event: Any) -> None:
+    if _events is not None:
+        _events.put(event)
+
+
+def execute(job: dict) -> dict:
+    """Train one run (the unit of work of both engines): {"name", "status", "summary" | "error",
+    "traceback"}. Every exception is caught and returned: one run's failure is not the sweep's."""
+    name = job["name"]
+    try:
+        import torch
+
+        from recall_lab.config import RunConfig
+        from recall_lab.ssm import retain_freed_memory
+        from recall_lab.train import train_run
+
+        retain_freed_memory()
+        torch.set_num_threads(job["threads"])
+        cfg = RunConfig.model_validate(job["config"])
+        _send("running", name)
+        last = [0.0]
+
+        def progress(e: dict) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 1.0 or e["step"] == e["steps"]:
+                last[0] = now
+                _send("step", name, e["step"], e["steps"])
+
+        summary = train_run(cfg, Path(job["dir"]), resume=job["resume"], force=not job["resume"],
+                            progress=progress)
+        return {"name": name, "status": "done", "summary": summary}
+    except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+        lines = str(exc).strip().splitlines()
+        error = lines[0] if lines else type(exc).__name__
+        if not isinstance(exc, RecallLabError):
+            error = f"{type(exc).__name__}: {error}"
+        return {"name": name, "status": "failed", "error": error,
+                "traceback": traceback.format_exc()}
+
+
+# ---- engines ------------------------------------------------------------------------------------
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:  # pragma: no cover
+        return 0
+
+
+def _local(payloads: list[dict], workers: int, threads: int, monitor: Monitor,
+           on_result) -> None:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # no forked torch state; CUDA works in children
+    events = ctx.Queue()
+    n_gpu = _gpu_count()
+    gpus = None
+    if n_gpu > 1:
+        gpus = ctx.Queue()
+        for i in range(n_gpu):
+            gpus.put(i)
+        workers = min(workers, n_gpu)
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            try:
+                e = events.get(timeout=0.2)
+            except (queue.Empty, EOFError, OSError):
+                continue
+            if e[0] == "running":
+                monitor.running(e[1])
+            elif e[0] == "step":
+                monitor.step(e[1], e[2], e[3])
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(threads, events, gpus)) as pool:
+            futures = {pool.submit(execute, p): p for p in payloads}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    try:
+                        result = f.result()
+                    except BrokenProcessPool as exc:
+                        result = {"name": futures[f]["name"], "status": "failed",
+                                  "error": f"worker process died ({exc})"}
+                    on_result(result)
+    finally:
+        stop.set()
+        reader.join(timeout=2)
+
+
+def _ray(payloads: list[dict], workers: int, threads: int, address: str | None,
+         monitor: Monitor, on_result) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise RecallLabError("--engine ray needs Ray: pip install 'recall-lab[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        if os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "runtime_env": {"env_vars": env}}
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=workers * threads, num_gpus=_gpu_count(), **kwargs)
+    try:
+        gpu = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        task = ray.remote(execute).options(num_cpus=threads, num_gpus=gpu, max_retries=0)
+        refs = {task.remote(p): p for p in payloads}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    result = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a dead Ray worker
+                    result = {"name": refs[ref]["name"], "status": "failed",
+                              "error": f"Ray task failed: {str(exc).splitlines()[0]}"}
+                on_result(result)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---- the sweep ----------------------------------------------------------------------------------
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _entry(job: Job, status: str) -> dict:
+    return {"name": job.run.name, "hash": job.run.hash, "values": job.run.values,
+            "status": status, "config": job.run.config.to_json()}
+
+
+def _finished_entry(entry: dict, summary: dict) -> dict:
+    return {**entry, "status": "done", "stopped": summary.get("stopped"),
+            "valid": summary.get("valid"), "test": summary.get("test")}
+
+
+def read_index(folder: Path) -> dict | None:
+    path = Path(folder) / INDEX
+    return ck.read_json(path, "sweep index") if path.is_file() else None
+
+
+class _Lock:
+    """One sweep per experiment folder at a time (a second one would train the same runs)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / LOCK
+
+    def __enter__(self) -> _Lock:
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and _alive(pid):
+                    raise RecallLabError(f"another sweep (pid {pid}) is running in "
+                                         f"{self.path.parent}") from None
+                self.path.unlink(missing_ok=True)  # left by a killed sweep
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return self
+        raise RecallLabError(f"cannot lock {self.path}")
+
+    def __exit__(self, *exc: Any) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
+              threads: int = 1, engine: str = "local", address: str | None = None,
+              monitor: Monitor | None = None) -> dict:
+    """Run every unfinished run of `exp` under `root/<exp.name>/`; returns the index (also
+    written to sweep.json) with counts {"done", "failed", "skipped", "ran"}."""
+    if engine not in ENGINES:
+        raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if workers < 1 or threads < 1:
+        raise RecallLabError(f"--workers and --threads must be >= 1, got {workers}, {threads}")
+    monitor = monitor or _Quiet()
+    folder = Path(root) / exp.name
+    folder.mkdir(parents=True, exist_ok=True)
+    with _Lock(folder):
+        jobs = plan(exp, root)
+        entries: dict[str, dict] = {}
+        for job in jobs:
+            if job.action == "skip":
+                summary = ck.read_json(job.folder / ck.SUMMARY, "run summary")
+                entries[job.run.name] = _finished_entry(_entry(job, "done"), summary)
+            else:
+                entries[job.run.name] = _entry(job, "pending")
+        index = {"experiment": exp.name, "source": str(exp.source) if exp.source else None,
+                 "axes": exp.axes, "report": exp.report, "reference": exp.reference,
+                 "updated": _now(), "runs": list(entries.values())}
+
+        def save() -> None:
+            index["updated"] = _now()
+            index["runs"] = list(entries.values())
+            ck.write_json(folder / INDEX, index)
+
+        save()
+        todo = [j for j in jobs if j.action != "skip"]
+        monitor.start(len(jobs), [j.run.name for j in todo])
+        payloads = [{"name": j.run.name, "config": j.run.config.to_json(), "dir": str(j.folder),
+                     "resume": j.action == "resume", "threads": threads} for j in todo]
+        by_name = {j.run.name: j for j in todo}
+        for j in todo:
+            entries[j.run.name]["status"] = "running"
+        if todo:
+            save()
+
+        def on_result(result: dict) -> None:
+            job = by_name[result["name"]]
+            base = _entry(job, result["status"])
+            if result["status"] == "done":
+                entries[job.run.name] = _finished_entry(base, result["summary"])
+            else:
+                entries[job.run.name] = {**base, "error": result["error"],
+                                         "traceback": result.get("traceback")}
+            save()
+            monitor.finished(result["name"], result)
+
+        if todo:
+            try:
+                if engine == "local":
+                    _local(payloads, min(workers, len(todo)), threads, monitor, on_result)
+                else:
+                    _ray(payloads, workers, threads, address, monitor, on_result)
+            finally:
+                for e in entries.values():  # interrupted: what did not finish is pending again
+                    if e["status"] == "running":
+                        e["status"] = "pending"
+                save()
+        statuses = [e["status"] for e in entries.values()]
+        index["counts"] = {"runs": len(jobs), "ran": len(todo),
+                           "skipped": len(jobs) - len(todo), "done": statuses.count("done"),
+                           "failed": statuses.count("failed")}
+        ck.write_json(folder / INDEX, index)
+        return index

@@ -1,0 +1,287 @@
+"""An experiment file -> the list of runs it stands for (pure: nothing is trained or written).
+
+An experiment is a TOML file: a base run config (the `[model]`, `[train]`, `[task]` tables that
+`recall-lab train -c` reads, or `base = "other.toml"`, a run config whose tables this file's
+tables override key by key) and a `[grid]` of axes over config fields named by dotted path:
+
+    name = "tiny"                        # optional: the folder under runs/ (default: file stem)
+    base = "mini-mqjr.toml"              # optional, relative to this file
+
+    [train]
+    steps = 300
+
+    [grid]                               # the cross product of every axis ...
+    "model.name" = ["mamba", "mamba+hax"]
+    "train.lr" = [1e-3, 3e-3]
+    "train.seed" = [0, 1]
+    # model.d_state = [8, 16]            # (dotted keys without quotes work too)
+
+    [[link]]                             # ... where linked axes move together (zip):
+    "task.seq_len" = [256, 512]          # equal lengths; the pair is one axis of the product
+    "train.batch_size" = [32, 16]
+
+    [[exclude]]                          # drop every run matching all of these fields
+    "model.name" = "mamba"               # (a list matches any of its values)
+    "train.lr" = 3e-3
+
+    [reference]                          # optional: published numbers, drawn beside ours
+    source = "seed 004 Table 1"          # by `recall-lab report` (keys: group labels)
+    values = { "mamba" = 0.31, "mamba+hax" = 0.92 }
+
+    [[report.expect]]                    # optional: claims checked by `report --check`
+    a = { "model.name" = "mamba+hax" }
+    b = { "model.name" = "mamba" }
+    margin = 0.2                         # test mean of a >= test mean of b + margin
+
+Fields are those of `ModelConfig`, `TrainConfig` and `TaskSpec` (`task.preset` too): `model.name`,
+`model.d_model`, `model.d_state`, `model.k`, `train.lr`, `train.seed`, `train.steps`,
+`task.levels`, ... Every run is validated here, so a typo or a bad value is one error line before
+anything runs. A run is named from its swept values (`mamba+hax-lr0.001-s0`) plus the first 8 hex
+digits of the SHA-256 of its full config (`RunConfig.to_json`, sorted keys): its folder is
+`runs/<experiment>/<name>-<hash>/`, so changing any value gives a new run and an unchanged one is
+found again. Model names are checked against the registry (which imports torch); this module
+itself imports no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from generators.errors import RecallLabError
+from recall_lab.config import RUN_TABLES, RunConfig, read_toml, run_config_from_tables
+
+TOP_LEVEL = {"name", "base", "description", *RUN_TABLES, "grid", "link", "exclude", "report",
+             "reference"}
+SHORT = {"model.name": "", "train.lr": "lr", "train.seed": "s", "train.data_seed": "ds"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of an experiment: its config, the swept values that name it, and its folder."""
+
+    config: RunConfig
+    values: dict[str, Any]  # dotted field -> value, for every axis of the grid
+    label: str  # readable part of the name, from `values`
+    hash: str  # first 8 hex digits of the SHA-256 of the full config
+
+    @property
+    def name(self) -> str:
+        return f"{self.label}-{self.hash}" if self.label else self.hash
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    source: Path | None
+    runs: list[Run]
+    axes: list[str]  # dotted fields that the grid sweeps, in file order
+    report: dict = field(default_factory=dict)  # the raw [report] table
+    reference: dict = field(default_factory=dict)  # the raw [reference] table
+
+
+def config_hash(cfg: RunConfig) -> str:
+    text = json.dumps(cfg.to_json(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
+    """{"model": {"name": x}} or {"model.name": x} -> {"model.name": x} (dicts are descended,
+    anything else is a leaf)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def _fields() -> dict[str, set[str]]:
+    from generators import TaskSpec
+    from recall_lab.config import ModelConfig, TrainConfig
+
+    return {"model": set(ModelConfig.model_fields), "train": set(TrainConfig.model_fields),
+            "task": set(TaskSpec.model_fields) | {"preset"}}
+
+
+def check_field(path: str, where: str) -> None:
+    """One clear line for a dotted name that is no config field."""
+    table, _, key = path.partition(".")
+    fields = _fields()
+    if table not in fields or not key:
+        raise RecallLabError(f"{where}: {path!r} is not a config field; use model.X, train.X or "
+                             "task.X (e.g. model.name, train.lr, task.levels)")
+    if key not in fields[table]:
+        raise RecallLabError(f"{where}: unknown field {path!r}; {table} fields are "
+                             f"{', '.join(sorted(fields[table]))}")
+
+
+def _axis(values: Any, path: str, where: str) -> list:
+    if not isinstance(values, list) or not values:
+        raise RecallLabError(f"{where}: axis {path!r} must be a non-empty list of values, got "
+                             f"{values!r}")
+    return values
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        if len(value) == 2 and all(isinstance(v, int) for v in value) and value[0] != value[1]:
+            return f"{value[0]}-{value[1]}"  # a (lo, hi) size range
+        if len(value) == 2 and all(isinstance(v, int) for v in value):
+            return str(value[0])
+        return "x".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def run_label(values: dict[str, Any]) -> str:
+    """mamba+hax-lr0.001-s0-d_state8: each swept value with a short prefix, filesystem-safe."""
+    parts = []
+    for path, value in values.items():
+        prefix = SHORT.get(path, path.partition(".")[2])
+        parts.append(f"{prefix}{_fmt(value)}")
+    return re.sub(r"[^A-Za-z0-9+._=-]", "_", "-".join(p for p in parts if p))
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "input"
+        parts.append(f"{loc}: {str(e['msg']).removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def _set(tables: dict, path: str, value: Any) -> None:
+    table, _, key = path.partition(".")
+    tables[table][key] = value
+
+
+def _matches(values: dict[str, Any], rule: dict[str, Any]) -> bool:
+    for path, want in rule.items():
+        have = values.get(path)
+        if not (have == want or (isinstance(want, list) and have in want)):
+            return False
+    return True
+
+
+def _load_base(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """The run tables of `path`, with its own `base` chain applied (later files win)."""
+    path = path.resolve()
+    if path in seen:
+        raise RecallLabError(f"{path}: base files form a cycle")
+    data = read_toml(path)
+    tables = {t: {} for t in RUN_TABLES}
+    if "base" in data:
+        tables = _load_base(path.parent / str(data["base"]), (*seen, path))
+    for t in RUN_TABLES:
+        tables[t].update(data.get(t) or {})
+    return tables
+
+
+def expand(data: dict, name: str, source: Path | None = None) -> Experiment:
+    """The runs of an experiment given as parsed TOML (`source` resolves `base` and names the
+    file in errors)."""
+    where = str(source) if source is not None else "experiment"
+    unknown = sorted(set(data) - TOP_LEVEL)
+    if unknown:
+        raise RecallLabError(f"{where}: unknown key or table {unknown[0]!r}; expected "
+                             f"{', '.join(sorted(TOP_LEVEL))}")
+    name = str(data.get("name", name))
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9+._-]*", name):
+        raise RecallLabError(f"{where}: experiment name {name!r} must be a plain folder name")
+    base: dict = {t: {} for t in RUN_TABLES}
+    if "base" in data:
+        root = source.parent if source is not None else Path.cwd()
+        base = _load_base(root / str(data["base"]))
+    for t in RUN_TABLES:
+        if not isinstance(data.get(t, {}), dict):
+            raise RecallLabError(f"{where}: {t} must be a table")
+        base[t] = {**base[t], **(data.get(t) or {})}
+
+    # the axes: plain ones, then linked groups; each entry is a list of {path: value} points
+    axes: list[list[dict[str, Any]]] = []
+    names: list[str] = []
+    for path, values in flatten(data.get("grid") or {}).items():
+        check_field(path, f"{where} [grid]")
+        axes.append([{path: v} for v in _axis(values, path, f"{where} [grid]")])
+        names.append(path)
+    links = data.get("link") or []
+    if isinstance(links, dict):
+        links = [links]
+    for i, link in enumerate(links):
+        group = flatten(link)
+        lengths = set()
+        for path, values in group.items():
+            check_field(path, f"{where} [[link]] {i + 1}")
+            lengths.add(len(_axis(values, path, f"{where} [[link]] {i + 1}")))
+        if len(lengths) > 1:
+            raise RecallLabError(f"{where}: linked axes {', '.join(group)} have different "
+                                 f"lengths ({', '.join(str(n) for n in sorted(lengths))})")
+        if group:
+            n = lengths.pop()
+            axes.append([{p: vs[j] for p, vs in group.items()} for j in range(n)])
+            names.extend(group)
+    if len(set(names)) != len(names):
+        dup = next(p for p in names if names.count(p) > 1)
+        raise RecallLabError(f"{where}: field {dup!r} is swept twice")
+    excludes = data.get("exclude") or []
+    if isinstance(excludes, dict):
+        excludes = [excludes]
+    rules = [flatten(r) for r in excludes]
+    for rule in rules:
+        for path in rule:
+            check_field(path, f"{where} [[exclude]]")
+            if path not in names:
+                raise RecallLabError(f"{where}: [[exclude]] names {path!r}, which is not swept")
+
+    runs: list[Run] = []
+    seen: dict[str, str] = {}
+    for point in itertools.product(*axes):
+        values = {k: v for part in point for k, v in part.items()}
+        values = {p: values[p] for p in names}  # file order
+        if any(_matches(values, r) for r in rules):
+            continue
+        tables = {t: dict(base[t]) for t in RUN_TABLES}
+        for path, value in values.items():
+            _set(tables, path, value)
+        label = run_label(values)
+        try:
+            cfg = run_config_from_tables(tables, f"{where}, run {label or name}")
+        except ValidationError as exc:
+            raise RecallLabError(f"{where}, run {label or name}: invalid configuration: "
+                                 f"{_one_line(exc)}") from None
+        run = Run(config=cfg, values=values, label=label, hash=config_hash(cfg))
+        if run.hash in seen:
+            raise RecallLabError(f"{where}: runs {seen[run.hash]} and {run.name} have the same "
+                                 "config (a repeated axis value?)")
+        seen[run.hash] = run.name
+        runs.append(run)
+    if not runs:
+        raise RecallLabError(f"{where}: the grid has no runs left after exclusions")
+    return Experiment(name=name, source=source, runs=runs, axes=names,
+                      report=dict(data.get("report") or {}),
+                      reference=dict(data.get("reference") or {}))
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    path = Path(path)
+    return expand(read_toml(path), path.stem, path)
+
+
+def train_tokens(cfg: RunConfig) -> int:
+    """Tokens a run trains on, counting padding (each batch is padded to its longest sample,
+    so this is an upper bound): steps x batch size x the longest sample."""
+    length = cfg.task.seq_len or cfg.task.max_len
+    return cfg.train.steps * cfg.train.batch_size * length

@@ -1,0 +1,105 @@
+"""The sweep engine: every run trained once; a second sweep does nothing; an interrupted run is
+resumed (same result as uninterrupted); a new grid value adds only its run; a failing run is
+recorded and the others finish; Ray gives the same summaries as the local pool."""
+
+import importlib.util
+import json
+
+import pytest
+
+from recall_lab import checkpoint as ck
+from recall_lab.experiments.engine import read_index, run_sweep
+from recall_lab.experiments.grid import expand
+from recall_lab.train import train_run
+
+from .conftest import Recorder
+
+TIMING = {"wall_s_this_session", "tokens_per_s_this_session", "resumed_from"}
+
+
+def _summary(folder):
+    s = json.loads((folder / ck.SUMMARY).read_text())
+    return {k: v for k, v in s.items() if k not in TIMING}
+
+
+def test_skip_resume_and_add_one_value(tmp_path, tiny):
+    tiny["grid"] = {"model.name": ["mamba", "mamba+hax"], "train.seed": [0]}
+    exp = expand(tiny, "x")
+    # an interrupted run of the grid: killed after step 5, last checkpoint at step 3
+    interrupted = next(r for r in exp.runs if r.config.model.name == "mamba+hax")
+    folder = tmp_path / "tiny" / interrupted.name
+
+    class Killed(Exception):
+        pass
+
+    def kill(step):
+        if step == 5:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_run(interrupted.config, folder, on_step=kill)
+    assert not (folder / ck.SUMMARY).exists()
+
+    rec = Recorder()
+    index = run_sweep(exp, tmp_path, workers=2, monitor=rec)
+    assert index["counts"] == {"runs": 2, "ran": 2, "skipped": 0, "done": 2, "failed": 0}
+    assert sorted(rec.todo) == sorted(r.name for r in exp.runs)
+    assert json.loads((folder / ck.SUMMARY).read_text())["resumed_from"] == 3
+    # the resumed run equals one trained without interruption
+    train_run(interrupted.config, tmp_path / "straight")
+    assert _summary(folder) == _summary(tmp_path / "straight")
+    assert (folder / ck.METRICS).read_text() == (tmp_path / "straight" / ck.METRICS).read_text()
+    on_disk = read_index(tmp_path / "tiny")
+    assert {e["name"]: e["status"] for e in on_disk["runs"]} == {r.name: "done" for r in exp.runs}
+    assert all(e["test"] == _summary(tmp_path / "tiny" / e["name"])["test"]
+               for e in on_disk["runs"])
+
+    # a second sweep does nothing
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "tiny").rglob("*.safetensors")}
+    rec = Recorder()
+    index = run_sweep(exp, tmp_path, workers=2, monitor=rec)
+    assert index["counts"]["ran"] == 0 and index["counts"]["skipped"] == 2 and rec.todo == []
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
+    # one more seed: only its two runs are trained
+    tiny["grid"]["train.seed"] = [0, 1]
+    bigger = expand(tiny, "x")
+    rec = Recorder()
+    index = run_sweep(bigger, tmp_path, workers=1, monitor=rec)
+    new = sorted(r.name for r in bigger.runs if r.config.train.seed == 1)
+    assert sorted(rec.todo) == new and sorted(n for n, _ in rec.ended) == new
+    assert index["counts"] == {"runs": 4, "ran": 2, "skipped": 2, "done": 4, "failed": 0}
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+
+
+def test_a_failing_run_is_recorded_and_the_rest_finish(tmp_path, tiny):
+    # k = 64 is longer than the 14-token samples: that run fails when it starts training
+    tiny["model"]["name"] = "mamba+hax"
+    tiny["grid"] = {"model.k": [4, 64, 2]}
+    exp = expand(tiny, "x")
+    rec = Recorder()
+    index = run_sweep(exp, tmp_path, workers=2, monitor=rec)
+    assert index["counts"]["failed"] == 1 and index["counts"]["done"] == 2
+    by_k = {e["values"]["model.k"]: e for e in read_index(tmp_path / "tiny")["runs"]}
+    assert by_k[64]["status"] == "failed"
+    assert "k=64 is larger than the sequence" in by_k[64]["error"]
+    assert by_k[4]["status"] == by_k[2]["status"] == "done"
+    assert (tmp_path / "tiny" / by_k[2]["name"] / ck.SUMMARY).is_file()
+    # a failed run is tried again by the next sweep; finished ones are not
+    index = run_sweep(exp, tmp_path, workers=1)
+    assert index["counts"]["ran"] == 1 and index["counts"]["failed"] == 1
+
+
+@pytest.mark.slow  # starting a local Ray instance takes tens of seconds on 2 cores
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_ray_engine_gives_the_local_summaries(tmp_path, tiny):
+    tiny["grid"] = {"model.name": ["mamba", "mamba+hax"]}
+    exp = expand(tiny, "x")
+    local = run_sweep(exp, tmp_path / "local", workers=2)
+    ray = run_sweep(exp, tmp_path / "ray", workers=2, engine="ray")
+    assert local["counts"] == ray["counts"] == {"runs": 2, "ran": 2, "skipped": 0, "done": 2,
+                                                "failed": 0}
+    for run in exp.runs:
+        a = _summary(tmp_path / "local" / "tiny" / run.name)
+        b = _summary(tmp_path / "ray" / "tiny" / run.name)
+        assert a == b
