@@ -82,10 +82,14 @@ def evaluate(
 
 def evaluate_run(
     run: Path, spec, n: int = 512, data_seed: int = 0, which: str = "best",
-    batch_size: int = 64, device: str = "auto",
+    batch_size: int = 64, device: str = "auto", decimate=None,
 ) -> dict:
     """Evaluate a finished (or running) run's `which` weights ("best" or "last") on a task,
-    e.g. longer sequences or other table sizes than it was trained on (extrapolation)."""
+    e.g. longer sequences or other table sizes than it was trained on (extrapolation).
+
+    `decimate` (a `DecimationConfig`): DeciMamba applied zero-shot to the trained weights
+    (seed 002 Sec. 4); "auto" layers are chosen by Mamba Mean Distance on 16 validation samples of
+    the run's own task."""
     from recall_lab.checkpoint import BEST, MODEL, load_weights
     from recall_lab.models import build_model
     from recall_lab.train import load_run_config, resolve_device
@@ -99,10 +103,52 @@ def evaluate_run(
     model = build_model(cfg.model)
     load_weights(run / (BEST if which == "best" else MODEL), model)
     model.to(dev)
+    extra: dict = {}
+    if decimate is not None:
+        extra = _set_decimation(model, decimate, cfg, data_seed, dev)
     x, y = held_out(spec, n, data_seed, "test")
     metrics = evaluate(model, x, y, batch_size, dev, autocast=_bf16(dev))
+    if model.decimation is not None:
+        extra["decimation"] = model.decimation.model_dump(mode="json")
+        extra["kept_non_filler"] = kept_non_filler(model, x[:batch_size], spec, dev)
     return {"run": str(run), "checkpoint": which, "task": spec.model_dump(mode="json"),
-            "max_len": spec.max_len, "data_seed": data_seed, **metrics}
+            "max_len": spec.max_len, "data_seed": data_seed, **metrics, **extra}
+
+
+def _set_decimation(model, decimate, cfg, data_seed: int, dev) -> dict:
+    from recall_lab.models.decimation import resolve_auto_layers
+
+    if decimate == "off":  # a mamba+deci run evaluated without its decimation
+        model.decimation = None
+        return {"decimation": None}
+    if cfg.model.arch not in ("mamba", "mamba2") or cfg.model.pattern is not None:
+        raise RecallLabError(f"--decimate needs a plain mamba / mamba2 run, not {cfg.model.name}")
+    model.decimation = decimate
+    if decimate.layers == "auto":
+        vx, _ = held_out(cfg.task, 16, data_seed, "valid")
+        resolve_auto_layers(model, torch.from_numpy(_trim(vx, vx)[0]).to(dev))
+    return {}
+
+
+@torch.no_grad()
+def kept_non_filler(model, inputs: np.ndarray, spec, device) -> float:
+    """DeciMamba's lab metric: the share of non-filler context tokens (before the first SEP)
+    that survive every decimating layer, on these inputs."""
+    from generators.joint_recall import sep_positions
+
+    was_training = model.training
+    model.eval()
+    try:
+        x = torch.from_numpy(np.ascontiguousarray(inputs)).to(device)
+        kept = model(x).kept
+    finally:
+        model.train(was_training)
+    if kept is None:
+        return 1.0
+    vocab = spec.vocab()
+    ctx = np.arange(inputs.shape[1])[None, :] < sep_positions(inputs)[:, None]
+    table = ctx & (inputs != vocab.PAD) & ~vocab.is_filler(inputs)
+    return float(kept.cpu().numpy()[table].mean()) if table.any() else 1.0
 
 
 def fit_vocab(spec, train_spec):

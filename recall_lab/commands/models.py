@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 
-def _run_config(model, task, config, k, d_model, train_over: dict):
+def _run_config(model, task, config, k, d_model, train_over: dict, decimate=None):
     """RunConfig from an optional TOML file, then flags (flags win)."""
     from generators import PRESETS
     from generators.errors import RecallLabError
@@ -28,6 +28,11 @@ def _run_config(model, task, config, k, d_model, train_over: dict):
             raise RecallLabError("give --task or --data, not both: the dataset fixes the task")
         tables["task"] = ({"preset": task} if task in PRESETS
                           else resolve_task(task)[0].model_dump(mode="json"))
+    if decimate is not None:
+        from recall_lab.models.decimation import parse_decimate
+
+        given = parse_decimate(decimate).model_dump(exclude_unset=True)
+        tables["model"]["decimation"] = {**dict(tables["model"].get("decimation") or {}), **given}
     return run_config_from_tables(tables, str(config) if config is not None else "flags")
 
 
@@ -112,6 +117,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="Continue the run in --out from its last "
                                     "checkpoint."),
         threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+        decimate: str = typer.Option(None, "--decimate", help="DeciMamba settings for "
+                                     "mamba+deci: key=value pairs, e.g. L_base=24,layers=-1 "
+                                     "(beta, min_len, score, top_k)."),
     ) -> None:
         """Train one model on one recall task into a run directory (metrics, checkpoints)."""
         from recall_lab.cli import console, guarded
@@ -137,7 +145,7 @@ def register(app: typer.Typer) -> None:
                         update={"steps": steps})})
                 run_dir, start = out, _resume_step(out)
             else:
-                cfg = _run_config(model, task, config, k, d_model, over)
+                cfg = _run_config(model, task, config, k, d_model, over, decimate)
                 run_dir = out or Path("runs") / (
                     f"{cfg.model.name}-{cfg.task_name or 'task'}-s{cfg.train.seed}")
                 if run_dir.exists() and any(run_dir.iterdir()) and not force:
@@ -164,6 +172,12 @@ def register(app: typer.Typer) -> None:
         checkpoint: str = typer.Option("best", help="best or last."),
         batch_size: int = typer.Option(64, "--batch-size", help="Evaluation batch size."),
         device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
+        length_factor: int = typer.Option(1, "--length-factor", help="Evaluate the same tables "
+                                          "at this many times the task's length, by filler."),
+        decimate: str = typer.Option(None, "--decimate", help="DeciMamba zero-shot on a mamba "
+                                     "run: key=value pairs, e.g. L_base=48 or "
+                                     "L_base=48,layers=-1,score=mean (beta, min_len, top_k, "
+                                     "layers=auto). 'off' disables a run's own decimation."),
         out: Path = typer.Option(None, help="JSON result file (default RUN/eval-TASK-nN-sS-"
                                  "CHECKPOINT.json)."),
         force: bool = typer.Option(False, help="Overwrite the result file."),
@@ -186,10 +200,18 @@ def register(app: typer.Typer) -> None:
             cfg = load_run_config(run)
             spec, name = resolve_task(task) if task is not None else (cfg.task, cfg.task_name)
             label = name or (Path(task).stem if task else "task")
+            if length_factor != 1:
+                spec, label = spec.at_length(length_factor), f"{label}-x{length_factor}"
+            deci = None
+            if decimate is not None:
+                from recall_lab.models.decimation import parse_decimate
+
+                deci = "off" if decimate == "off" else parse_decimate(decimate)
+                label += "-deci-" + decimate.replace(",", "-")
             dest = out or run / f"eval-{label}-n{n}-s{data_seed}-{checkpoint}.json"
             if dest.exists() and not force:
                 raise RecallLabError(f"{dest} exists; pass --force to overwrite it")
-            res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device)
+            res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci)
             table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
             for col in ("max length", "samples", "acc", "exact", "loss"):
                 table.add_column(col, justify="right")
