@@ -30,7 +30,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-Arch = Literal["mamba", "mamba2", "samba", "transformer", "mamba2-attn"]
+Arch = Literal["mamba", "mamba2", "samba", "transformer", "mamba2-attn", "attamba"]
 
 
 class SEAttnConfig(BaseModel):
@@ -63,6 +63,40 @@ class AttnLayersConfig(BaseModel):
 
     attention: Literal["full", "sw", "se"] = "full"  # sw: window k; se: seattn with budget k
     after: tuple[int, ...] = (0,)
+
+
+class AttambaConfig(BaseModel):
+    """Attamba (paper 003): chunk pattern and the chunk-reset key/value SSMs (models/attamba.py).
+
+    Defaults from the paper scaled to the lab's 2-layer, hidden-64 models: P = 8 and leading
+    tokens L = P (Sec. 4.1, Fig. 15, 17), cyclic chunk boundaries (App. A.1.1, best in Fig. 14),
+    SSM state 32 (Fig. 12: no gain above 32 at P = 8). The K/V SSMs are Mamba2 mixers with
+    expand 1 (the paper keeps their overhead small: 4M of 60M parameters).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    chunk: int = Field(8, ge=1)  # P
+    leading: int | Literal["chunk"] | None = None  # None = P; "chunk" = own partial chunk (Eq. 5)
+    chunking: Literal["uniform", "cyclic", "random"] = "cyclic"
+    seed: int = Field(0, ge=0)  # eval-mode random boundaries
+    eval_chunking: Literal["uniform", "cyclic", "random"] | None = None  # test-time chunking
+    eval_chunk: int | None = Field(None, ge=1)  # test-time P
+    kv: Literal["ssm", "proj"] = "ssm"  # "proj": projected keys/values, same pattern (control)
+    kv_d_state: int = Field(32, ge=1)
+    kv_expand: int = Field(1, ge=1)
+    kv_headdim: int = Field(16, ge=1)
+
+    def pattern_opts(self) -> dict:
+        """Options of `make_pattern("attamba", chunk, ...)` (the layer is added per layer)."""
+        opts: dict[str, Any] = {"chunking": self.chunking, "seed": self.seed}
+        if self.leading is not None:
+            opts["leading"] = self.leading
+        if self.eval_chunking is not None:
+            opts["eval_chunking"] = self.eval_chunking
+        if self.eval_chunk is not None:
+            opts["eval_chunk"] = self.eval_chunk
+        return opts
 
 
 class DecimationConfig(BaseModel):
@@ -122,6 +156,14 @@ class ModelConfig(BaseModel):
     decimation: DecimationConfig | None = None  # DeciMamba (mamba / mamba2 without a branch)
     seattn: SEAttnConfig | None = None  # options of seattn* patterns (branch or layers)
     attn_layers: AttnLayersConfig | None = None  # arch mamba2-attn only (None = full after 0)
+    # Attamba options (arch "attamba", pattern "attamba"); the registry fills the defaults.
+    attamba: AttambaConfig | None = None
+
+    @model_validator(mode="after")
+    def _attamba_fits(self) -> ModelConfig:
+        if self.attamba is not None and "attamba" not in (self.arch, self.pattern):
+            raise RecallLabError("attamba options need the attamba arch or the attamba pattern")
+        return self
 
     @model_validator(mode="after")
     def _decimation_fits(self) -> ModelConfig:

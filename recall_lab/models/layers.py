@@ -32,12 +32,14 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(a) * b)
 
 
-def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding of x [b, h, l, d] (d even), position = index along l."""
+def rope(x: torch.Tensor, base: float = 10000.0, start: int = 0) -> torch.Tensor:
+    """Rotary position embedding of x [b, h, l, d] (d even), position = start + index along l
+    (`start` for one-token decoding steps)."""
     _, _, length, d = x.shape
     half = d // 2
     inv = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
-    ang = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv[None, :]
+    pos = torch.arange(start, start + length, device=x.device, dtype=torch.float32)
+    ang = pos[:, None] * inv[None, :]
     cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)

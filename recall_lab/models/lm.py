@@ -6,6 +6,7 @@ Block kinds:
   `SparseBranch` passed as its `side` hook (the hybrid of seed 004 Fig. 3).
 - `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA).
 - `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
+- `AttambaBlock` (models/attamba.py): the Transformer block with chunk-reset SSM keys/values.
 """
 
 from __future__ import annotations
@@ -55,12 +56,16 @@ def _n_heads(mixer: nn.Module) -> int:
 
 
 class SSMBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, with_branch: bool = True) -> None:
+    def __init__(self, cfg: ModelConfig, with_branch: bool = True, layer: int = 0) -> None:
         super().__init__()
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
         self.mixer = _mixer(cfg, cfg.d_model)
         self.branch = None
-        if with_branch and cfg.pattern is not None:
+        if with_branch and cfg.pattern == "attamba":  # per-layer chunk offsets (lab hybrid)
+            from recall_lab.models.attamba import attamba_branch
+
+            self.branch = attamba_branch(cfg, self.mixer, layer)
+        elif with_branch and cfg.pattern is not None:
             heads = _n_heads(self.mixer) if cfg.branch_heads == "mixer" else 1
             self.branch = SparseBranch(
                 self.mixer.d_inner, self.mixer.d_state, heads, cfg.pattern, cfg.k,
@@ -129,7 +134,7 @@ def _attention_layer(cfg: ModelConfig) -> AttentionBlock:
 
 def _blocks(cfg: ModelConfig) -> list[nn.Module]:
     if cfg.arch in ("mamba", "mamba2"):
-        return [SSMBlock(cfg) for _ in range(cfg.n_layers)]
+        return [SSMBlock(cfg, layer=i) for i in range(cfg.n_layers)]
     if cfg.arch == "mamba2-attn":  # seed 001's Mamba-2-Hybrid shape, scaled down
         out = []
         for i in range(cfg.n_layers):
@@ -137,8 +142,13 @@ def _blocks(cfg: ModelConfig) -> list[nn.Module]:
             if i in cfg.attention_layers.after:
                 out.append(_attention_layer(cfg))
         return out
-    if cfg.arch == "transformer":
-        return [AttentionBlock(cfg, None) for _ in range(cfg.n_layers)]
+    if cfg.arch == "transformer":  # pattern "sw": the sliding-window Transformer (window k)
+        window = cfg.k if cfg.pattern == "sw" else None
+        return [AttentionBlock(cfg, window) for _ in range(cfg.n_layers)]
+    if cfg.arch == "attamba":
+        from recall_lab.models.attamba import attamba_blocks
+
+        return attamba_blocks(cfg)
     # Samba (seed 004 App. D.1: 2 Mamba + 2 SWA layers, window k): units of
     # Mamba, MLP, SWA+MLP, as in the Samba paper's layer layout.
     out: list[nn.Module] = []

@@ -8,6 +8,12 @@ sliding-window / SE-Attn attention layers, seed 001's Mamba-2-Hybrid shape); `ma
 default; `decimation=` overrides the `DecimationConfig`). Defaults follow
 seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per component for sw+d, a, hax),
 sign-bit LSH with h = 8, Samba = 2 Mamba + 2 SWA layers with window 64.
+
+Attamba rows (`ATTAMBA_MODELS`): `attamba` (paper 003: a Transformer with chunk-reset SSM
+keys/values and the chunk pattern; options in `ModelConfig.attamba`), `mamba+attamba` (this lab's
+own hybrid: the Mamba branch reads chunk-reset S6 keys with the attamba pattern; `kv="proj"` is
+its projected-key control) and `transformer+sw` (a sliding-window Transformer, window k: the
+iso-KV-cache baseline of paper 003 Fig. 7).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ MODEL_ROWS: dict[str, dict] = {
     "mamba2-attn": {"arch": "mamba2-attn", "attn_layers": {"attention": "full"}},
     "mamba2-attn-sw": {"arch": "mamba2-attn", "attn_layers": {"attention": "sw"}},
     "mamba2-attn-se": {"arch": "mamba2-attn", "attn_layers": {"attention": "se"}},
+    "attamba": {"arch": "attamba", "attamba": {}},
+    "transformer+sw": {"arch": "transformer", "pattern": "sw"},
 }
 # SE-Attn rows (seed 001): the hybrid branch with SE-Attn and its ablations, and the layer hybrid.
 SEATTN_MODELS: tuple[str, ...] = tuple(
@@ -38,6 +46,8 @@ SEATTN_MODELS: tuple[str, ...] = tuple(
      for p in ("seattn", "seattn-nomem", "seattn-random", "seattn-landmark")]
     + ["mamba2-attn", "mamba2-attn-sw", "mamba2-attn-se"]
 )
+# Attamba rows (seed 003) and its baselines; `mamba+attamba` is this lab's own hybrid.
+ATTAMBA_MODELS: tuple[str, ...] = ("attamba", "mamba+attamba", "transformer+sw")
 
 
 def _known_patterns() -> tuple[str, ...]:
@@ -69,9 +79,13 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
             if rest not in _known_patterns():
                 raise RecallLabError(_unknown(name))
             base["pattern"] = rest
+    if base.get("pattern") == "attamba":
+        base["attamba"] = {}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if isinstance(base.get("decimation"), dict) and isinstance(overrides.get("decimation"), dict):
         overrides["decimation"] = {**base["decimation"], **overrides["decimation"]}
+    if isinstance(base.get("attamba"), dict) and isinstance(overrides.get("attamba"), dict):
+        overrides["attamba"] = {**base["attamba"], **overrides["attamba"]}
     return ModelConfig.model_validate({**base, **overrides})
 
 
