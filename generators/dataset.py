@@ -22,13 +22,16 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from generators.errors import RecallLabError
 from generators.joint_recall import (
@@ -179,18 +182,88 @@ def held_out_hashes(spec: TaskSpec, seed: int, counts: dict[str, int], upto: str
 
 
 def check_output_dir(out: Path, force: bool) -> None:
-    """Refuse to write into a non-empty folder (without --force) or an unwritable place."""
+    """Refuse to write into a non-empty folder (without --force), into a folder that is not a
+    recall-lab dataset (even with --force: it replaces only what the lab wrote), or an unwritable
+    place."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise RecallLabError(f"{out} exists and is not a folder")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise RecallLabError(f"{out} is not empty; pass --force to replace it")
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise RecallLabError(f"{out} is not empty; pass --force to replace it")
+        check_replaceable(out)
     parent = out.resolve().parent
     probe = parent
     while not probe.exists():
         probe = probe.parent
     if not os.access(probe, os.W_OK):
         raise RecallLabError(f"cannot write to {out}: {probe} is not writable")
+
+
+def check_replaceable(out: Path) -> None:
+    """`out` holds a recall-lab dataset and nothing else (manifest.json and its shards), so
+    --force may replace it; anything else (a user's notes, another tool's files) is refused."""
+    try:
+        manifest = read_manifest(out)
+    except RecallLabError:
+        raise RecallLabError(f"{out} is not a recall-lab dataset; refusing to replace it "
+                             "(--force only replaces a dataset this tool wrote)") from None
+    ours = {"manifest.json"} | {sh["file"] for split in SPLITS for sh in manifest["splits"][split]}
+    foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
+    if foreign:
+        raise RecallLabError(f"{out} holds {foreign[0]!r}, which recall-lab did not write; "
+                             "refusing to replace the folder")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def remove_stale_temporaries(out: Path) -> list[Path]:
+    """Delete `.OUT.tmp-PID` / `.OUT.old-PID` folders left by a killed `generate` (PID dead)."""
+    out = Path(out)
+    removed = []
+    if not out.parent.is_dir():
+        return removed
+    for entry in out.parent.glob(f".{out.name}.*-*"):
+        kind, _, pid = entry.name[len(out.name) + 2:].rpartition("-")
+        if kind in ("tmp", "old") and pid.isdigit() and entry.is_dir() \
+                and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: the worker dies with the process that started it, kill -9
+    included (otherwise it waits forever on a queue nobody writes to). Linux: the kernel sends
+    SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG); elsewhere a thread polls the parent."""
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+            return
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def plan_shards(counts: dict[str, int], shard_size: int, tmp: Path) -> list[ShardJob]:
@@ -234,6 +307,7 @@ def write_dataset(
     out = Path(out)
     check_output_dir(out, force)
     counts = {s: int(counts.get(s, 0)) for s in SPLITS}
+    remove_stale_temporaries(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -241,64 +315,108 @@ def write_dataset(
     except OSError as exc:
         raise RecallLabError(f"cannot create {out}: {exc.strerror}") from None
     try:
-        jobs = plan_shards(counts, shard_size, tmp)
-        held = {
-            "test": None,
-            "valid": held_out_hashes(spec, seed, counts, "test") if counts["valid"] else None,
-            "train": held_out_hashes(spec, seed, counts, "valid") if counts["train"] else None,
-        }
-        args = [(spec.model_dump_json(), seed, job, held[job.split]) for job in jobs]
-        results = []
-        if workers == 1 or len(jobs) <= 1:
-            for a in args:
-                results.append(_run_job(a))
-                if on_shard:
-                    on_shard(results[-1])
-        else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as ex:
-                for r in ex.map(_run_job, args):
-                    results.append(r)
-                    if on_shard:
-                        on_shard(r)
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "generator_version": GENERATOR_VERSION,
-            "preset": preset,
-            "task": json.loads(spec.model_dump_json()),
-            "vocab": spec.vocab().to_json(),
-            "seed": seed,
-            "block_size": BLOCK_SIZE,
-            "counts": counts,
-            "splits": {
-                s: [
-                    {k: r[k] for k in ("file", "rows", "tokens", "sha256")}
-                    for r in sorted(results, key=lambda r: r["index"]) if r["split"] == s
-                ]
-                for s in SPLITS
-            },
-            "disjoint": {
-                "method": "two 64-bit polynomial row hashes; valid vs test, train vs valid+test",
-                "redrawn_rows": sum(r["redrawn"] for r in results),
-            },
-            "ignore_index": IGNORE,
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        if out.exists():
-            trash = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, trash)
-            os.replace(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-        return manifest
+        return _write_into(spec, out, tmp, counts, seed, preset, workers, shard_size, on_shard)
+    except (OSError, pa.ArrowException) as exc:  # disk full, I/O error: one line, nothing left
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        reason = getattr(exc, "strerror", None) or str(exc).strip().splitlines()[0]
+        raise RecallLabError(f"cannot write dataset {out}: {reason}{where}") from None
+    except BrokenProcessPool:
+        raise RecallLabError(f"cannot write dataset {out}: a worker process died "
+                             "(out of memory?); try fewer --workers") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _write_into(spec: TaskSpec, out: Path, tmp: Path, counts: dict[str, int], seed: int,
+                preset: str | None, workers: int, shard_size: int,
+                on_shard: Callable[[dict], None] | None) -> dict:
+    jobs = plan_shards(counts, shard_size, tmp)
+    held = {
+        "test": None,
+        "valid": held_out_hashes(spec, seed, counts, "test") if counts["valid"] else None,
+        "train": held_out_hashes(spec, seed, counts, "valid") if counts["train"] else None,
+    }
+    args = [(spec.model_dump_json(), seed, job, held[job.split]) for job in jobs]
+    results = []
+    if workers == 1 or len(jobs) <= 1:
+        for a in args:
+            results.append(_run_job(a))
+            if on_shard:
+                on_shard(results[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                 initializer=_die_with_parent,
+                                 initargs=(os.getpid(),)) as ex:
+            for r in ex.map(_run_job, args):
+                results.append(r)
+                if on_shard:
+                    on_shard(r)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "generator_version": GENERATOR_VERSION,
+        "preset": preset,
+        "task": json.loads(spec.model_dump_json()),
+        "vocab": spec.vocab().to_json(),
+        "seed": seed,
+        "block_size": BLOCK_SIZE,
+        "counts": counts,
+        "splits": {
+            s: [
+                {k: r[k] for k in ("file", "rows", "tokens", "sha256")}
+                for r in sorted(results, key=lambda r: r["index"]) if r["split"] == s
+            ]
+            for s in SPLITS
+        },
+        "disjoint": {
+            "method": "two 64-bit polynomial row hashes; valid vs test, train vs valid+test",
+            "redrawn_rows": sum(r["redrawn"] for r in results),
+        },
+        "ignore_index": IGNORE,
+    }
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    if out.exists():
+        if any(out.iterdir()):
+            check_replaceable(out)  # again: the folder may have changed meanwhile
+        trash = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, trash)
+        os.replace(tmp, out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    return manifest
+
+
 # ---- reading ----------------------------------------------------------------------------------
 
+class _ShardEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    file: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a plain name inside the folder
+    rows: int = Field(ge=0)
+    tokens: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class _Manifest(BaseModel):
+    """The shape `manifest.json` must have before any field is read (extra keys allowed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task: dict
+    counts: dict[Literal["train", "valid", "test"], int]
+    splits: dict[Literal["train", "valid", "test"], list[_ShardEntry]]
+
+
+def _manifest_error(path: Path, exc: ValidationError) -> RecallLabError:
+    e = exc.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"]) or "top level"
+    return RecallLabError(f"{path} is not a valid recall-lab manifest: {loc}: {e['msg']}")
+
+
 def read_manifest(folder: Path) -> dict:
+    """`folder/manifest.json`, its shape checked (format, counts, shard entries, counts = sum of
+    the shards' rows): one clear line for anything else."""
     folder = Path(folder)
     path = folder / "manifest.json"
     if not path.is_file():
@@ -307,17 +425,57 @@ def read_manifest(folder: Path) -> dict:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise RecallLabError(f"{path} is not valid JSON") from None
-    if manifest.get("format") != FORMAT:
+    except OSError as exc:
+        raise RecallLabError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise RecallLabError(f"{path} is not a recall-lab dataset manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise RecallLabError(
             f"{path}: format version {manifest.get('format_version')} is not supported"
         )
+    try:
+        checked = _Manifest.model_validate(manifest)
+    except ValidationError as exc:
+        raise _manifest_error(path, exc) from None
+    for split in SPLITS:
+        if split not in checked.counts or split not in checked.splits:
+            raise RecallLabError(f"{path} is not a valid recall-lab manifest: no {split} split")
+        rows = sum(shard.rows for shard in checked.splits[split])
+        if rows != checked.counts[split]:
+            raise RecallLabError(f"{path}: the {split} shards hold {rows} rows, counts says "
+                                 f"{checked.counts[split]}")
+    try:
+        manifest_spec(manifest)
+    except ValidationError as exc:
+        raise _manifest_error(path, exc) from None
     return manifest
 
 
 def manifest_spec(manifest: dict) -> TaskSpec:
     return TaskSpec.model_validate(manifest["task"])
+
+
+def check_shard(folder: Path, shard: dict) -> Path:
+    """The shard's path, after checking it exists and matches its sha256 in the manifest."""
+    path = Path(folder) / shard["file"]
+    if not path.is_file():
+        raise RecallLabError(f"missing shard {path}")
+    try:
+        digest = sha256_file(path)
+    except OSError as exc:
+        raise RecallLabError(f"cannot read shard {path}: {exc.strerror or exc}") from None
+    if digest != shard["sha256"]:
+        raise RecallLabError(f"shard {path} does not match its sha256 in the manifest "
+                             "(corrupt or modified)")
+    return path
+
+
+def verify_split(folder: Path, manifest: dict, split: str) -> None:
+    """Check every shard of `split` against the manifest's sha256 (reads the files once)."""
+    if split not in SPLITS:
+        raise RecallLabError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    for shard in manifest["splits"][split]:
+        check_shard(folder, shard)
 
 
 def read_split_flat(
@@ -332,11 +490,10 @@ def read_split_flat(
     spec = manifest_spec(manifest)
     for shard in manifest["splits"][split]:
         path = folder / shard["file"]
-        if not path.is_file():
+        if verify:
+            check_shard(folder, shard)
+        elif not path.is_file():
             raise RecallLabError(f"missing shard {path}")
-        if verify and sha256_file(path) != shard["sha256"]:
-            raise RecallLabError(f"shard {path} does not match its sha256 in the manifest "
-                                 "(corrupt or modified)")
         try:
             table = pq.read_table(path, columns=["input_ids", "sizes"])
         except (pa.ArrowException, OSError) as exc:

@@ -13,12 +13,21 @@ Layout of a run directory:
     resume.safetensors   model + optimizer + RNG tensors, metadata = step/param groups/best (JSON);
                          the single commit point of a checkpoint
     summary.json         final: best step, held-out and test metrics of the best weights, speed
+    .lock                held (an OS lock, `RunLock`) by the process training into the folder
+
+A write that fails (disk full, permissions) ends in one `RecallLabError` naming the file; its
+temporary file is removed and the previous version of the file stays in place.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import fnmatch
 import json
 import os
+import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,31 +42,126 @@ CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
     "resume.safetensors", "summary.json",
 )
 RUN_FILES = (CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY)
+LOCK = ".lock"
+# Files the lab writes into a run folder besides RUN_FILES: `eval` results and temporary files.
+LAB_PATTERNS = ("eval-*.json",)
+_TMP_NAME = re.compile(r"\..+\.tmp\d+")
 
 
 def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
 
 
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+@contextmanager
+def _writing(path: Path, tmp: Path | None = None):
+    """Turn an I/O failure (ENOSPC, EACCES, ...) into one line naming `path`; drop `tmp`."""
+    try:
+        yield
+    except (OSError, SafetensorError) as exc:
+        if tmp is not None:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        raise RecallLabError(f"cannot write {path}: {_reason(exc)}") from None
+
+
 def write_json(path: Path, data: Any) -> None:
     path = Path(path)
     tmp = _tmp(path)
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    with _writing(path, tmp):
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        os.replace(tmp, path)
 
 
 def write_lines(path: Path, rows: list[dict]) -> None:
     path = Path(path)
     tmp = _tmp(path)
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
+    with _writing(path, tmp):
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, path)
 
 
 def append_line(path: Path, row: dict) -> None:
     # Appending a whole line is the only non-replace write; resume rewrites the file keeping
     # only rows up to the checkpoint step, so a torn last line never survives a resume.
-    with open(path, "a") as f:
+    with _writing(path), open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+# ---- run folders: lock, lab-written files -------------------------------------------------------
+
+class RunLock:
+    """An exclusive OS lock (`flock`) on RUN/.lock, held while a process trains into RUN.
+
+    A second `train` (new, --force or --resume) on a run in use is refused with one line. The
+    kernel drops the lock when its holder dies (kill -9 included), so a stale `.lock` file never
+    blocks: only a live process holds the lock. The file holds the holder's pid, for the message.
+    """
+
+    def __init__(self, run: Path) -> None:
+        self.path = Path(run) / LOCK
+        self._fd: int | None = None
+        self.new_run = False  # set by train: this process began a new run in the folder
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RecallLabError(f"cannot lock {self.path}: {_reason(exc)}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RecallLabError(f"cannot lock {self.path}: {_reason(exc)}") from None
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise RecallLabError(f"{self.path.parent} is in use by another recall-lab "
+                                 f"process{who}; wait for it to finish or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def is_lab_file(name: str) -> bool:
+    """Whether a run folder's entry `name` is one recall-lab writes (what --force may delete)."""
+    return (name in RUN_FILES or name == LOCK or bool(_TMP_NAME.fullmatch(name))
+            or any(fnmatch.fnmatchcase(name, p) for p in LAB_PATTERNS))
+
+
+def clear_run(run: Path) -> None:
+    """Delete the files recall-lab wrote in `run` (not the lock), keeping everything else."""
+    for entry in Path(run).iterdir():
+        if entry.name != LOCK and entry.is_file() and is_lab_file(entry.name):
+            try:
+                entry.unlink()
+            except OSError as exc:
+                raise RecallLabError(f"cannot delete {entry}: {_reason(exc)}") from None
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -87,8 +191,10 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict | None
     path = Path(path)
     tmp = _tmp(path)
     clean = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
-    save_file(clean, str(tmp), metadata={"json": json.dumps(meta)} if meta is not None else None)
-    os.replace(tmp, path)
+    with _writing(path, tmp):
+        save_file(clean, str(tmp),
+                  metadata={"json": json.dumps(meta)} if meta is not None else None)
+        os.replace(tmp, path)
 
 
 def load_tensors(path: Path, what: str = "checkpoint") -> tuple[dict[str, torch.Tensor], Any]:

@@ -49,14 +49,18 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def guarded(fn: F) -> F:
-    """Turn bad input (RecallLabError, config validation, missing files) into one line, exit 2."""
+    """Turn bad input (RecallLabError, config validation) and I/O errors (OSError: missing files,
+    disk full) into one line, exit 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (RecallLabError, ValidationError, FileNotFoundError, NotADirectoryError) as exc:
+        except (RecallLabError, ValidationError) as exc:
             fail(_one_line(exc))
+        except OSError as exc:  # disk full, permissions, missing files: one line naming the path
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail(f"{where}{exc.strerror or _one_line(exc)}")
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)

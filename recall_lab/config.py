@@ -275,10 +275,54 @@ def read_toml(path: Path) -> dict:
         raise RecallLabError(f"{path} is not valid TOML: {exc}") from None
 
 
+RUN_TABLES = ("model", "train", "task")
+
+
+def run_tables(data: Any, where: str) -> dict[str, dict]:
+    """The `[model]`, `[train]`, `[task]` tables of a run config (TOML file or a run's
+    config.json), each checked to be a table before any field is read: `model = "mamba"` at the
+    top level, or a file that is a list, ends in one line naming `where`."""
+    if not isinstance(data, dict):
+        raise RecallLabError(f"{where}: expected a table of [model], [train], [task], "
+                             f"got {type(data).__name__}")
+    out = {}
+    for key in RUN_TABLES:
+        if key in data:
+            if not isinstance(data[key], dict):
+                raise RecallLabError(f"{where}: `{key}` must be a table ([{key}] with fields), "
+                                     f"got {type(data[key]).__name__} {data[key]!r}")
+            out[key] = data[key]
+    return out
+
+
+def run_config_from_json(data: Any, path: Path) -> RunConfig:
+    """A run's config.json -> RunConfig: shape checked, and the model's name checked against the
+    rest of its config (a hand-edited name would label one model's weights as another's)."""
+    from pydantic import ValidationError
+
+    from recall_lab.models.registry import check_model_name
+
+    tables = run_tables(data, f"corrupt run config {path}")
+    missing = [k for k in RUN_TABLES if k not in tables]
+    if missing:
+        raise RecallLabError(f"corrupt run config: {path} lacks '{missing[0]}'")
+    try:
+        cfg = RunConfig.model_validate({**tables, "task_name": data.get("task_name")})
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        raise RecallLabError(f"corrupt run config {path}: {loc}: {e['msg']}") from None
+    check_model_name(cfg.model, str(path))
+    return cfg
+
+
 def task_from_table(table: dict) -> tuple[Any, str | None]:
     """A TOML `[task]` table -> (TaskSpec, preset name or None); `preset` may be overridden."""
     from generators import TaskSpec, get_preset
 
+    if not isinstance(table, dict):
+        raise RecallLabError(f"a task must be a table of fields ([task]), got "
+                             f"{type(table).__name__} {table!r}")
     table = dict(table)
     preset = table.pop("preset", None)
     if preset is not None:
@@ -305,9 +349,6 @@ def resolve_task(task: str) -> tuple[Any, str | None]:
     )
 
 
-RUN_TABLES = ("model", "train", "task")
-
-
 def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
     """RunConfig from the `[model]`, `[train]`, `[task]` tables of a run config (a TOML file's
     content, with command-line flags already merged in). `train.data` (a dataset folder) fixes
@@ -320,6 +361,7 @@ def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
     if unknown:
         raise RecallLabError(f"{where}: unknown table [{sorted(unknown)[0]}]; "
                              "expected [model], [train], [task]")
+    run_tables(data, where)  # each one a table, before any field is read
     model_tab = dict(data.get("model") or {})
     name = model_tab.pop("name", None)
     if name is None:

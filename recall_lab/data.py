@@ -21,6 +21,7 @@ from generators.dataset import (
     read_manifest,
     read_split_flat,
     row_starts,
+    verify_split,
 )
 from generators.errors import RecallLabError
 from generators.joint_recall import smallest_dtype, targets_for
@@ -69,6 +70,15 @@ class DatasetReader:
         self.vocab = self.spec.vocab()
         self._splits: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._perm: tuple[int, int, np.ndarray] | None = None  # (seed, epoch, permutation)
+        self._verified: set[str] = set()
+
+    def verify(self, splits: tuple[str, ...] = SPLITS) -> None:
+        """Check every shard of `splits` against its sha256 in the manifest now (a run calls it
+        before creating its folder), so a corrupt file is found before any work, not after."""
+        for split in splits:
+            if split not in self._verified:
+                verify_split(self.folder, self.manifest, split)
+                self._verified.add(split)
 
     def _split(self, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if split not in self._splits:
@@ -77,7 +87,8 @@ class DatasetReader:
             flat = np.zeros(tokens, dtype=smallest_dtype(self.vocab))
             lengths = np.zeros(self.count(split), dtype=np.int64)
             tok = row = 0
-            for ids, lens, _ in read_split_flat(self.folder, split):
+            shards = read_split_flat(self.folder, split, verify=split not in self._verified)
+            for ids, lens, _ in shards:
                 if tok + len(ids) > tokens or row + len(lens) > len(lengths):
                     raise RecallLabError(f"{self.folder}: the {split} shards hold more tokens or "
                                          "rows than the manifest says")

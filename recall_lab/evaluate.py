@@ -46,6 +46,11 @@ def batch_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torc
     }
 
 
+def check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise RecallLabError(f"batch size must be an int >= 1, got {batch_size!r}")
+
+
 def _trim(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     width = int((x != 0).sum(1).max(initial=1))
     return x[:, :width], y[:, :width]
@@ -57,6 +62,7 @@ def evaluate(
     batch_size: int = 64, device: str | torch.device = "cpu", autocast: bool = False,
 ) -> dict[str, float]:
     """loss / acc / exact / n over a fixed set, in eval mode (training mode restored after)."""
+    check_batch_size(batch_size)
     was_training = model.training
     model.eval()
     totals: dict[str, float] = {}
@@ -95,6 +101,7 @@ def evaluate_run(
     from recall_lab.train import load_run_config, resolve_device
 
     run = Path(run)
+    check_batch_size(batch_size)
     cfg = load_run_config(run)
     spec = fit_vocab(spec, cfg.task)
     if which not in ("best", "last"):

@@ -19,7 +19,6 @@ bit-identical to an uninterrupted run (checked in tests/models/test_train_resume
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -123,21 +122,25 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
 # ---- run directory ------------------------------------------------------------------------------
 
 def load_run_config(run: Path) -> RunConfig:
+    from recall_lab.config import run_config_from_json
+
     run = Path(run)
     if not run.is_dir():
         raise RecallLabError(f"run directory {run} does not exist")
-    data = ck.read_json(run / ck.CONFIG, "run config")
-    try:
-        return RunConfig.model_validate({k: data[k] for k in ("model", "train", "task",
-                                                              "task_name")})
-    except KeyError as exc:
-        raise RecallLabError(f"corrupt run config: {run / ck.CONFIG} lacks {exc}") from None
+    return run_config_from_json(ck.read_json(run / ck.CONFIG, "run config"), run / ck.CONFIG)
 
 
-def prepare_run_dir(out: Path, force: bool) -> None:
-    """Create `out` for a new run; refuse to overwrite an existing one without `force`."""
+def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> None:
+    """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
+    without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes
+    stay) and only in a folder that holds a run. Call it after every input has been checked."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise RecallLabError(f"{out} exists and is not a folder")
+
+    def replaceable() -> bool:
+        if not out.is_dir() or not any(e.name != ck.LOCK for e in out.iterdir()):
+            return False
         if not force:
             raise RecallLabError(
                 f"{out} already exists; pass --force to overwrite it or --resume to continue"
@@ -146,8 +149,25 @@ def prepare_run_dir(out: Path, force: bool) -> None:
             raise RecallLabError(
                 f"{out} is not empty and is not a recall-lab run; refusing to delete it"
             )
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        return True
+
+    replaceable()  # refuse before creating anything (no lock file in a user's folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecallLabError(f"cannot create {out}: {exc.strerror or exc}") from None
+    if lock is not None:
+        lock.acquire()
+    if replaceable():  # checked again under the lock: another process may have written meanwhile
+        ck.clear_run(out)
+
+
+def _drop_stub(out: Path) -> None:
+    """Remove what a new run wrote before its first checkpoint, so no stub run is left."""
+    ck.clear_run(out)
+    if [e.name for e in out.iterdir()] == [ck.LOCK]:
+        (out / ck.LOCK).unlink()
+        out.rmdir()
 
 
 def versions() -> dict:
@@ -175,13 +195,32 @@ def train_run(
     resume=True continues the run in `out` from its last checkpoint (its config.json wins over
     `cfg`, except `train.steps`, which may be raised). `on_step(step)` is called after every
     optimizer step (tests use it to simulate a kill).
+
+    The run folder is locked while training (`checkpoint.RunLock`): a second process on it is
+    refused. Every input (config, dataset shards' sha256) is checked before the folder is created
+    or, with `force`, cleared; a new run that fails with bad input or an I/O error before its first
+    checkpoint leaves no folder behind.
     """
+    out = Path(out)
+    lock = ck.RunLock(out)
+    try:
+        return _train_locked(cfg, out, lock, force, resume, progress, on_step)
+    except (RecallLabError, OSError):
+        if lock.new_run and not (out / ck.RESUME).is_file():
+            _drop_stub(out)
+        raise
+    finally:
+        lock.release()
+
+
+def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
+                  progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
     from recall_lab.data import batch_at
     from recall_lab.models import build_model
 
-    out = Path(out)
     if resume:
         saved = load_run_config(out)
+        lock.acquire()
         if not (out / ck.RESUME).is_file():
             raise RecallLabError(f"nothing to resume: {out / ck.RESUME} is missing")
         train_cfg = saved.train.model_copy(update={"steps": max(cfg.train.steps,
@@ -210,6 +249,7 @@ def train_run(
         if reader.spec != cfg.task:
             raise RecallLabError(f"the run's task ({cfg.task.describe()}) is not the task of "
                                  f"dataset {t.data} ({reader.spec.describe()})")
+        reader.verify()  # every shard's sha256, before the run folder is touched
         valid = reader.arrays("valid", t.eval_samples)
     else:
         valid = held_out(cfg.task, t.eval_samples, t.data_seed, "valid")
@@ -221,7 +261,8 @@ def train_run(
         rows = [r for r in ck.read_lines(out / ck.METRICS) if r["step"] <= start]
         ck.write_lines(out / ck.METRICS, rows)
     else:
-        prepare_run_dir(out, force)
+        prepare_run_dir(out, force, lock)
+        lock.new_run = True  # from here on, a failure before the first checkpoint leaves no stub
         ck.write_json(out / ck.CONFIG, {**cfg.to_json(), "versions": versions(),
                                         "n_params": model.n_params()})
         (out / ck.METRICS).touch()

@@ -124,7 +124,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def show(
-        source: str = typer.Argument(..., help="A dataset folder or a preset name."),
+        source: str = typer.Argument(..., help="A dataset folder, a preset name or a TOML task "
+                                     "file (as `train --task` takes)."),
         index: int = typer.Option(0, help="Which sample."),
         split: str = typer.Option("test", help="Split to read from a dataset folder."),
         seed: int = typer.Option(0, help="Seed when SOURCE is a preset."),
@@ -137,7 +138,7 @@ def register(app: typer.Typer) -> None:
             import numpy as np
             from rich.table import Table
 
-            from generators import PRESETS, generate, get_preset
+            from generators import PRESETS, generate
             from generators.errors import RecallLabError
             from generators.render import render_sample
 
@@ -153,13 +154,16 @@ def register(app: typer.Typer) -> None:
                     raise RecallLabError(f"{split} has {total} samples; index {index} is past it")
                 rows = list(reader.rows(split, np.arange(index, min(index + count, total)))[0])
                 title = f"{source} [{split}]"
-            elif source in PRESETS:
-                spec = get_preset(source)
+            elif source in PRESETS or source.endswith(".toml") or Path(source).is_file():
+                # the task forms `train --task` accepts: a preset or a TOML task file
+                from recall_lab.config import resolve_task
+
+                spec, _ = resolve_task(source)
                 rows = list(generate(spec, index + count, seed).inputs[index:])
                 title = f"{source} (seed {seed})"
             else:
                 raise RecallLabError(f"{source!r} is neither a dataset folder nor a preset "
-                                     f"({', '.join(PRESETS)})")
+                                     f"({', '.join(PRESETS)}) nor a TOML task file")
             vocab = spec.vocab()
             for i, row in enumerate(rows):
                 r = render_sample(row, vocab)

@@ -15,9 +15,10 @@ def _run_config(model, task, config, k, d_model, train_over: dict, decimate=None
     """RunConfig from an optional TOML file, then flags (flags win)."""
     from generators import PRESETS
     from generators.errors import RecallLabError
-    from recall_lab.config import read_toml, resolve_task, run_config_from_tables
+    from recall_lab.config import read_toml, resolve_task, run_config_from_tables, run_tables
 
     data = read_toml(config) if config is not None else {}
+    run_tables(data, str(config))  # [model], [train], [task] are tables, before any is read
     tables = {**data, **{t: dict(data.get(t) or {}) for t in ("model", "train", "task")}}
     if model is not None:
         tables["model"]["name"] = model
@@ -197,6 +198,8 @@ def register(app: typer.Typer) -> None:
 
             if n < 1:
                 raise RecallLabError(f"--n must be >= 1, got {n}")
+            if batch_size < 1:
+                raise RecallLabError(f"--batch-size must be >= 1, got {batch_size}")
             cfg = load_run_config(run)
             spec, name = resolve_task(task) if task is not None else (cfg.task, cfg.task_name)
             label = name or (Path(task).stem if task else "task")

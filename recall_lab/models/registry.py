@@ -60,6 +60,9 @@ def _known_patterns() -> tuple[str, ...]:
 
 def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
     """The `ModelConfig` of a named model, with field overrides (e.g. k=32, d_model=32)."""
+    if not isinstance(name, str):
+        raise RecallLabError(f"model name must be a string (see `recall-lab models`), got "
+                             f"{type(name).__name__} {name!r}")
     base: dict = {"name": name, "vocab_size": vocab_size}
     if name in MODEL_ROWS:
         base.update(MODEL_ROWS[name])
@@ -87,6 +90,18 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
     if isinstance(base.get("attamba"), dict) and isinstance(overrides.get("attamba"), dict):
         overrides["attamba"] = {**base["attamba"], **overrides["attamba"]}
     return ModelConfig.model_validate({**base, **overrides})
+
+
+def check_model_name(cfg: ModelConfig, where: str = "model config") -> None:
+    """The name must describe the config's architecture and pattern, as `model_config` makes
+    them (a config.json whose `name` was edited would label one model's weights as another's)."""
+    expected = model_config(cfg.name, cfg.vocab_size)
+    if (expected.arch, expected.pattern) != (cfg.arch, cfg.pattern):
+        raise RecallLabError(
+            f"{where}: model name {cfg.name!r} does not match its config (arch {cfg.arch!r}, "
+            f"pattern {cfg.pattern!r}; the name means arch {expected.arch!r}, pattern "
+            f"{expected.pattern!r})"
+        )
 
 
 def build_model(name: str | ModelConfig, vocab_size: int | None = None, **overrides) -> RecallLM:

@@ -1,0 +1,214 @@
+"""Bad input and faults met through `recall-lab train` / `eval` (issue 18): each ends with one
+line on stderr and exit code 2, and leaves every existing file as it was (byte for byte)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors import SafetensorError
+from typer.testing import CliRunner
+
+from generators import TaskSpec
+from generators.dataset import write_dataset
+from recall_lab import checkpoint as ck
+from recall_lab.cli import app
+
+runner = CliRunner()
+SPEC = TaskSpec(levels=((3, 3),), values=4)
+TINY = ["--model", "mamba", "--d-model", "16", "--steps", "2", "--batch-size", "2",
+        "--eval-every", "1", "--eval-samples", "4", "--device", "cpu"]
+
+
+def _fails_with(args, needle):
+    r = runner.invoke(app, [str(a) for a in args])
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in r.output
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data") / "good"
+    write_dataset(SPEC, out, {"train": 9, "valid": 5, "test": 6}, 0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory, dataset):
+    run = tmp_path_factory.mktemp("runs") / "run"
+    r = runner.invoke(app, ["train", *TINY, "--data", str(dataset), "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    return run
+
+
+@pytest.fixture
+def run(tmp_path, good_run):
+    """A private copy of a finished good run."""
+    dest = tmp_path / "run"
+    shutil.copytree(good_run, dest)
+    return dest
+
+
+def _damaged(dataset: Path, tmp_path: Path, how: str) -> Path:
+    bad = tmp_path / f"bad-{how}"
+    shutil.copytree(dataset, bad)
+    shard = bad / json.loads((bad / "manifest.json").read_text())["splits"]["test"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped"])
+def test_force_with_corrupt_data_keeps_the_good_run(tmp_path, dataset, run, how):
+    """The test shard (read last) is checked before the run folder is touched: the good run in
+    RUN survives `--force`, and a new --out is never created (no stub to clean up)."""
+    bad = _damaged(dataset, tmp_path, how)
+    before = snapshot(run)
+    _fails_with(["train", *TINY, "--data", bad, "--force", "--out", run], "sha256")
+    assert snapshot(run) == before
+    _fails_with(["train", *TINY, "--data", bad, "--out", tmp_path / "new"], "sha256")
+    assert not (tmp_path / "new").exists()
+
+
+def test_force_replaces_only_what_the_lab_wrote(tmp_path, dataset, run):
+    (run / "notes.txt").write_text("my notes")
+    (run / "eval-old.json").write_text("{}")
+    r = runner.invoke(app, ["train", *TINY, "--data", str(dataset), "--force", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    assert (run / "notes.txt").read_text() == "my notes"
+    assert not (run / "eval-old.json").exists()  # a result of the replaced run
+    # a folder that holds no run is never cleared, --force or not
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "data.csv").write_text("1,2")
+    _fails_with(["train", *TINY, "--data", dataset, "--force", "--out", other],
+                "not a recall-lab run")
+    assert snapshot(other) == {"data.csv": b"1,2"}
+
+
+HOLD = """
+import sys, time
+from recall_lab.checkpoint import RunLock
+lock = RunLock(sys.argv[1]); lock.acquire(); print("locked", flush=True); time.sleep(120)
+"""
+
+
+def test_second_process_on_a_run_in_use_is_refused(run):
+    """Another process holds RUN's lock: `train --resume`, `train --force` on RUN are refused;
+    once that process is killed (-9), the lock is gone with it and the resume runs."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], stdout=subprocess.PIPE,
+                              env=env, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = snapshot(run)
+        line = _fails_with(["train", "--out", run, "--resume", "--steps", "3"], "in use")
+        assert f"pid {holder.pid}" in line
+        _fails_with(["train", *TINY, "--force", "--task", "mini-mqar", "--out", run], "in use")
+        assert snapshot(run) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    r = runner.invoke(app, ["train", "--out", str(run), "--resume", "--steps", "3"])
+    assert r.exit_code == 0, r.output
+    rows = ck.read_lines(run / ck.METRICS)
+    assert [row["step"] for row in rows] == [1, 1, 2, 2, 3, 3]  # no duplicated rows
+
+
+@pytest.mark.parametrize("size", ["0", "-4"])
+def test_eval_batch_size_must_be_positive(run, size):
+    before = snapshot(run)
+    _fails_with(["eval", run, "--batch-size", size, "--device", "cpu"], "--batch-size")
+    assert snapshot(run) == before
+
+
+def _edit_config(run: Path, edit) -> None:
+    data = json.loads((run / ck.CONFIG).read_text())
+    (run / ck.CONFIG).write_text(json.dumps(edit(data)))
+
+
+def test_model_name_is_checked_against_the_config(run):
+    _edit_config(run, lambda d: {**d, "model": {**d["model"], "name": "transformer"}})
+    before = snapshot(run)
+    _fails_with(["eval", run, "--device", "cpu"], "does not match its config")
+    _fails_with(["train", "--out", run, "--resume", "--steps", "3"], "does not match its config")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("[1, 2]", "got list"),
+    ('{"model": "mamba", "train": {}, "task": {}}', "`model` must be a table"),
+    ('{"train": {}, "task": {}}', "lacks 'model'"),
+])
+def test_malformed_run_config_is_one_line(run, content, needle):
+    (run / ck.CONFIG).write_text(content)
+    before = snapshot(run)
+    _fails_with(["eval", run, "--device", "cpu"], needle)
+    _fails_with(["train", "--out", run, "--resume"], needle)
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("toml, needle", [
+    ('[model]\nname = 5\n[task]\npreset = "mini-mqar"\n', "model name must be a string"),
+    ('model = "mamba"\n[task]\npreset = "mini-mqar"\n', "`model` must be a table"),
+    ('task = "mini-mqar"\n[model]\nname = "mamba"\n', "`task` must be a table"),
+])
+def test_malformed_toml_is_one_line(tmp_path, toml, needle):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(toml)
+    _fails_with(["train", "--config", cfg, "--out", tmp_path / "run"], needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_disk_full_while_training_leaves_no_half_run(tmp_path, dataset, run, monkeypatch):
+    """ENOSPC at the first checkpoint: one line naming the file, no stub folder for a new run;
+    no temporary file left beside an existing run's files."""
+    def full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: '
+                              'StorageFull, message: "No space left on device" })')
+
+    monkeypatch.setattr(ck, "save_file", full)
+    new = tmp_path / "new"
+    line = _fails_with(["train", *TINY, "--data", dataset, "--out", new], "cannot write")
+    assert str(new / ck.BEST) in line and "No space left" in line
+    assert not new.exists()
+    # a resumed run that hits a full disk keeps its last checkpoint, readable and resumable
+    before = snapshot(run)
+    _fails_with(["train", "--out", run, "--resume", "--steps", "4"], "No space left")
+    after = snapshot(run)
+    assert {k: v for k, v in after.items() if k != ck.METRICS and k != ck.LOCK} == \
+        {k: v for k, v in before.items() if k != ck.METRICS and k != ck.LOCK}
+    monkeypatch.undo()
+    r = runner.invoke(app, ["train", "--out", str(run), "--resume", "--steps", "3"])
+    assert r.exit_code == 0, r.output
+
+
+def test_lock_is_released_after_a_failed_run(tmp_path):
+    """The lock is taken in-process by train_run and given back on every exit path."""
+    lock = ck.RunLock(tmp_path)
+    lock.acquire()
+    with pytest.raises(Exception, match="in use"):
+        ck.RunLock(tmp_path).acquire()
+    lock.release()
+    t0 = time.perf_counter()
+    with ck.RunLock(tmp_path):
+        pass
+    assert time.perf_counter() - t0 < 1.0
