@@ -35,12 +35,12 @@ tables override key by key) and a `[grid]` of axes over config fields named by d
 
 Fields are those of `ModelConfig`, `TrainConfig` and `TaskSpec` (`task.preset` too): `model.name`,
 `model.d_model`, `model.d_state`, `model.k`, `train.lr`, `train.seed`, `train.steps`,
-`task.levels`, ... Every run is validated here, so a typo or a bad value is one error line before
-anything runs. A run is named from its swept values (`mamba+hax-lr0.001-s0`) plus the first 8 hex
-digits of the SHA-256 of its full config (`RunConfig.to_json`, sorted keys): its folder is
-`runs/<experiment>/<name>-<hash>/`, so changing any value gives a new run and an unchanged one is
-found again. Model names are checked against the registry (which imports torch); this module
-itself imports no torch.
+`task.levels`, and fields of typed sub-configs (`model.decimation.beta`). Every run is validated
+here, so a typo or a bad value is one error line before anything runs. A run is named from its
+swept values (`mamba+hax-lr0.001-s0`) plus the first 8 hex digits of the SHA-256 of its full
+config (`RunConfig.to_json`, sorted keys): its folder is `runs/<experiment>/<name>-<hash>/`, so
+changing any value gives a new run and an unchanged one is found again. Model names are checked
+against the registry (which imports torch); this module itself imports no torch.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def check_field(path: str, where: str) -> None:
     if table not in fields or not key:
         raise RecallLabError(f"{where}: {path!r} is not a config field; use model.X, train.X or "
                              "task.X (e.g. model.name, train.lr, task.levels)")
-    if key not in fields[table]:
+    if key.split(".")[0] not in fields[table]:
         raise RecallLabError(f"{where}: unknown field {path!r}; {table} fields are "
                              f"{', '.join(sorted(fields[table]))}")
 
@@ -150,7 +150,7 @@ def run_label(values: dict[str, Any]) -> str:
     """mamba+hax-lr0.001-s0-d_state8: each swept value with a short prefix, filesystem-safe."""
     parts = []
     for path, value in values.items():
-        prefix = SHORT.get(path, path.partition(".")[2])
+        prefix = SHORT.get(path, path.rsplit(".", 1)[1])
         parts.append(f"{prefix}{_fmt(value)}")
     return re.sub(r"[^A-Za-z0-9+._=-]", "_", "-".join(p for p in parts if p))
 
@@ -164,8 +164,15 @@ def _one_line(exc: ValidationError) -> str:
 
 
 def _set(tables: dict, path: str, value: Any) -> None:
-    table, _, key = path.partition(".")
-    tables[table][key] = value
+    """tables["model"]["decimation"]["beta"] = value for "model.decimation.beta" (sub-tables are
+    copied, never shared between runs)."""
+    *parents, key = path.split(".")
+    node = tables
+    for part in parents:
+        child = node.get(part)
+        node[part] = dict(child) if isinstance(child, dict) else {}
+        node = node[part]
+    node[key] = value
 
 
 def _matches(values: dict[str, Any], rule: dict[str, Any]) -> bool:

@@ -122,3 +122,15 @@ def test_cli_bad_experiment_one_line_exit_2_nothing_written(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "lr" in r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_axis_over_a_typed_sub_config(tiny):
+    tiny["model"]["decimation"] = {"L_base": 8}
+    tiny["grid"] = {"model.decimation.beta": [0.5, 0.25]}
+    exp = expand(tiny, "x")
+    assert [r.label for r in exp.runs] == ["beta0.5", "beta0.25"]
+    assert [(r.config.model.decimation.beta, r.config.model.decimation.L_base)
+            for r in exp.runs] == [(0.5, 8), (0.25, 8)]
+    assert tiny["model"]["decimation"] == {"L_base": 8}  # the base is not changed
+    with pytest.raises(RecallLabError, match="decimation.betta"):
+        expand({**tiny, "grid": {"model.decimation.betta": [0.5]}}, "x")
