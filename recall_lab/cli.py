@@ -24,8 +24,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+# When stdout is not a terminal (CI, nohup, pipes) rich fits tables into 80 columns by cutting
+# cells ("train/valid/te…"); a wide virtual width keeps every cell whole and long lines unbroken.
+PIPE_WIDTH = 4096
 console = Console()
+if not console.is_terminal:
+    console = Console(width=PIPE_WIDTH)
 err_console = Console(stderr=True)
+if not err_console.is_terminal:
+    err_console = Console(stderr=True, width=PIPE_WIDTH)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -85,3 +85,69 @@ def register(app: typer.Typer) -> None:
         code = _run()
         if code:
             raise typer.Exit(code)
+
+    @app.command()
+    def report(
+        runs: list[Path] = typer.Argument(..., help="Sweep folders (runs/EXPERIMENT) or folders "
+                                          "of run folders."),
+        by: str = typer.Option(None, help="Group by these dotted fields, comma-separated "
+                               "(default: every field that varies except lr and seed)."),
+        metric: str = typer.Option(None, help="Reported metric, test.acc (default), "
+                                   "test.exact or test.loss; the lr is chosen on its valid twin."),
+        experiment: Path = typer.Option(None, "--experiment", "-e", help="Experiment TOML whose "
+                                        "\\[report] and \\[reference] tables to use (default: "
+                                        "those recorded in sweep.json)."),
+        out: Path = typer.Option(None, help="Folder for report.md/.csv/.json and the PNGs "
+                                 "(default: the runs folder, when there is one)."),
+        plots: bool = typer.Option(True, help="Write the PNG figures."),
+        check: bool = typer.Option(False, "--check", help="Exit 1 when a claim of the "
+                                   "experiment (\\[\\[report.expect]]) does not hold."),
+    ) -> None:
+        """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
+        report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
+
+        @guarded
+        def _run() -> int:
+            from rich.table import Table
+
+            from generators.errors import RecallLabError
+            from recall_lab.config import read_toml
+            from recall_lab.experiments.report import build_report, write_report
+
+            dest = out
+            if dest is None:
+                if len(runs) != 1:
+                    raise RecallLabError("several runs folders: pass --out for the report")
+                dest = runs[0]
+            exp = read_toml(experiment) if experiment is not None else None
+            fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
+            rep = build_report(runs, by=fields, metric=metric, experiment=exp)
+            paths = write_report(rep, dest, plots=plots)
+            table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
+            for col in [*rep["by"], "best lr", "valid", "mean +/- std", "seeds", "missing",
+                        "failed", *(["reference"] if rep["reference"].get("values") else [])]:
+                table.add_column(col, justify="left" if col in rep["by"] else "right")
+            for row in rep["rows"]:
+                cells = [str(row[f]) for f in rep["by"]]
+                cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}",
+                          "-" if row["valid"] is None else f"{row['valid']:.4f}",
+                          ("-" if row["mean"] is None else f"{row['mean']:.4f}")
+                          + (f" +/- {row['std']:.4f}" if row["std"] is not None else ""),
+                          str(row["seeds"]), str(row["missing"]), str(row["failed"])]
+                if rep["reference"].get("values"):
+                    ref = row["reference"]
+                    cells.append("-" if ref is None else f"{ref:.4f}")
+                table.add_row(*cells)
+            console.print(table)
+            for c in rep["checks"]:
+                mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
+                console.print(f"{mark} {c['claim']}: {c['detail']}", highlight=False,
+                              soft_wrap=True)
+            console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
+                          soft_wrap=True)
+            failed = sum(not c["ok"] for c in rep["checks"])
+            return 1 if (check and failed) else 0
+
+        code = _run()
+        if code:
+            raise typer.Exit(code)

@@ -1,0 +1,157 @@
+"""The report: grouping, best lr on validation, test mean and sample std over seeds (checked
+against values worked out by hand), counts of seeds / missing / failed runs, claims, files."""
+
+import csv
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from recall_lab import checkpoint as ck
+from recall_lab.experiments.grid import expand
+from recall_lab.experiments.report import build_report, write_report
+
+# (model, lr, seed) -> (valid acc, test acc), "failed" or "missing"
+RESULTS = {
+    ("mamba", 1e-3, 0): (0.50, 0.40), ("mamba", 1e-3, 1): (0.60, 0.50),
+    ("mamba", 1e-3, 2): (0.70, 0.60),
+    ("mamba", 3e-3, 0): (0.80, 0.70), ("mamba", 3e-3, 1): (0.70, 0.90),
+    ("mamba", 3e-3, 2): (0.90, 0.80),
+    ("mamba+hax", 1e-3, 0): (0.90, 0.60), ("mamba+hax", 1e-3, 1): (0.95, 0.70),
+    ("mamba+hax", 1e-3, 2): "failed",
+    ("mamba+hax", 3e-3, 0): (0.85, 0.99), ("mamba+hax", 3e-3, 1): "missing",
+    ("mamba+hax", 3e-3, 2): "missing",
+}
+# by hand: mamba's valid means are 0.6 (1e-3) and 0.8 (3e-3) -> lr 3e-3, test 0.7, 0.9, 0.8:
+# mean 0.8, sample std sqrt((0.01 + 0.01 + 0) / 2) = 0.1. mamba+hax: 0.925 (1e-3) vs 0.85 (3e-3)
+# -> lr 1e-3 (the 0.99 test at 3e-3 must not leak in), test 0.6, 0.7: mean 0.65,
+# std sqrt(2 * 0.05^2 / 1) = 0.0707...; 2 seeds, 2 missing, 1 failed.
+EXPECT = {"mamba": (3e-3, 0.8, 0.1, 3, 0, 0),
+          "mamba+hax": (1e-3, 0.65, math.sqrt(0.005), 2, 2, 1)}
+
+
+@pytest.fixture
+def sweep_dir(tmp_path, tiny):
+    tiny["grid"] = {"model.name": ["mamba", "mamba+hax"], "train.lr": [1e-3, 3e-3],
+                    "train.seed": [0, 1, 2]}
+    tiny["report"] = {"expect": [
+        {"claim": "mamba beats hax by 0.1", "a": {"model.name": "mamba"},
+         "b": {"model.name": "mamba+hax"}, "margin": 0.1},
+        {"claim": "mamba below 0.9", "a": {"model.name": "mamba"}, "value": 0.9, "op": "<"},
+    ]}
+    tiny["reference"] = {"source": "paper", "values": {"mamba": 0.3, "mamba+hax": 0.5}}
+    exp = expand(tiny, "x")
+    root = tmp_path / "tiny"
+    entries = []
+    for run in exp.runs:
+        key = (run.config.model.name, run.config.train.lr, run.config.train.seed)
+        res = RESULTS[key]
+        folder = root / run.name
+        folder.mkdir(parents=True)
+        status = "done"
+        if res == "failed":
+            status = "failed"
+            folder.rmdir()
+        else:
+            ck.write_json(folder / ck.CONFIG, run.config.to_json())
+            (folder / ck.METRICS).write_text(
+                "".join(json.dumps({"step": s, "split": "valid", "acc": 0.1 * s, "loss": 1.0})
+                        + "\n" for s in (1, 2)))
+            if res == "missing":
+                status = "running"
+            else:
+                ck.write_json(folder / ck.SUMMARY, {
+                    "steps": 6, "valid": {"acc": res[0], "loss": 1 - res[0]},
+                    "test": {"acc": res[1], "exact": 0.0, "loss": 1 - res[1]}})
+        entries.append({"name": run.name, "hash": run.hash, "values": run.values,
+                        "status": status, "config": run.config.to_json(),
+                        **({"error": "boom"} if status == "failed" else {})})
+    ck.write_json(root / "sweep.json", {"experiment": "tiny", "report": exp.report,
+                                        "reference": exp.reference, "runs": entries})
+    return root
+
+
+def test_best_lr_and_mean_std_against_hand_computed_values(sweep_dir):
+    rep = build_report([sweep_dir])
+    assert rep["by"] == ["model.name"]  # model.arch / pattern follow the name; lr, seed skipped
+    got = {g.label: g for g in rep["groups"]}
+    assert set(got) == set(EXPECT)
+    for label, (lr, mean, std, seeds, missing, failed) in EXPECT.items():
+        g = got[label]
+        assert g.best_lr == lr
+        assert g.mean == pytest.approx(mean) and g.std == pytest.approx(std)
+        assert g.counts == {"seeds": seeds, "missing": missing, "failed": failed}
+    assert got["mamba"].lrs == pytest.approx({1e-3: 0.6, 3e-3: 0.8})
+    assert [r.config["train.seed"] for r in got["mamba"].selected] == [0, 1, 2]
+
+
+def test_loss_metric_picks_the_lowest_validation_loss(sweep_dir):
+    rep = build_report([sweep_dir], metric="test.loss")
+    got = {g.label: g for g in rep["groups"]}
+    # valid loss = 1 - valid acc: the same lr wins; test loss mean = 1 - test acc mean
+    assert got["mamba"].best_lr == 3e-3 and got["mamba"].mean == pytest.approx(0.2)
+    assert got["mamba+hax"].best_lr == 1e-3 and got["mamba+hax"].mean == pytest.approx(0.35)
+
+
+def test_claims(sweep_dir):
+    rep = build_report([sweep_dir])
+    assert [c["ok"] for c in rep["checks"]] == [True, True]  # 0.8 >= 0.65 + 0.1; 0.8 < 0.9
+    false = {"report": {"expect": [{"a": {"model.name": "mamba+hax"},
+                                    "b": {"model.name": "mamba"}},
+                                   {"a": {"model.name": "nope"}, "value": 0.0}]}}
+    checks = build_report([sweep_dir], experiment=false)["checks"]
+    assert [c["ok"] for c in checks] == [False, False]
+    assert "0.6500 >= mamba 0.8000" in checks[0]["detail"]
+    assert "matches 0 groups" in checks[1]["detail"]
+
+
+def test_claims_at_the_largest_value_of_an_axis(tmp_path, tiny):
+    tiny["grid"] = {"model.name": ["mamba", "mamba+hax"], "model.d_state": [4, 8]}
+    exp = expand(tiny, "x")
+    acc = {("mamba", 4): 0.9, ("mamba", 8): 0.5, ("mamba+hax", 4): 0.6, ("mamba+hax", 8): 0.7}
+    for run in exp.runs:
+        folder = tmp_path / run.name
+        folder.mkdir()
+        ck.write_json(folder / ck.CONFIG, run.config.to_json())
+        a = acc[(run.config.model.name, run.config.model.d_state)]
+        ck.write_json(folder / ck.SUMMARY, {"valid": {"acc": a, "loss": 0}, "test": {"acc": a}})
+    expect = {"a": {"model.name": "mamba+hax"}, "b": {"model.name": "mamba"},
+              "margin": 0.15, "at": {"model.d_state": "max"}}
+    rep = build_report([tmp_path], experiment={"report": {"expect": [expect]}})
+    assert rep["by"] == ["model.name", "model.d_state"]
+    assert rep["checks"][0]["ok"]  # 0.7 >= 0.5 + 0.15 at d_state 8 (false at d_state 4)
+    expect["at"] = {"model.d_state": "min"}
+    rep = build_report([tmp_path], experiment={"report": {"expect": [expect]}})
+    assert not rep["checks"][0]["ok"]
+    paths = write_report(rep, tmp_path / "out")
+    assert (tmp_path / "out" / "report-model_d_state.png") in paths
+
+
+def test_files_and_check_exit_code(sweep_dir):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "recall_lab.cli", "report", str(sweep_dir),
+                               *args], capture_output=True, text=True)
+
+    r = cli("--check")
+    assert r.returncode == 0, r.stderr
+    for name in ("report.md", "report.csv", "report.json", "report-bars.png",
+                 "report-curves.png"):
+        assert (sweep_dir / name).is_file(), name
+    rows = {row["label"]: row for row in csv.DictReader((sweep_dir / "report.csv").open())}
+    assert float(rows["mamba"]["mean"]) == pytest.approx(0.8)
+    assert float(rows["mamba+hax"]["std"]) == pytest.approx(math.sqrt(0.005))
+    assert float(rows["mamba+hax"]["reference"]) == 0.5
+    md = (sweep_dir / "report.md").read_text()
+    assert "| mamba+hax | 0.001 | 0.9250 | 0.6500 +/- 0.0707 | 2 | 2 | 1 | 0.5000 |" in md
+    data = json.loads((sweep_dir / "report.json").read_text())
+    assert data["groups"][1]["failed_runs"] and data["checks"][0]["ok"]
+    assert "…" not in r.stdout  # piped: no truncated cells
+
+    # a false claim: --check exits 1, a plain report still exits 0
+    exp = sweep_dir.parent / "false.toml"
+    exp.write_text('[[report.expect]]\na = { "model.name" = "mamba+hax" }\n'
+                   'b = { "model.name" = "mamba" }\n')
+    assert cli("--check", "-e", str(exp), "--no-plots").returncode == 1
+    assert cli("-e", str(exp), "--no-plots").returncode == 0
