@@ -20,12 +20,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/recall-lab demo
 
-# mamba-ssm as an external oracle for the SSM tests: its torch references and Triton kernels,
+# mamba-ssm as an external oracle for the SSM tests (and peft for the adapter tests): its torch references and Triton kernels,
 # without its CUDA extension (which does not build on a CPU machine). If it cannot be installed,
 # the oracle tests skip. GPU users install the real kernels with `pip install -e '.[cuda]'`.
 $(ORACLE): $(STAMP)
 	-MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(BIN)/python -m pip install --quiet \
 		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1 einops
+	# peft: oracle of the LoRA/HyLoRA adapters (torch is already there, so none is pulled)
+	-$(BIN)/python -m pip install --quiet "peft==0.21.2"
 	touch $(ORACLE)
 
 test: $(ORACLE)

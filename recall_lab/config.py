@@ -48,6 +48,9 @@ class SEAttnConfig(BaseModel):
     # None: "value" (the paper's) where v has q's width, "key" in the hybrid branch (v = xc).
     summary: Literal["value", "key"] | None = None
     seed: int = Field(0, ge=0)  # landmark queries, random retrieval in evaluation
+    # relevance | random (SE-Attn-Random) | none (NoMem); for attention layers (branch patterns
+    # name it: seattn-random, seattn-nomem).
+    retrieval: Literal["relevance", "random", "none"] | None = None
 
     def options(self) -> dict[str, Any]:
         """The fields that are set, as `make_pattern` options."""
@@ -208,6 +211,22 @@ class ModelConfig(BaseModel):
         return self
 
 
+class FinetuneConfig(BaseModel):
+    """Fine-tuning from a finished run (seed 001 Sec. 3.4, 4.6): start from its weights, then
+    train only what `adapter` opens (`recall_lab/models/adapters.py`): lora (LoRA on the
+    attention projections), lora+ (LongLoRA's: + embedding and norms), hylora (+ the SSMs'
+    1D convolutions), full. The run's model may use another attention than its base (the
+    attention is parameter-free, so the base weights fit)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_run: str  # run directory whose weights are the starting point
+    checkpoint: Literal["best", "last"] = "best"
+    adapter: Literal["lora", "lora+", "hylora", "full"] = "hylora"
+    rank: int = Field(8, ge=1)  # paper: 32 for Mamba-2-Hybrid at d_model 2560
+    alpha: float = Field(16.0, gt=0)  # alpha / rank = 2 as in the paper
+
+
 class TrainConfig(BaseModel):
     """Optimiser, schedule, evaluation and seeds of one training run."""
 
@@ -233,6 +252,7 @@ class TrainConfig(BaseModel):
     test_samples: int = Field(512, ge=1)
     eval_batch_size: int | None = Field(None, ge=1)
     device: str = "auto"
+    finetune: FinetuneConfig | None = None  # None = train from scratch
 
 
 class RunConfig(BaseModel):

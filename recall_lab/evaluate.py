@@ -88,26 +88,31 @@ def evaluate(
 
 def evaluate_run(
     run: Path, spec, n: int = 512, data_seed: int = 0, which: str = "best",
-    batch_size: int = 64, device: str = "auto", decimate=None,
+    batch_size: int = 64, device: str = "auto", decimate=None, attention: str | None = None,
 ) -> dict:
     """Evaluate a finished (or running) run's `which` weights ("best" or "last") on a task,
     e.g. longer sequences or other table sizes than it was trained on (extrapolation).
 
     `decimate` (a `DecimationConfig`): DeciMamba applied zero-shot to the trained weights
     (seed 002 Sec. 4); "auto" layers are chosen by Mamba Mean Distance on 16 validation samples of
-    the run's own task."""
+    the run's own task.
+
+    `attention` (`recall_lab.finetune.ATTENTIONS`): evaluate with another attention than the
+    run's, e.g. "full" after SE-Attn fine-tuning (seed 001 App. A, E.4)."""
     from recall_lab.checkpoint import BEST, MODEL, load_weights
-    from recall_lab.models import build_model
+    from recall_lab.finetune import build_run_model, with_attention
     from recall_lab.train import load_run_config, resolve_device
 
     run = Path(run)
     check_batch_size(batch_size)
     cfg = load_run_config(run)
+    if attention is not None:
+        cfg = cfg.model_copy(update={"model": with_attention(cfg.model, attention)})
     spec = fit_vocab(spec, cfg.task)
     if which not in ("best", "last"):
         raise RecallLabError(f"--checkpoint must be 'best' or 'last', got {which!r}")
     dev = resolve_device(device)
-    model = build_model(cfg.model)
+    model = build_run_model(cfg, load_base=False)
     load_weights(run / (BEST if which == "best" else MODEL), model)
     model.to(dev)
     extra: dict = {}
@@ -118,6 +123,8 @@ def evaluate_run(
     if model.decimation is not None:
         extra["decimation"] = model.decimation.model_dump(mode="json")
         extra["kept_non_filler"] = kept_non_filler(model, x[:batch_size], spec, dev)
+    if attention is not None:
+        extra["attention"] = attention
     return {"run": str(run), "checkpoint": which, "task": spec.model_dump(mode="json"),
             "max_len": spec.max_len, "data_seed": data_seed, **metrics, **extra}
 

@@ -216,7 +216,7 @@ def train_run(
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
     from recall_lab.data import batch_at
-    from recall_lab.models import build_model
+    from recall_lab.finetune import build_run_model
 
     if resume:
         saved = load_run_config(out)
@@ -231,9 +231,11 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     check_run(cfg, device)
 
     torch.manual_seed(t.seed)
-    model = build_model(cfg.model).to(device)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    # A fine-tune run starts from its base run's weights with only the adapter's set trainable.
+    model = build_run_model(cfg).to(device)
+    train_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in train_params if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in train_params if not (p.ndim >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": t.weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
@@ -336,7 +338,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     test = evaluate(model, *test_set, eval_bs, device, autocast)
     summary = {
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
-        "n_params": model.n_params(), "steps": t.steps, "best_step": best["step"],
+        "n_params": model.n_params(), "n_trainable": sum(p.numel() for _, p in train_params),
+        "steps": t.steps, "best_step": best["step"],
         "valid": {"acc": best["acc"], "loss": best["loss"]}, "test": test,
         "device": str(device), "wall_s_this_session": wall,
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,

@@ -30,16 +30,17 @@ from recall_lab.analysis.mean_distance import (
 def load_run(run: str | Path, which: str = "last") -> tuple[torch.nn.Module, Any]:
     """(model in eval mode, RunConfig) of a run directory; which = "last" or "best" weights."""
     from recall_lab import checkpoint as ck
-    from recall_lab.models import build_model
+    from recall_lab.finetune import build_run_model
+    from recall_lab.models.adapters import merge_adapters
     from recall_lab.train import load_run_config
 
     run = Path(run)
     cfg = load_run_config(run)
     if which not in ("last", "best"):
         raise RecallLabError(f"weights must be 'last' or 'best', got {which!r}")
-    model = build_model(cfg.model)
+    model = build_run_model(cfg, load_base=False)  # a fine-tune run: base + adapters
     ck.load_weights(run / (ck.MODEL if which == "last" else ck.BEST), model)
-    model.eval()
+    merge_adapters(model).eval()
     return model, cfg
 
 

@@ -7,7 +7,7 @@ import importlib
 import typer
 
 # Order is the order of `recall-lab --help`.
-MODULES = ("data", "models", "experiments", "prove", "analysis", "bench")
+MODULES = ("data", "models", "finetune", "experiments", "prove", "analysis", "bench")
 
 
 def register_all(app: typer.Typer) -> None:

@@ -179,6 +179,10 @@ def register(app: typer.Typer) -> None:
                                      "run: key=value pairs, e.g. L_base=48 or "
                                      "L_base=48,layers=-1,score=mean (beta, min_len, top_k, "
                                      "layers=auto). 'off' disables a run's own decimation."),
+        attention: str = typer.Option(None, "--attention", help="Evaluate with another "
+                                      "attention than the run's: full, sw, se, se-paper, "
+                                      "se-nomem, se-random (seed 001 evaluates SE-Attn "
+                                      "fine-tunes with full)."),
         out: Path = typer.Option(None, help="JSON result file (default RUN/eval-TASK-nN-sS-"
                                  "CHECKPOINT.json)."),
         force: bool = typer.Option(False, help="Overwrite the result file."),
@@ -211,10 +215,13 @@ def register(app: typer.Typer) -> None:
 
                 deci = "off" if decimate == "off" else parse_decimate(decimate)
                 label += "-deci-" + decimate.replace(",", "-")
+            if attention is not None:
+                label += f"-attn-{attention}"
             dest = out or run / f"eval-{label}-n{n}-s{data_seed}-{checkpoint}.json"
             if dest.exists() and not force:
                 raise RecallLabError(f"{dest} exists; pass --force to overwrite it")
-            res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci)
+            res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
+                               attention)
             table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
             for col in ("max length", "samples", "acc", "exact", "loss"):
                 table.add_column(col, justify="right")
