@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from generators.errors import RecallLabError
 
@@ -167,6 +167,11 @@ class ModelConfig(BaseModel):
         if self.attamba is not None and "attamba" not in (self.arch, self.pattern):
             raise RecallLabError("attamba options need the attamba arch or the attamba pattern")
         return self
+
+    @field_validator("decimation", mode="before")
+    @classmethod
+    def _decimation_off(cls, v: Any) -> Any:
+        return None if v == "off" else v  # TOML has no null: `decimation = "off"` in a grid
 
     @model_validator(mode="after")
     def _decimation_fits(self) -> ModelConfig:

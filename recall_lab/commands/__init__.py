@@ -7,7 +7,8 @@ import importlib
 import typer
 
 # Order is the order of `recall-lab --help`.
-MODULES = ("data", "models", "finetune", "experiments", "prove", "analysis", "bench")
+MODULES = ("data", "models", "finetune", "experiments", "extrapolate", "prove", "analysis",
+           "bench")
 
 
 def register_all(app: typer.Typer) -> None:

@@ -125,3 +125,8 @@ def test_auto_layers_pick_the_largest_mamba_mean_distance():
     chosen = resolve_auto_layers(model, ids)
     assert chosen.layers == (int(np.argmax(md)),)
     assert model(ids).kept.sum(1).tolist() == [10 + 17, 10 + 17]
+
+
+def test_decimation_off_in_toml_means_none():
+    cfg = build_model("mamba+deci", V, decimation="off").config
+    assert cfg.decimation is None

@@ -1,0 +1,61 @@
+"""CLI: `recall-lab extrapolate`: trained runs at k times their length, zero-shot DeciMamba."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def extrapolate(
+        runs: list[Path] = typer.Argument(..., help="Run directories trained on a filler task."),
+        factors: str = typer.Option("1,2,4,8,16,32", "--factors", help="Length factors: the "
+                                    "same tables with more filler."),
+        decimate: list[str] = typer.Option(None, "--decimate", help="A zero-shot DeciMamba "
+                                           "variant, key=value pairs (repeatable), e.g. "
+                                           "L_base=63 or L_base=63,score=random; 'off' "
+                                           "evaluates a mamba+deci run without decimation."),
+        n: int = typer.Option(128, "--n", help="Test samples per length."),
+        data_seed: int = typer.Option(0, "--data-seed", help="Seed of the test samples."),
+        batch_size: int = typer.Option(32, "--batch-size", help="Evaluation batch size."),
+        md_samples: int = typer.Option(0, "--md-samples", help="Also measure the Mamba Mean "
+                                       "Distance (Eq. 8) of every layer on this many samples."),
+        checkpoint: str = typer.Option("best", help="best or last."),
+        out: Path = typer.Option(..., "--out", help="Folder for extrapolation.json/.md, "
+                                 "acc.png (md.png)."),
+        force: bool = typer.Option(False, help="Overwrite existing results in --out."),
+    ) -> None:
+        """Evaluate runs at 1x..32x their training length (seed 002 Fig. 1 shape)."""
+        from recall_lab.cli import console, guarded
+
+        @guarded
+        def _run() -> None:
+            from generators.errors import RecallLabError
+            from recall_lab.experiments.extrapolate import (
+                extrapolation_rows,
+                markdown,
+                parse_factors,
+                write_outputs,
+            )
+            from recall_lab.models.decimation import parse_decimate
+
+            if (out / "extrapolation.json").exists() and not force:
+                raise RecallLabError(f"{out}/extrapolation.json exists; pass --force to "
+                                     "overwrite it")
+            if n < 1:
+                raise RecallLabError(f"--n must be >= 1, got {n}")
+            variants = [(d, "off" if d == "off" else parse_decimate(d)) for d in decimate or []]
+            rows = extrapolation_rows(runs, parse_factors(factors), variants, n=n,
+                                      data_seed=data_seed, batch_size=batch_size,
+                                      md_samples=md_samples, which=checkpoint,
+                                      progress=lambda s: console.print(s, highlight=False))
+            command = "recall-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+            files = write_outputs(rows, out, command)
+            console.print(markdown(rows), soft_wrap=True)
+            console.print("written: " + ", ".join(str(f) for f in files))
+
+        _run()
