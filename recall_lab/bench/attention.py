@@ -22,6 +22,13 @@ pattern at the same budget k = 64 (chunk 32 + top-4 blocks of 8, prefix scoring,
 because d_v != d_qk) plus ``sparse_attention``; its fitted exponent is reported beside HAX's. Its
 scoring step is O(L^2 d / S) (every query against every earlier block summary), so the exponent
 climbs from ~1 towards 2 once scoring dominates the O(L (M + kS) d) attention.
+
+Two more methods time the ``attamba`` chunk pattern (seed 003) plus ``sparse_attention`` in the
+same setup (the key/value SSMs are not included: the pattern and the attention are what scale
+with L): ``attamba-p8`` with a fixed chunk size P = 8 and 8 leading tokens, O(L (L/8 + 8)) and so
+still quadratic (exponent -> 2 with 8x fewer keys than dense; run up to L = 4096), and
+``attamba-sqrt`` with P = leading = ceil(sqrt(L)), O(L^1.5): the sub-quadratic setting the paper
+points to (Sec. 4.1), whose fitted exponent should approach 1.5 (run up to L = 16384).
 """
 
 from __future__ import annotations
@@ -39,6 +46,12 @@ LENGTHS = (1024, 4096, 8192, 16384, 65536)
 QUICK_LENGTHS = (256, 1024, 2048)
 DENSE_MAX = 16384
 D_QK, D_V, K = 16, 128, 64
+ATTAMBA_P = 8
+METHODS = ("ours", "dense", "seattn", "attamba-p8", "attamba-sqrt")
+# Largest L per attamba case: their index lists hold L (L/P + P) slots, and the sparse op keeps
+# ~100 bytes per slot (measured 234 MB at L = 4096, P = 8), so P = 8 stops at 4096 and
+# P = sqrt(L) at 16384 (each ~0.5 GB) to keep a shared machine's memory.
+ATTAMBA_MAX = {"attamba-p8": 4096, "attamba-sqrt": 16384}
 MODES = ("fwd", "fwd+bwd")
 # One intra-op thread by default: on a shared, oversubscribed CPU, OpenMP barriers make
 # multi-threaded timings of small ops erratic (measured: 10-30 ms per op at load ~9 on 2 cores).
@@ -83,10 +96,15 @@ def run_case(method: str, length: int, mode: str, reps: int, warmup: int, thread
     v = torch.randn(1, 1, length, D_V, requires_grad=True)
     pattern = make_pattern("hax", K, dim=D_QK).train()
     se_pattern = make_pattern("seattn", K, summary="key").train()
+    chunk = ATTAMBA_P if method == "attamba-p8" else math.isqrt(length - 1) + 1
+    at_pattern = make_pattern("attamba", chunk, chunking="uniform").train()
 
     def step() -> None:
         if method == "seattn":
             idx, _ = se_pattern(q, k, v)
+            out, aux = sparse_attention(q, k, v, idx), torch.zeros(())
+        elif method.startswith("attamba"):
+            idx, _ = at_pattern(q, k, v)
             out, aux = sparse_attention(q, k, v, idx), torch.zeros(())
         elif method == "ours":
             idx, aux = pattern(q, k)
@@ -107,6 +125,8 @@ def run_case(method: str, length: int, mode: str, reps: int, warmup: int, thread
     out, aux = release_sparse_attention(*small, "hax", K, score_mlp=pattern.parts[1].mlp)
     (out.square().mean() + aux).backward()
     idx, _ = se_pattern(*small)
+    sparse_attention(*small, idx).square().mean().backward()
+    idx, _ = at_pattern(*small)
     sparse_attention(*small, idx).square().mean().backward()
     pattern.zero_grad(set_to_none=True)
     del small, idx, aux, out
@@ -169,8 +189,10 @@ def run(console, quick: bool) -> dict:
     with console.status("attention bench") as status:
         for length in lengths:
             for mode in MODES:
-                for method in ("ours", "dense", "seattn"):
+                for method in METHODS:
                     if method == "dense" and length > dense_max:
+                        continue
+                    if length > ATTAMBA_MAX.get(method, length):
                         continue
                     status.update(f"attention bench: {method} {mode} L={length}")
                     cases[f"{method}|{mode}|{length}"] = _spawn(method, length, mode, 900)
@@ -185,7 +207,7 @@ def run(console, quick: bool) -> dict:
     table = Table(title="HAX attention layer (B=1, H=1, d_qk=16, d_v=128, k=64): "
                         "ours vs release dense masks")
     for col in ("L", "mode", "ours ms", "dense ms", "speed-up", "ours MB", "dense MB", "mem ratio",
-                "se-attn ms", "se-attn MB"):
+                "se-attn ms", "se-attn MB", "attamba P8 ms", "attamba P=sqrtL ms"):
         table.add_column(col, justify="right")
     rows = []
     for length in lengths:
@@ -196,12 +218,17 @@ def run(console, quick: bool) -> dict:
             row = {"L": length, "mode": mode, "ours_s": ot, "dense_s": dt,
                    "speedup": ratio(ot, dt), "ours_peak_mb": om, "dense_peak_mb": dm,
                    "memory_ratio": ratio(om, dm), "seattn_s": st, "seattn_peak_mb": sm}
+            for m in ("attamba-p8", "attamba-sqrt"):
+                row[f"{m}_s"] = get(m, mode, length, "time_s")
+                row[f"{m}_peak_mb"] = get(m, mode, length, "peak_mb")
             rows.append(row)
+            at8, atq = row["attamba-p8_s"], row["attamba-sqrt_s"]
             table.add_row(str(length), mode, _fmt(ot and ot * 1e3), _fmt(dt and dt * 1e3),
                           _fmt(row["speedup"]), _fmt(om), _fmt(dm), _fmt(row["memory_ratio"]),
-                          _fmt(st and st * 1e3), _fmt(sm))
+                          _fmt(st and st * 1e3), _fmt(sm), _fmt(at8 and at8 * 1e3),
+                          _fmt(atq and atq * 1e3))
     exponents = {}
-    for method in ("ours", "dense", "seattn"):
+    for method in METHODS:
         for mode in MODES:
             ls = [r["L"] for r in rows if r["mode"] == mode and r[f"{method}_s"] is not None]
             ts = [r[f"{method}_s"] for r in rows if r["mode"] == mode and r["L"] in ls]
