@@ -258,6 +258,11 @@ class TrainConfig(BaseModel):
     eval_batch_size: int | None = Field(None, ge=1)
     device: str = "auto"
     finetune: FinetuneConfig | None = None  # None = train from scratch
+    # After training, also test the best weights at these multiples of the base task's length
+    # (a fine-tune run's base run's task, else the run's own; same tables, more filler), with the
+    # run's attention and, where it can be swapped, with full attention (seed 001 evaluates
+    # SE-Attn fine-tunes with full attention): summary valid/test "x{f}" and "x{f}-full".
+    test_length_factors: tuple[int, ...] = ()
 
 
 class RunConfig(BaseModel):

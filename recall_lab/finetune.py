@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from generators.errors import RecallLabError
@@ -92,3 +93,43 @@ def finetune_config(base_run: Path, task, task_name: str | None, attention: str,
     task = fit_vocab(task, base.task)
     return RunConfig(model=with_attention(base.model, attention), train=train, task=task,
                      task_name=task_name)
+
+
+def base_task(cfg: RunConfig):
+    """The task a run's lengths are measured against: its base run's for a fine-tune run."""
+    from recall_lab.train import load_run_config
+
+    if cfg.train.finetune is None:
+        return cfg.task
+    return load_run_config(Path(cfg.train.finetune.base_run)).task
+
+
+def length_tests(model: nn.Module, cfg: RunConfig, batch_size: int, device: torch.device,
+                 autocast: bool) -> tuple[dict, dict]:
+    """`train.test_length_factors` (see `TrainConfig`): (valid, test) dicts keyed "x{f}" and
+    "x{f}-full", each the held-out metrics of `model`'s current weights at that length."""
+    from recall_lab.evaluate import evaluate, fit_vocab, held_out
+
+    t = cfg.train
+    valid: dict = {}
+    test: dict = {}
+    if not t.test_length_factors:
+        return valid, test
+    models = {"": model}
+    try:
+        full_cfg = cfg.model_copy(update={"model": with_attention(cfg.model, "full")})
+    except RecallLabError:  # no attention to swap (plain SSM, Samba, ...)
+        full_cfg = None
+    if full_cfg is not None and full_cfg.model != cfg.model:
+        full = build_run_model(full_cfg, load_base=False).to(device)
+        full.load_state_dict(model.state_dict())
+        models["-full"] = full
+    base = base_task(cfg)
+    for f in t.test_length_factors:
+        spec = fit_vocab(base.at_length(f), cfg.task)
+        sets = {"valid": held_out(spec, t.eval_samples, t.data_seed, "valid"),
+                "test": held_out(spec, t.test_samples, t.data_seed, "test")}
+        for suffix, m in models.items():
+            for split, out in (("valid", valid), ("test", test)):
+                out[f"x{f}{suffix}"] = evaluate(m, *sets[split], batch_size, device, autocast)
+    return valid, test

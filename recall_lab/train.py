@@ -216,7 +216,7 @@ def train_run(
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
     from recall_lab.data import batch_at
-    from recall_lab.finetune import build_run_model
+    from recall_lab.finetune import build_run_model, length_tests
 
     if resume:
         saved = load_run_config(out)
@@ -336,11 +336,13 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     else:
         test_set = held_out(cfg.task, t.test_samples, t.data_seed, "test")
     test = evaluate(model, *test_set, eval_bs, device, autocast)
+    valid_x, test_x = length_tests(model, cfg, eval_bs, device, autocast)
     summary = {
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
         "n_params": model.n_params(), "n_trainable": sum(p.numel() for _, p in train_params),
         "steps": t.steps, "best_step": best["step"],
-        "valid": {"acc": best["acc"], "loss": best["loss"]}, "test": test,
+        "valid": {"acc": best["acc"], "loss": best["loss"], **valid_x},
+        "test": {**test, **test_x},
         "device": str(device), "wall_s_this_session": wall,
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
     }

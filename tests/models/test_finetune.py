@@ -103,6 +103,21 @@ def test_with_attention_swaps_branch_patterns_and_layers():
         with_attention(model_config("mamba2", 20), "se")
 
 
+def test_length_tests_at_multiples_of_the_base_length(base_run):
+    from recall_lab.train import train_run
+
+    longer = TaskSpec.model_validate(json.loads((base_run / ck.CONFIG).read_text())["task"])
+    cfg = finetune_config(base_run, longer.at_length(2), "x2", "se", "lora+", rank=2,
+                          train_over={"test_length_factors": (1, 2), "test_samples": 8})
+    s = train_run(cfg, base_run.with_name("lengths"))
+    assert set(s["test"]) >= {"x1", "x2", "x1-full", "x2-full"}
+    assert set(s["valid"]) >= {"x1", "x2", "x1-full", "x2-full"}
+    # x2 is the run's own task, the same samples: the same numbers as its plain test
+    assert s["test"]["x2"]["acc"] == s["test"]["acc"]
+    assert s["test"]["x2"]["loss"] == pytest.approx(s["test"]["loss"], rel=1e-6)
+    assert s["test"]["x1"]["n"] == 8 and s["test"]["x1-full"]["n"] == 8
+
+
 def test_finetune_config_fits_the_base_vocabulary(base_run):
     longer = TaskSpec(levels=((3, 3),), values=4, filler=(10, 10), filler_ids=2)
     cfg = finetune_config(base_run, longer, "longer", "sw", "lora", rank=4)
