@@ -68,6 +68,11 @@ def _hash_keys(h: np.ndarray) -> np.ndarray:
     return h.view([("a", np.uint64), ("b", np.uint64)]).reshape(-1)
 
 
+def row_keys(inputs: np.ndarray) -> np.ndarray:
+    """One comparable key per row (its two hashes; right padding does not change it)."""
+    return _hash_keys(row_hashes(inputs))
+
+
 @dataclass(frozen=True)
 class ShardJob:
     split: str

@@ -27,6 +27,7 @@ import fnmatch
 import json
 import os
 import re
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,10 @@ CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
 )
 RUN_FILES = (CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY)
 LOCK = ".lock"
-# Files the lab writes into a run folder besides RUN_FILES: `eval` results and temporary files.
+# Files the lab writes into a run folder besides RUN_FILES: `eval` results and temporary files;
+# folders: `analysis/` (mean-distance / attention-map outputs).
 LAB_PATTERNS = ("eval-*.json",)
+LAB_DIRS = ("analysis",)
 _TMP_NAME = re.compile(r"\..+\.tmp\d+")
 
 
@@ -157,11 +160,16 @@ def is_lab_file(name: str) -> bool:
 def clear_run(run: Path) -> None:
     """Delete the files recall-lab wrote in `run` (not the lock), keeping everything else."""
     for entry in Path(run).iterdir():
-        if entry.name != LOCK and entry.is_file() and is_lab_file(entry.name):
-            try:
+        lab_dir = entry.name in LAB_DIRS and entry.is_dir() and not entry.is_symlink()
+        if not lab_dir and not (entry.name != LOCK and entry.is_file() and is_lab_file(entry.name)):
+            continue
+        try:
+            if lab_dir:
+                shutil.rmtree(entry)
+            else:
                 entry.unlink()
-            except OSError as exc:
-                raise RecallLabError(f"cannot delete {entry}: {_reason(exc)}") from None
+        except OSError as exc:
+            raise RecallLabError(f"cannot delete {entry}: {_reason(exc)}") from None
 
 
 def read_lines(path: Path) -> list[dict]:

@@ -20,6 +20,7 @@ from generators.dataset import (
     pad_rows,
     read_manifest,
     read_split_flat,
+    row_keys,
     row_starts,
     verify_split,
 )
@@ -41,6 +42,25 @@ def batch_at(spec: TaskSpec, batch_size: int, seed: int, step: int, device="cpu"
     """The streamed batch number `step` (inputs, targets), LongTensor [B, L]."""
     b = generate(spec, batch_size, np.random.SeedSequence(seed, spawn_key=(STREAM_KEY, step)))
     return _to_torch(b.inputs, b.targets, device)
+
+
+def stream_overlap(spec: TaskSpec, batch_size: int, seed: int, steps: int,
+                   held: dict[str, np.ndarray], max_rows: int = 16384) -> dict:
+    """How much of each held-out set also occurs in the training stream: the fraction of its
+    rows found among the first min(steps * batch_size, ~max_rows) streamed training rows
+    (regenerated; rows compared by padding-invariant hashes). Streamed held-out sets are drawn
+    apart from the stream's seeds but not deduplicated against it (dataset folders are): on a
+    task with few distinct samples they repeat training rows and measure memorisation too."""
+    n_batches = max(1, min(steps, max_rows // max(batch_size, 1)))
+    seen = np.concatenate([
+        row_keys(generate(spec, batch_size,
+                          np.random.SeedSequence(seed, spawn_key=(STREAM_KEY, step))).inputs)
+        for step in range(n_batches)
+    ])
+    out: dict = {"train_rows_checked": int(len(seen))}
+    for name, inputs in held.items():
+        out[name] = float(np.isin(row_keys(inputs), seen).mean()) if len(inputs) else 0.0
+    return out
 
 
 def stream_batches(

@@ -215,7 +215,7 @@ def train_run(
 
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
-    from recall_lab.data import batch_at
+    from recall_lab.data import batch_at, stream_overlap
     from recall_lab.finetune import build_run_model, length_tests
 
     if resume:
@@ -337,6 +337,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         test_set = held_out(cfg.task, t.test_samples, t.data_seed, "test")
     test = evaluate(model, *test_set, eval_bs, device, autocast)
     valid_x, test_x = length_tests(model, cfg, eval_bs, device, autocast)
+    overlap = None if reader is not None else stream_overlap(
+        cfg.task, t.batch_size, t.data_seed, t.steps, {"valid": valid[0], "test": test_set[0]})
     summary = {
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
         "n_params": model.n_params(), "n_trainable": sum(p.numel() for _, p in train_params),
@@ -345,6 +347,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         "test": {**test, **test_x},
         "device": str(device), "wall_s_this_session": wall,
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
+        "held_out_in_training": overlap,  # streamed runs: fraction also seen in training
     }
     ck.write_json(out / ck.SUMMARY, summary)
     return summary

@@ -381,7 +381,13 @@ class LSHPattern(Pattern):
 
 
 class KSPattern(Pattern):
-    """Key selection (Eq. 12-17): scoring MLP as in the release (2d -> 2d -> 2d -> 1, ReLU)."""
+    """Key selection (Eq. 12-17): scoring MLP as in the release (2d -> 2d -> 2d -> 1, ReLU).
+
+    ``scale`` multiplies ``q . k`` in the ranking loss's reference scores. Default ``dim**-0.5``:
+    the release divides k by sqrt(d) before it; Eq. 15 as printed has no scale (``scale=1.0``).
+    It matters: the sigmoid is applied before the sum over queries, so the target order of two
+    keys can change with it.
+    """
 
     def __init__(self, n: int, dim: int, hidden: int | None = None,
                  scale: float | None = None) -> None:

@@ -14,6 +14,10 @@ The vector is initialised to `side_scale_init` = 0.1 (not 0): small, so the hybr
 its plain SSM and the branch cannot swamp the SSM output early ("promotes stable optimization");
 non-zero, so the q/k projections receive gradient from the first step (with 0 they get none until
 the vector has moved).
+
+Not implemented: a recurrent `step()` path. The mixers' `step` ignores the branch (it would need
+the q/k history and the pattern's state per layer), so a hybrid decodes only by full forward
+passes over the prefix; plain SSM mixers can step.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from torch import nn
 
 
 def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
-                        max_len: int | None = None) -> nn.Module:
+                        max_len: int | None = None, layer: int = 0) -> nn.Module:
     """The pattern module of one branch: total budget k (`make_pattern` gives two-part patterns
     k/2 each), h = `lsh_bits` sign-bit planes for LSH, KS scorer on d_qk-sized q/k, the dilated
-    gap fixed by `max_len` (the config's, never the batch's length)."""
+    gap fixed by `max_len` (the config's, never the batch's length). The LSH evaluation planes
+    are seeded with `seed + layer`, so layers hash with different planes in evaluation too, as
+    they do in training (where every call draws fresh ones)."""
     from recall_lab.attention import make_pattern
 
     opts = dict(opts)
@@ -34,6 +40,7 @@ def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
         opts.setdefault("max_len", max_len)
     if name in ("lsh", "hax"):
         opts.setdefault("h", lsh_bits)
+        opts["seed"] = int(opts.get("seed", 0)) + layer
     if name in ("ks", "hax"):
         opts.setdefault("dim", d_qk)
     if name.startswith("seattn"):
@@ -56,6 +63,7 @@ class SparseBranch(nn.Module):
         pattern_opts: dict | None = None,
         scale_init: float = 0.1,
         max_len: int | None = None,
+        layer: int = 0,
     ) -> None:
         super().__init__()
         if d_inner % n_heads:
@@ -63,7 +71,7 @@ class SparseBranch(nn.Module):
         self.n_heads, self.d_qk = n_heads, d_qk
         self.qk = nn.Linear(d_inner, 2 * n_heads * d_qk, bias=False)
         self.pattern = make_branch_pattern(pattern, k, lsh_bits, d_qk, pattern_opts or {},
-                                           max_len)
+                                           max_len, layer)
         self.scale = nn.Parameter(torch.full((d_inner,), float(scale_init)))
 
     def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:

@@ -90,10 +90,13 @@ def test_force_with_corrupt_data_keeps_the_good_run(tmp_path, dataset, run, how)
 def test_force_replaces_only_what_the_lab_wrote(tmp_path, dataset, run):
     (run / "notes.txt").write_text("my notes")
     (run / "eval-old.json").write_text("{}")
+    (run / "analysis").mkdir()
+    (run / "analysis" / "mean_distance.json").write_text("{}")
     r = runner.invoke(app, ["train", *TINY, "--data", str(dataset), "--force", "--out", str(run)])
     assert r.exit_code == 0, r.output
     assert (run / "notes.txt").read_text() == "my notes"
-    assert not (run / "eval-old.json").exists()  # a result of the replaced run
+    # results of the replaced run are gone with it
+    assert not (run / "eval-old.json").exists() and not (run / "analysis").exists()
     # a folder that holds no run is never cleared, --force or not
     other = tmp_path / "other"
     other.mkdir()

@@ -97,3 +97,16 @@ def test_run_config_fixes_the_dilated_gap_from_the_task():
     assert RunConfig.model_validate(saved).model.max_len == spec.max_len
     d_part = build_model(cfg.model).blocks[0].branch.pattern.parts[1]
     assert d_part.gap == -(-spec.max_len // (mcfg.k // 2))  # ceil(max_len / (k/2))
+
+
+def test_layers_hash_with_their_own_planes_in_evaluation():
+    """Eval planes are seeded per layer (seed + layer), like training draws fresh planes per
+    call: two layers must not share planes."""
+    for name in ("mamba+lsh", "mamba2+hax"):
+        m = build_model(name, 20, d_model=16, d_state=8, k=4, n_layers=3).eval()
+        lsh = [mod for mod in m.modules() if type(mod).__name__ == "LSHPattern"]
+        assert [p.seed for p in lsh] == [0, 1, 2]
+        planes = [p.planes(8, 1) for p in lsh]
+        assert not torch.equal(planes[0], planes[1]) and not torch.equal(planes[1], planes[2])
+    opts = build_model("mamba+lsh", 20, d_model=16, d_state=8, k=4, pattern_opts={"seed": 5})
+    assert [b.branch.pattern.seed for b in opts.blocks] == [5, 6]
