@@ -33,6 +33,10 @@ tables override key by key) and a `[grid]` of axes over config fields named by d
     b = { "model.name" = "mamba" }
     margin = 0.2                         # test mean of a >= test mean of b + margin
 
+An axis may also name a whole table (`"model" = [{ name = "attamba", attamba = { chunk = 4 } },
+{ name = "transformer" }]`): each value is merged into that table, so rows that need different
+fields (one model's sub-config, a baseline without it) can share one grid or link.
+
 Fields are those of `ModelConfig`, `TrainConfig` and `TaskSpec` (`task.preset` too): `model.name`,
 `model.d_model`, `model.d_state`, `model.k`, `train.lr`, `train.seed`, `train.steps`,
 `task.levels`, and fields of typed sub-configs (`model.decimation.beta`). Every run is validated
@@ -113,9 +117,18 @@ def _fields() -> dict[str, set[str]]:
             "task": set(TaskSpec.model_fields) | {"preset"}}
 
 
-def check_field(path: str, where: str) -> None:
-    """One clear line for a dotted name that is no config field."""
+def check_field(path: str, where: str, values: Any = None) -> None:
+    """One clear line for a dotted name that is no config field (a bare table name is an axis of
+    whole tables: `values` must then be tables of its fields)."""
     table, _, key = path.partition(".")
+    if not key and table in RUN_TABLES and isinstance(values, list):
+        for v in values:
+            if not isinstance(v, dict):
+                raise RecallLabError(f"{where}: axis {path!r} takes tables of {path} fields, "
+                                     f"got {v!r}")
+            for k in v:
+                check_field(f"{table}.{k}", where)
+        return
     fields = _fields()
     if table not in fields or not key:
         raise RecallLabError(f"{where}: {path!r} is not a config field; use model.X, train.X or "
@@ -133,6 +146,11 @@ def _axis(values: Any, path: str, where: str) -> list:
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, dict):  # a whole-table value: its name first, then key + value
+        parts = [_fmt(value["name"])] if "name" in value else []
+        parts += [f"{k.rsplit('.', 1)[-1]}{_fmt(v)}" for k, v in flatten(
+            {k: v for k, v in value.items() if k != "name"}).items()]
+        return "-".join(parts)
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, float):
@@ -150,7 +168,7 @@ def run_label(values: dict[str, Any]) -> str:
     """mamba+hax-lr0.001-s0-d_state8: each swept value with a short prefix, filesystem-safe."""
     parts = []
     for path, value in values.items():
-        prefix = SHORT.get(path, path.rsplit(".", 1)[1])
+        prefix = SHORT.get(path, path.rsplit(".", 1)[-1] if "." in path else "")
         parts.append(f"{prefix}{_fmt(value)}")
     return re.sub(r"[^A-Za-z0-9+._=-]", "_", "-".join(p for p in parts if p))
 
@@ -166,6 +184,9 @@ def _one_line(exc: ValidationError) -> str:
 def _set(tables: dict, path: str, value: Any) -> None:
     """tables["model"]["decimation"]["beta"] = value for "model.decimation.beta" (sub-tables are
     copied, never shared between runs)."""
+    if "." not in path:  # a whole-table axis: merge the value into the table
+        tables[path] = {**tables[path], **value}
+        return
     *parents, key = path.split(".")
     node = tables
     for part in parents:
@@ -221,7 +242,7 @@ def expand(data: dict, name: str, source: Path | None = None) -> Experiment:
     axes: list[list[dict[str, Any]]] = []
     names: list[str] = []
     for path, values in flatten(data.get("grid") or {}).items():
-        check_field(path, f"{where} [grid]")
+        check_field(path, f"{where} [grid]", values)
         axes.append([{path: v} for v in _axis(values, path, f"{where} [grid]")])
         names.append(path)
     links = data.get("link") or []
@@ -231,7 +252,7 @@ def expand(data: dict, name: str, source: Path | None = None) -> Experiment:
         group = flatten(link)
         lengths = set()
         for path, values in group.items():
-            check_field(path, f"{where} [[link]] {i + 1}")
+            check_field(path, f"{where} [[link]] {i + 1}", values)
             lengths.add(len(_axis(values, path, f"{where} [[link]] {i + 1}")))
         if len(lengths) > 1:
             raise RecallLabError(f"{where}: linked axes {', '.join(group)} have different "

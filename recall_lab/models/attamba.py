@@ -195,7 +195,8 @@ def decode(model: nn.Module, ids: Tensor) -> tuple[Tensor, int]:
         x = model.embed(ids[:, t])
         for blk, cache in zip(model.blocks, caches, strict=True):
             x = blk.step(x, cache)
-        out.append(model.norm(x) @ model.embed.weight.t())
+        head = model.output_weight() if hasattr(model, "output_weight") else model.embed.weight
+        out.append(model.norm(x) @ head.t())
     return torch.stack(out, dim=1), max(c.max_kept for c in caches)
 
 
@@ -219,6 +220,10 @@ class ChunkS6(nn.Module):
             self.dt_proj.bias.copy_(_dt_bias_init(d, 1e-3, 1e-1, 1e-4))
         self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1.0).repeat(d, 1)))
         self.D = nn.Parameter(torch.ones(d))
+        # mamba-ssm's tags (as MambaMixer): the model init keeps the dt bias, no decay on A, D
+        self.dt_proj.bias._no_reinit = True
+        self.A_log._no_weight_decay = True
+        self.D._no_weight_decay = True
 
     def forward(self, u: Tensor, reset: Tensor) -> Tensor:
         """u [b, l, d] -> [b, l, d], restarting at every `reset` position."""

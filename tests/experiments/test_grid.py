@@ -134,3 +134,23 @@ def test_axis_over_a_typed_sub_config(tiny):
     assert tiny["model"]["decimation"] == {"L_base": 8}  # the base is not changed
     with pytest.raises(RecallLabError, match="decimation.betta"):
         expand({**tiny, "grid": {"model.decimation.betta": [0.5]}}, "x")
+
+
+def test_whole_table_axis_mixes_rows_with_different_fields(tiny):
+    """A `model` axis of tables: attamba rows carry their sub-config, baselines do not."""
+    tiny["grid"] = {"train.seed": [0]}
+    tiny["link"] = [{"model": [{"name": "attamba", "attamba": {"chunk": 4}},
+                               {"name": "transformer+sw", "k": 7}, {"name": "mamba"}]}]
+    exp = expand(tiny, "x")
+    cfgs = [r.config.model for r in exp.runs]
+    assert [c.name for c in cfgs] == ["attamba", "transformer+sw", "mamba"]
+    assert cfgs[0].attamba.chunk == 4 and cfgs[1].attamba is None and cfgs[1].k == 7
+    assert cfgs[2].d_model == 16  # the base table is kept under the merged value
+    assert [r.label for r in exp.runs] == ["s0-attamba-chunk4", "s0-transformer+sw-k7",
+                                           "s0-mamba"]
+    tiny["link"] = [{"model": [{"name": "mamba", "bogus": 1}]}]
+    with pytest.raises(RecallLabError, match="bogus"):
+        expand(tiny, "x")
+    tiny["link"] = [{"model": ["mamba"]}]
+    with pytest.raises(RecallLabError, match="takes tables"):
+        expand(tiny, "x")
