@@ -263,6 +263,11 @@ class TrainConfig(BaseModel):
     # run's attention and, where it can be swapped, with full attention (seed 001 evaluates
     # SE-Attn fine-tunes with full attention): summary valid/test "x{f}" and "x{f}-full".
     test_length_factors: tuple[int, ...] = ()
+    # Early stopping, checked at every evaluation: stop once the held-out accuracy reaches
+    # `stop_at` (zoology stops at 0.99), or after `patience` evaluations without a better
+    # checkpoint. None = train all `steps`. The summary says why a run stopped.
+    stop_at: float | None = Field(None, gt=0, le=1)
+    patience: int | None = Field(None, ge=1)
 
 
 class RunConfig(BaseModel):

@@ -58,6 +58,19 @@ def lr_at(step: int, cfg) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * t))
 
 
+def stop_reason(t, best: dict, done: int) -> str | None:
+    """Why training stops after step `done` (an evaluation step), or None to go on: "stop_at"
+    when the best held-out accuracy reached `t.stop_at`, "patience" when the last `t.patience`
+    evaluations brought no better checkpoint. Depends only on the checkpointed state, so a
+    resumed run stops where the uninterrupted one did."""
+    if t.stop_at is not None and best["acc"] >= t.stop_at:
+        return "stop_at"
+    if t.patience is not None and best["step"] is not None:
+        if (done - best["step"]) // t.eval_every >= t.patience:
+            return "patience"
+    return None
+
+
 # ---- checks before anything is written ----------------------------------------------------------
 
 def _available_bytes(device: torch.device) -> int | None:
@@ -272,7 +285,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     model.train()
     acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
     tokens, t0 = 0, time.perf_counter()
-    for step in range(start, t.steps):
+    stopped = stop_reason(t, best, start) if start else None  # a resumed run that had stopped
+    done = start
+    for step in range(start, t.steps if stopped is None else start):
         lr = lr_at(step, t)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -326,8 +341,11 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
             ck.save_resume(out / ck.RESUME, model, opt, {"step": done, "best": best})
             acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
             event["valid"] = v
+            stopped = stop_reason(t, best, done)
         if progress is not None:
             progress(event)
+        if stopped is not None:
+            break
 
     wall = time.perf_counter() - t0
     ck.load_weights(out / ck.BEST, model)
@@ -343,6 +361,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
         "n_params": model.n_params(), "n_trainable": sum(p.numel() for _, p in train_params),
         "steps": t.steps, "best_step": best["step"],
+        # why training ended: "stop_at" / "patience" before the last step, else "steps"
+        "stopped": stopped if stopped is not None and done < t.steps else "steps",
+        "stopped_at": done,
         "valid": {"acc": best["acc"], "loss": best["loss"], **valid_x},
         "test": {**test, **test_x},
         "device": str(device), "wall_s_this_session": wall,

@@ -6,6 +6,7 @@ evaluation length, absolute and normalised (Fig. 4 style), optionally with the D
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -108,3 +109,33 @@ def plot_mean_distance(series: Series, path: str | Path, *, key: str = "md_last"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_learning_curves(curves: Mapping[str, Sequence[Mapping]], png: str | Path, title: str,
+                         chance: float) -> Path:
+    """Held-out accuracy (left) and train / held-out cross-entropy (right) against step, one
+    colour per run; `curves` maps a run's name to its metrics.jsonl rows."""
+    png = Path(png)
+    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
+    for mname, rows in curves.items():
+        valid = [r for r in rows if r["split"] == "valid"]
+        train = [r for r in rows if r["split"] == "train"]
+        line, = ax_acc.plot([r["step"] for r in valid], [r["acc"] for r in valid], marker="o",
+                            label=f"{mname} (held-out)")
+        ax_loss.plot([r["step"] for r in train], [r["ce"] for r in train], color=line.get_color(),
+                     label=f"{mname} train CE")
+        ax_loss.plot([r["step"] for r in valid], [r["loss"] for r in valid], "--",
+                     color=line.get_color(), label=f"{mname} held-out CE")
+    ax_acc.axhline(chance, color="grey", linestyle=":", label="chance")
+    ax_acc.set(xlabel="step", ylabel="per-sample accuracy", title="held-out accuracy")
+    ax_loss.set(xlabel="step", ylabel="cross-entropy on values", title="loss")
+    for ax in (ax_acc, ax_loss):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    tmp = png.with_name(f".{png.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, png)
+    return png

@@ -29,6 +29,8 @@ def register(app: typer.Typer) -> None:
 
         @guarded
         def _run() -> None:
+            from recall_lab.commands.progress import Running
+
             names = list(which) if which else [
                 b for b in BENCHES
                 if importlib.util.find_spec(f"recall_lab.bench.{b}") is not None
@@ -44,7 +46,8 @@ def register(app: typer.Typer) -> None:
             for name in names:
                 if importlib.util.find_spec(f"recall_lab.bench.{name}") is None:
                     raise RecallLabError(f"benchmark {name!r} is not implemented yet")
-                results[name] = run_bench(name, console, quick)
+                with Running(console, f"bench {name}"):  # plain lines when piped
+                    results[name] = run_bench(name, console, quick)
             if out is not None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(results, indent=2))

@@ -64,12 +64,12 @@ def register(app: typer.Typer) -> None:
 
         @guarded
         def _run() -> None:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
             from rich.table import Table
 
             from generators import TaskSpec, get_preset_entry
             from generators.dataset import write_dataset
             from generators.errors import RecallLabError
+            from recall_lab.commands.progress import CountProgress
 
             if (preset is None) == (levels is None):
                 raise RecallLabError("give either a PRESET or --levels (with --values)")
@@ -90,15 +90,11 @@ def register(app: typer.Typer) -> None:
             }
             total = sum(max(c, 0) for c in counts.values())
             start = time.perf_counter()
-            with Progress(
-                "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=console, transient=True,
-            ) as progress:
-                task = progress.add_task("generating samples", total=total)
+            with CountProgress(console, "generating samples", total) as progress:
                 manifest = write_dataset(
                     spec, out, counts, seed, preset=preset, workers=workers,
                     shard_size=shard_size, force=force,
-                    on_shard=lambda r: progress.advance(task, r["rows"]),
+                    on_shard=lambda r: progress.advance(r["rows"]),
                 )
             elapsed = time.perf_counter() - start
             table = Table(title=f"{preset or 'custom'}: {spec.describe()}")

@@ -37,42 +37,6 @@ def _run_config(model, task, config, k, d_model, train_over: dict, decimate=None
     return run_config_from_tables(tables, str(config) if config is not None else "flags")
 
 
-class _Bar:
-    """A rich progress bar fed by train_run's progress events."""
-
-    def __init__(self, console, label: str, total: int, start: int = 0) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]:.3f}  acc {task.fields[acc]:.3f}  "
-                       "valid {task.fields[valid]}  {task.fields[tps]:,.0f} tok/s"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False,
-        )
-        self.task = self.progress.add_task(label, total=total, completed=start, loss=0.0,
-                                           acc=0.0, valid="-", tps=0.0)
-
-    def __enter__(self):
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
-
-    def __call__(self, e: dict) -> None:
-        fields = {"loss": e["loss"], "acc": e["acc"], "tps": e["tokens_per_s"]}
-        if "valid" in e:
-            fields["valid"] = f"{e['valid']['acc']:.3f}"
-        self.progress.update(self.task, completed=e["step"], **fields)
-
-
 def _summary_table(rows: list[dict], title: str):
     from rich.table import Table
 
@@ -107,6 +71,10 @@ def register(app: typer.Typer) -> None:
         eval_every: int = typer.Option(None, "--eval-every", help="Evaluate and checkpoint "
                                        "every N steps (default 200)."),
         eval_samples: int = typer.Option(None, "--eval-samples", help="Held-out set size."),
+        stop_at: float = typer.Option(None, "--stop-at", help="Stop once the held-out accuracy "
+                                      "reaches this (e.g. 0.99, as zoology)."),
+        patience: int = typer.Option(None, help="Stop after this many evaluations without a "
+                                     "better checkpoint."),
         data: Path = typer.Option(None, "--data", help="Dataset folder from `recall-lab "
                                   "generate`: train on its train split, evaluate on its "
                                   "valid/test splits (default: stream from the generator)."),
@@ -128,12 +96,14 @@ def register(app: typer.Typer) -> None:
         @guarded
         def _run() -> None:
             from generators.errors import RecallLabError
+            from recall_lab.commands.progress import TrainProgress
             from recall_lab.train import check_run, load_run_config, resolve_device, train_run
 
             _set_threads(threads)
             over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
                     "data_seed": data_seed, "eval_every": eval_every,
-                    "eval_samples": eval_samples, "device": device,
+                    "eval_samples": eval_samples, "device": device, "stop_at": stop_at,
+                    "patience": patience,
                     "data": str(data) if data is not None else None}
             if resume:
                 if out is None:
@@ -156,10 +126,15 @@ def register(app: typer.Typer) -> None:
             check_run(cfg, resolve_device(cfg.train.device))
             console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
                           f" (max length {cfg.task.max_len}) -> {run_dir}")
-            with _Bar(console, cfg.model.name, cfg.train.steps, start) as bar:
+            with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
                 summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar)
             console.print(_summary_table([summary], "best checkpoint on the test set"))
             _warn_overlap(console, summary)
+            if summary["stopped"] != "steps":
+                why = {"stop_at": f"held-out accuracy reached {cfg.train.stop_at}",
+                       "patience": f"{cfg.train.patience} evaluations without a better "
+                                   "checkpoint"}[summary["stopped"]]
+                console.print(f"stopped early after step {summary['stopped_at']}: {why}")
             console.print(f"run written to {run_dir}")
 
         _run()
@@ -296,8 +271,15 @@ def register(app: typer.Typer) -> None:
 
         @guarded
         def _run() -> None:
+            from recall_lab.commands.progress import TrainProgress
+            from recall_lab.experiments.demo import run_demo
+
             _set_threads(threads)
-            run_demo(console, out, steps, force)
+            res = run_demo(out, steps, force, say=console.print,
+                           progress=lambda name, n: TrainProgress(console, name, n))
+            console.print(_summary_table(res["runs"], f"demo: {res['task']}, {res['steps']} "
+                                         "steps"))
+            console.print(f"wall time {res['wall_s']:.0f} s; curves in {res['png']}")
 
         _run()
 
@@ -379,95 +361,3 @@ def info_rows() -> list[tuple[str, str]]:
     except ImportError as exc:
         rows.append(("attention backend", f"unavailable ({exc})"))
     return rows
-
-
-# ---- demo ---------------------------------------------------------------------------------------
-
-# A tiny joint-recall table (2 contexts x 2 keys, 8 values, 22 tokens) with a scaled-down model
-# (hidden 32, state 8, k = 16 = 8 LSH + 8 KS): the largest setting found where a 2-minute CPU
-# budget separates the two models (measured: after 800 steps, held-out accuracy 0.43 vs 0.70; on
-# 2 x 3 contexts/keys both stayed at chance within 800 steps).
-DEMO_TASK = {"levels": ((2, 2), (2, 2)), "values": 8}
-DEMO_TASK_NAME = "demo-mqjr"
-DEMO_MODELS = ("mamba", "mamba+hax")
-DEMO_MODEL = {"d_model": 32, "d_state": 8}
-DEMO_K = {"mamba+hax": 16}
-DEMO_TRAIN = {"steps": 2000, "batch_size": 32, "lr": 1e-2, "warmup": 20, "eval_every": 200,
-              "eval_samples": 256, "test_samples": 1024, "device": "cpu"}
-
-
-def run_demo(console, out: Path | None, steps: int | None, force: bool) -> dict:
-    """Train the demo models one after the other into OUT/<model>/ (normal run directories),
-    then write OUT/demo.json and OUT/learning_curves.png and print the comparison."""
-    import time
-
-    from generators import TaskSpec
-    from generators.errors import RecallLabError
-    from recall_lab.checkpoint import METRICS, read_lines, write_json
-    from recall_lab.config import RunConfig, TrainConfig
-    from recall_lab.models import model_config
-    from recall_lab.train import train_run
-
-    out = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise RecallLabError(f"{out} already exists; pass --force to overwrite it")
-        if not (out / "demo.json").is_file():
-            raise RecallLabError(f"{out} is not a demo folder; refusing to overwrite it")
-        import shutil
-
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    spec, name = TaskSpec(**DEMO_TASK), DEMO_TASK_NAME
-    train_cfg = TrainConfig(**{**DEMO_TRAIN, **({"steps": steps} if steps else {})})
-    console.print(f"demo: {', '.join(DEMO_MODELS)} on {name} ({spec.describe()}, up to "
-                  f"{spec.max_len} tokens), {train_cfg.steps} steps each -> {out}")
-    t0 = time.perf_counter()
-    summaries, curves = [], {}
-    for mname in DEMO_MODELS:
-        mcfg = model_config(mname, spec.vocab().size, **DEMO_MODEL, k=DEMO_K.get(mname))
-        cfg = RunConfig(model=mcfg, train=train_cfg,
-                        task=spec, task_name=name)
-        with _Bar(console, mname, train_cfg.steps) as bar:
-            summaries.append(train_run(cfg, out / mname, progress=bar))
-        curves[mname] = read_lines(out / mname / METRICS)
-    wall = time.perf_counter() - t0
-    console.print(_summary_table(summaries, f"demo: {name}, {train_cfg.steps} steps"))
-    png = out / "learning_curves.png"
-    _plot_curves(curves, png, f"{name}: {spec.describe()}", 1.0 / spec.values)
-    write_json(out / "demo.json", {"task": name, "train": train_cfg.model_dump(mode="json"),
-                                   "wall_s": wall, "runs": summaries})
-    console.print(f"wall time {wall:.0f} s; curves in {png}")
-    return {"wall_s": wall, "runs": summaries}
-
-
-def _plot_curves(curves: dict[str, list[dict]], png: Path, title: str, chance: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
-    for mname, rows in curves.items():
-        valid = [r for r in rows if r["split"] == "valid"]
-        train = [r for r in rows if r["split"] == "train"]
-        line, = ax_acc.plot([r["step"] for r in valid], [r["acc"] for r in valid], marker="o",
-                            label=f"{mname} (held-out)")
-        ax_loss.plot([r["step"] for r in train], [r["ce"] for r in train], color=line.get_color(),
-                     label=f"{mname} train CE")
-        ax_loss.plot([r["step"] for r in valid], [r["loss"] for r in valid], "--",
-                     color=line.get_color(), label=f"{mname} held-out CE")
-    ax_acc.axhline(chance, color="grey", linestyle=":", label="chance")
-    ax_acc.set(xlabel="step", ylabel="per-sample accuracy", title="held-out accuracy")
-    ax_loss.set(xlabel="step", ylabel="cross-entropy on values", title="loss")
-    for ax in (ax_acc, ax_loss):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    import os
-
-    os.replace(tmp, png)

@@ -25,9 +25,17 @@ class Ticker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
+        self.last: str | None = None
+
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
-            self.console.print(self.line(), highlight=False, soft_wrap=True)
+            self.say(self.line())
+
+    def say(self, text: str) -> None:
+        """Print `text` unless it is the line printed last (no repeats at the end)."""
+        if text != self.last:
+            self.last = text
+            self.console.print(text, highlight=False, soft_wrap=True)
 
     def __enter__(self) -> Ticker:
         self._thread.start()
@@ -94,7 +102,7 @@ class TrainProgress:
             return self.progress.__exit__(*exc)
         self.ticker.__exit__(*exc)
         if exc[0] is None:
-            self.console.print(self.line(), highlight=False, soft_wrap=True)
+            self.ticker.say(self.line())
         return None
 
     def __call__(self, e: dict) -> None:
@@ -199,3 +207,58 @@ class SweepProgress:
             self.bar.__exit__(None, None, None)
         if self.ticker is not None:
             self.ticker.__exit__(None, None, None)
+
+
+class CountProgress:
+    """Progress over a count (samples, items): a transient rich bar, or `label: n/total` lines."""
+
+    def __init__(self, console, label: str, total: int) -> None:
+        self.console, self.label, self.total = console, label, total
+        self.done = 0
+        self.t0 = time.monotonic()
+        if console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(),
+                                MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                transient=True)
+            self.task = self.bar.add_task(label, total=total)
+            self.ticker = None
+        else:
+            self.bar = None
+            self.ticker = Ticker(console, self.line)
+
+    def line(self) -> str:
+        return (f"{self.label}: {self.done:,}/{self.total:,}, "
+                f"elapsed {_dur(time.monotonic() - self.t0)}")
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+
+    def __enter__(self) -> CountProgress:
+        (self.bar or self.ticker).__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        (self.bar or self.ticker).__exit__(*exc)
+
+
+class Running:
+    """For work without a count (a benchmark): nothing on a terminal (the work prints its own
+    status), `label: running, elapsed 35s` lines every few seconds otherwise."""
+
+    def __init__(self, console, label: str) -> None:
+        self.t0 = time.monotonic()
+        self.ticker = None if console.is_terminal else Ticker(
+            console, lambda: f"{label}: running, elapsed {_dur(time.monotonic() - self.t0)}")
+
+    def __enter__(self) -> Running:
+        if self.ticker is not None:
+            self.ticker.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.ticker is not None:
+            self.ticker.__exit__(*exc)

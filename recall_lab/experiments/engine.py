@@ -34,7 +34,6 @@ from recall_lab import checkpoint as ck
 from recall_lab.experiments.grid import Experiment, Run
 
 INDEX = "sweep.json"
-LOCK = ".sweep.lock"
 ENGINES = ("local", "ray")
 
 
@@ -257,45 +256,6 @@ def read_index(folder: Path) -> dict | None:
     return ck.read_json(path, "sweep index") if path.is_file() else None
 
 
-class _Lock:
-    """One sweep per experiment folder at a time (a second one would train the same runs)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / LOCK
-
-    def __enter__(self) -> _Lock:
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    pid = int(self.path.read_text().strip() or 0)
-                except (OSError, ValueError):
-                    pid = 0
-                if pid and _alive(pid):
-                    raise RecallLabError(f"another sweep (pid {pid}) is running in "
-                                         f"{self.path.parent}") from None
-                self.path.unlink(missing_ok=True)  # left by a killed sweep
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(str(os.getpid()))
-            return self
-        raise RecallLabError(f"cannot lock {self.path}")
-
-    def __exit__(self, *exc: Any) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
               threads: int = 1, engine: str = "local", address: str | None = None,
               monitor: Monitor | None = None) -> dict:
@@ -308,7 +268,9 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
     monitor = monitor or _Quiet()
     folder = Path(root) / exp.name
     folder.mkdir(parents=True, exist_ok=True)
-    with _Lock(folder):
+    # one sweep per experiment folder at a time (a second would train the same runs); the OS lock
+    # dies with its holder, so a killed sweep never blocks the next one
+    with ck.RunLock(folder):
         jobs = plan(exp, root)
         entries: dict[str, dict] = {}
         for job in jobs:

@@ -1,0 +1,46 @@
+"""Output read by a person stays whole when stdout is a pipe: no truncated table cells ('…'), no
+escape codes, and progress as plain lines (a live bar prints nothing until the end there)."""
+
+import json
+import subprocess
+import sys
+
+TINY_TASK = '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
+
+
+def _piped(*args, cwd=None):
+    r = subprocess.run([sys.executable, "-m", "recall_lab.cli", *args], capture_output=True,
+                       text=True, cwd=cwd, env=None)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_presets_table_is_not_cut():
+    out = _piped("presets")
+    assert "…" not in out and "\x1b[" not in out
+    assert "train/valid/test" in out and "1,440,000/14,400/14,400" in out
+
+
+def test_piped_train_prints_plain_progress_and_whole_cells(tmp_path):
+    task = tmp_path / "task.toml"
+    task.write_text(TINY_TASK)
+    out = _piped("train", "--model", "mamba", "--task", str(task), "--steps", "4",
+                 "--eval-every", "2", "--eval-samples", "8", "--batch-size", "4",
+                 "--d-model", "16", "--device", "cpu", "--out", str(tmp_path / "r"))
+    assert "…" not in out and "\x1b[" not in out
+    assert "mamba: step 4/4" in out  # the plain progress line
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert f"{summary['n_params']:,}" in out  # the whole parameter count (was cut to "2000…")
+
+
+def test_piped_sweep_prints_one_line_per_run(tmp_path):
+    exp = tmp_path / "e.toml"
+    exp.write_text('[model]\nname = "mamba"\nd_model = 16\nd_state = 4\n'
+                   '[train]\nsteps = 2\nbatch_size = 2\neval_every = 2\neval_samples = 4\n'
+                   'test_samples = 4\ndevice = "cpu"\n' + TINY_TASK
+                   + '[grid]\n"train.seed" = [0, 1]\n')
+    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run")
+    assert "…" not in out and "to train: 2 runs" in out
+    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"))
+    assert "…" not in out and "\x1b[" not in out
+    assert out.count("done s") == 2 and "2 of 2 runs done" in out
