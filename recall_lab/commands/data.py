@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def generate(
-        preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`)."),
+        preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`) or a "
+                                     "TOML task file (as `train --task` takes)."),
         out: Path = typer.Option(..., "--out", help="Output folder (must be new or empty)."),
         levels: str = typer.Option(
             None, help="Level sizes instead of a preset, outermost first: '5-16,5-16' or '4,4'."
@@ -73,7 +74,16 @@ def register(app: typer.Typer) -> None:
 
             if (preset is None) == (levels is None):
                 raise RecallLabError("give either a PRESET or --levels (with --values)")
-            if preset is not None:
+            name = preset
+            if preset is not None and (preset.endswith(".toml") or Path(preset).is_file()):
+                from recall_lab.config import resolve_task  # the forms `train --task` takes
+
+                spec, name = resolve_task(preset)
+                entry = get_preset_entry(name) if name is not None else None
+                defaults = ({"train": entry.train, "valid": entry.valid, "test": entry.test}
+                            if entry is not None else {"train": 10_000, "valid": 1_000,
+                                                       "test": 1_000})
+            elif preset is not None:
                 entry = get_preset_entry(preset)
                 spec = entry.spec
                 defaults = {"train": entry.train, "valid": entry.valid, "test": entry.test}
@@ -92,12 +102,12 @@ def register(app: typer.Typer) -> None:
             start = time.perf_counter()
             with CountProgress(console, "generating samples", total) as progress:
                 manifest = write_dataset(
-                    spec, out, counts, seed, preset=preset, workers=workers,
+                    spec, out, counts, seed, preset=name, workers=workers,
                     shard_size=shard_size, force=force,
                     on_shard=lambda r: progress.advance(r["rows"]),
                 )
             elapsed = time.perf_counter() - start
-            table = Table(title=f"{preset or 'custom'}: {spec.describe()}")
+            table = Table(title=f"{name or 'custom'}: {spec.describe()}")
             for col in ("split", "samples", "shards", "tokens", "mean length"):
                 table.add_column(col, justify="right" if col != "split" else "left")
             for split, shards in manifest["splits"].items():

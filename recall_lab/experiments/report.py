@@ -38,6 +38,7 @@ from typing import Any
 
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
+from recall_lab.config import run_tables
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import _fmt, flatten
 
@@ -119,6 +120,7 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
             p for p in d.iterdir() if (p / ck.CONFIG).is_file())
         for folder in folders:
             cfg = ck.read_json(folder / ck.CONFIG, "run config")
+            run_tables(cfg, f"corrupt run config {folder / ck.CONFIG}")  # shape, before fields
             summary = (ck.read_json(folder / ck.SUMMARY, "run summary")
                        if (folder / ck.SUMMARY).is_file() else None)
             runs.append(RunRecord(folder.name, folder, "done" if summary else "missing",

@@ -155,3 +155,19 @@ def test_files_and_check_exit_code(sweep_dir):
                    'b = { "model.name" = "mamba" }\n')
     assert cli("--check", "-e", str(exp), "--no-plots").returncode == 1
     assert cli("-e", str(exp), "--no-plots").returncode == 0
+
+
+def test_malformed_run_config_is_one_line(tmp_path):
+    """A folder of runs where one config.json is a JSON list: one clear line, exit 2."""
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / ck.CONFIG).write_text("[1, 2]")
+    r = CliRunner().invoke(app, ["report", str(tmp_path / "runs")])
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "corrupt run config" in lines[0] and "got list" in lines[0]
+    assert (run / ck.CONFIG).read_text() == "[1, 2]"

@@ -182,3 +182,16 @@ def test_killed_generate_leaves_no_workers_and_its_temporary_is_cleaned(tmp_path
     assert runner.invoke(app, [*small, "--out", str(ref)]).exit_code == 0
     assert snapshot(out) == snapshot(ref)
     shutil.rmtree(ref)
+
+
+def test_generate_accepts_a_toml_task(tmp_path):
+    """`generate TASK.toml` writes the same bytes as the same task given as flags."""
+    toml = tmp_path / "task.toml"
+    toml.write_text("[task]\nlevels = [[2, 2], [2, 2]]\nvalues = 5\n")
+    counts = ["--train", "30", "--valid", "5", "--test", "5", "--workers", "1"]
+    r = runner.invoke(app, ["generate", str(toml), *counts, "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["generate", "--levels", "2,2", "--values", "5", *counts,
+                            "--out", str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
