@@ -225,7 +225,9 @@ class FinetuneConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    base_run: str  # run directory whose weights are the starting point
+    # Run directory whose weights are the starting point; a glob matching one folder names a
+    # sweep's run (`runs/seattn-pretrain/s0-*`, the hash suffix left open).
+    base_run: str
     checkpoint: Literal["best", "last"] = "best"
     adapter: Literal["lora", "lora+", "hylora", "full"] = "hylora"
     rank: int = Field(8, ge=1)  # paper: 32 for Mamba-2-Hybrid at d_model 2560

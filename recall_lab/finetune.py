@@ -15,6 +15,7 @@ pattern is parameter-free, so the base weights fit the new model unchanged.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
 
 import torch
@@ -58,6 +59,19 @@ def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
     return ModelConfig.model_validate({**m.model_dump(), **update})
 
 
+def resolve_base_run(base_run: str) -> Path:
+    """The base run's folder. A glob (`runs/seattn-pretrain/s0-*`: a sweep's run, whose name
+    ends in a config hash) must match exactly one folder."""
+    if not any(c in base_run for c in "*?["):
+        return Path(base_run)
+    found = sorted(Path(p) for p in glob.glob(base_run) if Path(p).is_dir())
+    if len(found) != 1:
+        raise RecallLabError(f"base run {base_run!r} matches {len(found)} folders, not one"
+                             + (f": {', '.join(map(str, found[:3]))}" if found else
+                                " (run the base experiment first)"))
+    return found[0]
+
+
 def build_run_model(cfg: RunConfig, load_base: bool = True) -> nn.Module:
     """The model of a run. For a fine-tune run: the base run's weights (if `load_base`: at the
     start of training; a checkpoint of the fine-tune run itself holds them too) and the adapter
@@ -67,7 +81,7 @@ def build_run_model(cfg: RunConfig, load_base: bool = True) -> nn.Module:
     if ft is None:
         return model
     if load_base:
-        base = Path(ft.base_run)
+        base = resolve_base_run(ft.base_run)
         ck.load_weights(base / (ck.BEST if ft.checkpoint == "best" else ck.MODEL), model)
     apply_finetune(model, ft.adapter, ft.rank, ft.alpha)
     return model
@@ -101,7 +115,7 @@ def base_task(cfg: RunConfig):
 
     if cfg.train.finetune is None:
         return cfg.task
-    return load_run_config(Path(cfg.train.finetune.base_run)).task
+    return load_run_config(resolve_base_run(cfg.train.finetune.base_run)).task
 
 
 def length_tests(model: nn.Module, cfg: RunConfig, batch_size: int, device: torch.device,

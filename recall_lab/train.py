@@ -229,7 +229,7 @@ def train_run(
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
     from recall_lab.data import batch_at, stream_overlap
-    from recall_lab.finetune import build_run_model, length_tests
+    from recall_lab.finetune import build_run_model, length_tests, resolve_base_run
 
     if resume:
         saved = load_run_config(out)
@@ -370,5 +370,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
         "held_out_in_training": overlap,  # streamed runs: fraction also seen in training
     }
+    if t.finetune is not None:  # the folder a glob such as runs/seattn-pretrain/s0-* resolved to
+        summary["base_run"] = str(resolve_base_run(t.finetune.base_run))
     ck.write_json(out / ck.SUMMARY, summary)
     return summary

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from generators import TaskSpec
+from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, SEAttnConfig
@@ -116,6 +117,18 @@ def test_length_tests_at_multiples_of_the_base_length(base_run):
     assert s["test"]["x2"]["acc"] == s["test"]["acc"]
     assert s["test"]["x2"]["loss"] == pytest.approx(s["test"]["loss"], rel=1e-6)
     assert s["test"]["x1"]["n"] == 8 and s["test"]["x1-full"]["n"] == 8
+    assert s["base_run"] == str(base_run)
+
+
+def test_base_run_glob_must_match_one_folder(base_run):
+    from recall_lab.finetune import resolve_base_run
+
+    assert resolve_base_run(str(base_run.parent / "bas?")) == base_run
+    with pytest.raises(RecallLabError, match="matches 0 folders"):
+        resolve_base_run(str(base_run.parent / "nothing-*"))
+    (base_run.parent / "base2").mkdir(exist_ok=True)
+    with pytest.raises(RecallLabError, match="matches 2 folders"):
+        resolve_base_run(str(base_run.parent / "base*"))
 
 
 def test_finetune_config_fits_the_base_vocabulary(base_run):
