@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
         """Fine-tune a trained run at a longer length with another attention and an adapter
         (LoRA / LoRA+ / HyLoRA / full); writes a new run that records its base run."""
         from recall_lab.cli import console, guarded
-        from recall_lab.commands.models import _Bar, _resume_step, _set_threads, _summary_table
+        from recall_lab.commands.models import _resume_step, _set_threads, _summary_table
+        from recall_lab.commands.progress import TrainProgress
 
         @guarded
         def _run() -> None:
@@ -73,7 +74,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[bold]{cfg.model.name}[/] fine-tuned from {run} with {adapter} on "
                           f"{name or cfg.task.describe()} (max length {cfg.task.max_len}) -> "
                           f"{run_dir}")
-            with _Bar(console, cfg.model.name, cfg.train.steps, start) as bar:
+            with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
                 summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar)
             console.print(_summary_table([summary], "best checkpoint on the test set"))
             console.print(f"{summary['n_trainable']:,} of {summary['n_params']:,} parameters "
