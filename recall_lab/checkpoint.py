@@ -157,6 +157,14 @@ def is_lab_file(name: str) -> bool:
             or any(fnmatch.fnmatchcase(name, p) for p in LAB_PATTERNS))
 
 
+def remove_temporaries(run: Path) -> None:
+    """Delete `.NAME.tmpPID` files a killed process left in `run` (call it holding the lock:
+    then no other process is writing there)."""
+    for entry in Path(run).iterdir():
+        if _TMP_NAME.fullmatch(entry.name) and entry.is_file():
+            entry.unlink(missing_ok=True)
+
+
 def clear_run(run: Path) -> None:
     """Delete the files recall-lab wrote in `run` (not the lock), keeping everything else."""
     for entry in Path(run).iterdir():

@@ -234,6 +234,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     if resume:
         saved = load_run_config(out)
         lock.acquire()
+        ck.remove_temporaries(out)  # half-written files of the killed process
         if not (out / ck.RESUME).is_file():
             raise RecallLabError(f"nothing to resume: {out / ck.RESUME} is missing")
         train_cfg = saved.train.model_copy(update={"steps": max(cfg.train.steps,

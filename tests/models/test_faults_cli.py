@@ -129,8 +129,10 @@ def test_second_process_on_a_run_in_use_is_refused(run):
     finally:
         holder.kill()
         holder.wait()
+    (run / ".best.safetensors.tmp999999").write_bytes(b"half")  # left by the killed writer
     r = runner.invoke(app, ["train", "--out", str(run), "--resume", "--steps", "3"])
     assert r.exit_code == 0, r.output
+    assert not (run / ".best.safetensors.tmp999999").exists()
     rows = ck.read_lines(run / ck.METRICS)
     assert [row["step"] for row in rows] == [1, 1, 2, 2, 3, 3]  # no duplicated rows
 
