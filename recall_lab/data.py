@@ -1,4 +1,5 @@
-"""Torch batches from the generators: streamed on the fly or read from dataset shards.
+"""A run's data: torch batches from the generators, streamed on the fly or read from dataset
+shards, and the held-out sets; `DataSource` is the one object train and evaluate use for both.
 
 Streaming is resumable by construction: batch number `step` is drawn from
 `SeedSequence(seed, spawn_key=(STREAM_KEY, step))`, so a run restarted at step s sees exactly the
@@ -28,6 +29,7 @@ from generators.errors import RecallLabError
 from generators.joint_recall import smallest_dtype, targets_for
 
 STREAM_KEY = 7  # keeps streamed batches apart from the dataset files' seed streams
+VALID_KEY, TEST_KEY = 1, 2  # spawn keys of the streamed runs' held-out sets
 EPOCH_KEY = 8  # epoch orders of a dataset's training split
 
 
@@ -36,6 +38,14 @@ def _to_torch(inputs: np.ndarray, targets: np.ndarray, device: str | torch.devic
         torch.from_numpy(np.ascontiguousarray(inputs)).to(device),
         torch.from_numpy(np.ascontiguousarray(targets)).to(device),
     )
+
+
+def held_out(spec: TaskSpec, n: int, data_seed: int, split: str):
+    """The fixed held-out set `split` ("valid" or "test") of a streamed run: (inputs, targets)
+    int64 arrays."""
+    key = {"valid": VALID_KEY, "test": TEST_KEY}[split]
+    b = generate(spec, n, np.random.SeedSequence(data_seed, spawn_key=(key,)))
+    return b.inputs, b.targets
 
 
 def batch_at(spec: TaskSpec, batch_size: int, seed: int, step: int, device="cpu"):
@@ -172,3 +182,47 @@ class DatasetReader:
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(EPOCH_KEY, epoch)))
             self._perm = (seed, epoch, rng.permutation(n))
         return self._perm[2]
+
+
+class DataSource:
+    """Where a run's data comes from, built once: the generator's stream (task + data seed) or a
+    dataset folder from `recall-lab generate` (`train.data`). It gives training batch number
+    `step` (a pure function of the source, seed, batch size and step: runs resume exactly), the
+    held-out splits and the task; callers never branch on which kind it is."""
+
+    def __init__(self, spec: TaskSpec, data_seed: int = 0, data: str | Path | None = None):
+        self.spec, self.seed = spec, data_seed
+        self.reader = DatasetReader(data) if data is not None else None
+        if self.reader is not None and self.reader.spec != spec:
+            raise RecallLabError(f"the run's task ({spec.describe()}) is not the task of "
+                                 f"dataset {data} ({self.reader.spec.describe()})")
+
+    @classmethod
+    def for_run(cls, cfg) -> DataSource:
+        """The source of a `RunConfig`: its task, `train.data_seed` and `train.data`."""
+        return cls(cfg.task, cfg.train.data_seed, cfg.train.data)
+
+    def verify(self) -> None:
+        """Check a dataset's shards against their sha256 now (a run does it before it touches
+        its folder); nothing to check for a stream."""
+        if self.reader is not None:
+            self.reader.verify()
+
+    def batch(self, step: int, batch_size: int, device="cpu"):
+        """Training batch number `step`: (inputs, targets) LongTensors [B, L]."""
+        if self.reader is not None:
+            return self.reader.batch_at("train", batch_size, self.seed, step, device)
+        return batch_at(self.spec, batch_size, self.seed, step, device)
+
+    def held_out(self, split: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first n samples of the fixed "valid" or "test" set, as int64 arrays."""
+        if self.reader is not None:
+            return self.reader.arrays(split, n)
+        return held_out(self.spec, n, self.seed, split)
+
+    def overlap(self, batch_size: int, steps: int, held: dict[str, np.ndarray]) -> dict | None:
+        """For a stream, how much of each held-out set the training stream also draws
+        (`stream_overlap`); None for a dataset, whose splits are disjoint by construction."""
+        if self.reader is not None:
+            return None
+        return stream_overlap(self.spec, batch_size, self.seed, steps, held)

@@ -16,17 +16,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from generators import IGNORE, generate
+from generators import IGNORE
 from generators.errors import RecallLabError
-
-VALID_KEY, TEST_KEY = 1, 2  # spawn keys of the held-out sets (the lead's stream uses 7)
-
-
-def held_out(spec, n: int, data_seed: int, split: str):
-    """The fixed held-out set `split` ("valid" or "test"): (inputs, targets) int64 arrays."""
-    key = {"valid": VALID_KEY, "test": TEST_KEY}[split]
-    b = generate(spec, n, np.random.SeedSequence(data_seed, spawn_key=(key,)))
-    return b.inputs, b.targets
+from recall_lab.checkpoint import load_run_config
+from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
+from recall_lab.device import resolve_device
 
 
 def batch_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -101,7 +95,6 @@ def evaluate_run(
     run's, e.g. "full" after SE-Attn fine-tuning (seed 001 App. A, E.4)."""
     from recall_lab.checkpoint import BEST, MODEL, load_weights
     from recall_lab.finetune import build_run_model, with_attention
-    from recall_lab.train import load_run_config, resolve_device
 
     run = Path(run)
     check_batch_size(batch_size)
@@ -118,7 +111,7 @@ def evaluate_run(
     extra: dict = {}
     if decimate is not None:
         extra = _set_decimation(model, decimate, cfg, data_seed, dev)
-    x, y = held_out(spec, n, data_seed, "test")
+    x, y = DataSource(spec, data_seed).held_out("test", n)
     metrics = evaluate(model, x, y, batch_size, dev, autocast=_bf16(dev))
     if model.decimation is not None:
         extra["decimation"] = model.decimation.model_dump(mode="json")

@@ -93,8 +93,8 @@ def finetune_config(base_run: Path, task, task_name: str | None, attention: str,
     """The config of a fine-tune run of `base_run` on `task` (a TaskSpec, re-expressed in the
     base run's vocabulary), with `attention` and `adapter`; `train_over` overrides train fields
     (steps, lr, ...). Other train settings are the base run's."""
+    from recall_lab.checkpoint import load_run_config
     from recall_lab.evaluate import fit_vocab
-    from recall_lab.train import load_run_config
 
     base = load_run_config(base_run)
     if base.train.finetune is not None and Path(base.train.finetune.base_run) == Path(base_run):
@@ -111,7 +111,7 @@ def finetune_config(base_run: Path, task, task_name: str | None, attention: str,
 
 def base_task(cfg: RunConfig):
     """The task a run's lengths are measured against: its base run's for a fine-tune run."""
-    from recall_lab.train import load_run_config
+    from recall_lab.checkpoint import load_run_config
 
     if cfg.train.finetune is None:
         return cfg.task

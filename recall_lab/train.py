@@ -9,7 +9,7 @@ autocast on CUDA devices that support it, fp32 on CPU.
 Data: batches are streamed from the generator, or read from a dataset folder (`train.data`: its
 train split in a fresh seeded order every epoch, its valid / test splits for evaluation).
 Determinism and resume: batch number s is a pure function of (task or dataset, data_seed, s)
-(`recall_lab.data.batch_at`, `DatasetReader.batch_at`), the held-out sets are fixed, and a
+(`recall_lab.data.DataSource.batch`), the held-out sets are fixed, and a
 checkpoint holds the model, the AdamW moments and the torch RNG state (hash planes and KS samples
 are drawn from it). A checkpoint is written at every evaluation; a killed run restarted with
 `resume=True` continues from the last one and, on CPU, ends with weights and metrics
@@ -27,24 +27,13 @@ import torch
 
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
+from recall_lab.checkpoint import drop_stub, load_run_config, prepare_run_dir  # noqa: F401
 from recall_lab.config import RunConfig
-from recall_lab.evaluate import batch_metrics, evaluate, held_out
+from recall_lab.data import DataSource
+from recall_lab.device import resolve_device  # noqa: F401 - also imported from here
+from recall_lab.evaluate import batch_metrics, evaluate
 
 Progress = Callable[[dict], None]
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise RecallLabError(f"unknown device {device!r}; use auto, cpu or cuda[:N]") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RecallLabError(f"device {device!r} requested but CUDA is not available")
-    if dev.type not in ("cpu", "cuda"):
-        raise RecallLabError(f"unsupported device {device!r}; use auto, cpu or cuda[:N]")
-    return dev
 
 
 def lr_at(step: int, cfg) -> float:
@@ -132,57 +121,6 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
         )
 
 
-# ---- run directory ------------------------------------------------------------------------------
-
-def load_run_config(run: Path) -> RunConfig:
-    from recall_lab.config import run_config_from_json
-
-    run = Path(run)
-    if not run.is_dir():
-        raise RecallLabError(f"run directory {run} does not exist")
-    return run_config_from_json(ck.read_json(run / ck.CONFIG, "run config"), run / ck.CONFIG)
-
-
-def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> None:
-    """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
-    without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes
-    stay) and only in a folder that holds a run. Call it after every input has been checked."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RecallLabError(f"{out} exists and is not a folder")
-
-    def replaceable() -> bool:
-        if not out.is_dir() or not any(e.name != ck.LOCK for e in out.iterdir()):
-            return False
-        if not force:
-            raise RecallLabError(
-                f"{out} already exists; pass --force to overwrite it or --resume to continue"
-            )
-        if not (out / ck.CONFIG).is_file():
-            raise RecallLabError(
-                f"{out} is not empty and is not a recall-lab run; refusing to delete it"
-            )
-        return True
-
-    replaceable()  # refuse before creating anything (no lock file in a user's folder)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RecallLabError(f"cannot create {out}: {exc.strerror or exc}") from None
-    if lock is not None:
-        lock.acquire()
-    if replaceable():  # checked again under the lock: another process may have written meanwhile
-        ck.clear_run(out)
-
-
-def _drop_stub(out: Path) -> None:
-    """Remove what a new run wrote before its first checkpoint, so no stub run is left."""
-    ck.clear_run(out)
-    if [e.name for e in out.iterdir()] == [ck.LOCK]:
-        (out / ck.LOCK).unlink()
-        out.rmdir()
-
-
 def versions() -> dict:
     import numpy as np
 
@@ -220,7 +158,7 @@ def train_run(
         return _train_locked(cfg, out, lock, force, resume, progress, on_step)
     except (RecallLabError, OSError):
         if lock.new_run and not (out / ck.RESUME).is_file():
-            _drop_stub(out)
+            drop_stub(out)
         raise
     finally:
         lock.release()
@@ -228,7 +166,6 @@ def train_run(
 
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
-    from recall_lab.data import batch_at, stream_overlap
     from recall_lab.finetune import build_run_model, length_tests, resolve_base_run
 
     if resume:
@@ -257,18 +194,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     )
     autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
     eval_bs = t.eval_batch_size or max(t.batch_size, 64)  # no grads: larger batches fit
-    reader = None
-    if t.data is not None:
-        from recall_lab.data import DatasetReader
-
-        reader = DatasetReader(t.data)
-        if reader.spec != cfg.task:
-            raise RecallLabError(f"the run's task ({cfg.task.describe()}) is not the task of "
-                                 f"dataset {t.data} ({reader.spec.describe()})")
-        reader.verify()  # every shard's sha256, before the run folder is touched
-        valid = reader.arrays("valid", t.eval_samples)
-    else:
-        valid = held_out(cfg.task, t.eval_samples, t.data_seed, "valid")
+    data = DataSource.for_run(cfg)  # the stream or the dataset: batches, held-out sets
+    data.verify()  # a dataset's shards against their sha256, before the run folder is touched
+    valid = data.held_out("valid", t.eval_samples)
 
     start, best = 0, {"acc": -1.0, "loss": math.inf, "step": None}
     if resume:
@@ -292,10 +220,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         lr = lr_at(step, t)
         for g in opt.param_groups:
             g["lr"] = lr
-        if reader is not None:
-            x, y = reader.batch_at("train", t.batch_size, t.data_seed, step, device)
-        else:
-            x, y = batch_at(cfg.task, t.batch_size, t.data_seed, step, device)
+        x, y = data.batch(step, t.batch_size, device)
         try:
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                 output = model(x)
@@ -350,14 +275,10 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
 
     wall = time.perf_counter() - t0
     ck.load_weights(out / ck.BEST, model)
-    if reader is not None:
-        test_set = reader.arrays("test", t.test_samples)
-    else:
-        test_set = held_out(cfg.task, t.test_samples, t.data_seed, "test")
+    test_set = data.held_out("test", t.test_samples)
     test = evaluate(model, *test_set, eval_bs, device, autocast)
     valid_x, test_x = length_tests(model, cfg, eval_bs, device, autocast)
-    overlap = None if reader is not None else stream_overlap(
-        cfg.task, t.batch_size, t.data_seed, t.steps, {"valid": valid[0], "test": test_set[0]})
+    overlap = data.overlap(t.batch_size, t.steps, {"valid": valid[0], "test": test_set[0]})
     summary = {
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
         "n_params": model.n_params(), "n_trainable": sum(p.numel() for _, p in train_params),

@@ -30,9 +30,9 @@ from recall_lab.analysis.mean_distance import (
 def load_run(run: str | Path, which: str = "last") -> tuple[torch.nn.Module, Any]:
     """(model in eval mode, RunConfig) of a run directory; which = "last" or "best" weights."""
     from recall_lab import checkpoint as ck
+    from recall_lab.checkpoint import load_run_config
     from recall_lab.finetune import build_run_model
     from recall_lab.models.adapters import merge_adapters
-    from recall_lab.train import load_run_config
 
     run = Path(run)
     cfg = load_run_config(run)

@@ -50,9 +50,11 @@ def register(app: typer.Typer) -> None:
         @guarded
         def _run() -> None:
             from generators.errors import RecallLabError
+            from recall_lab.checkpoint import load_run_config
             from recall_lab.config import resolve_task
+            from recall_lab.device import resolve_device
             from recall_lab.finetune import finetune_config
-            from recall_lab.train import check_run, load_run_config, resolve_device, train_run
+            from recall_lab.train import check_run, train_run
 
             _set_threads(threads)
             base = load_run_config(run)

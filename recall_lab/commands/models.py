@@ -96,8 +96,10 @@ def register(app: typer.Typer) -> None:
         @guarded
         def _run() -> None:
             from generators.errors import RecallLabError
+            from recall_lab.checkpoint import load_run_config
             from recall_lab.commands.progress import TrainProgress
-            from recall_lab.train import check_run, load_run_config, resolve_device, train_run
+            from recall_lab.device import resolve_device
+            from recall_lab.train import check_run, train_run
 
             _set_threads(threads)
             over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
@@ -171,10 +173,9 @@ def register(app: typer.Typer) -> None:
             from rich.table import Table
 
             from generators.errors import RecallLabError
-            from recall_lab.checkpoint import write_json
+            from recall_lab.checkpoint import load_run_config, write_json
             from recall_lab.config import resolve_task
             from recall_lab.evaluate import evaluate_run
-            from recall_lab.train import load_run_config
 
             if n < 1:
                 raise RecallLabError(f"--n must be >= 1, got {n}")
