@@ -152,6 +152,13 @@ class ModelConfig(BaseModel):
     # B, C with ngroups=1) or "mixer" (Mamba2: one q, k per SSM head; Mamba has no heads: 1).
     branch_heads: Literal[1, "mixer"] = 1
     pattern_opts: dict[str, Any] = Field(default_factory=dict)
+    # Initialisation (models/lm.py `RecallLM._init_weights`; README "Initialisation"): an untied
+    # output head and an N(0, 1) embedding learn recall; tie_embeddings=True with embed_std=0.02
+    # (round one's init) stays on a plateau. Residual out-projections are scaled by
+    # 1/sqrt(n_residuals * n_layers) (GPT-2, mamba-ssm).
+    tie_embeddings: bool = False
+    embed_std: float = Field(1.0, gt=0)
+    rescale_residual: bool = True
     # The longest sequence the model is built for: it fixes pattern parameters such as the gap
     # of the dilated pattern (ceil(max_len / n)), so query i reads the same keys however long the
     # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).

@@ -184,14 +184,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     torch.manual_seed(t.seed)
     # A fine-tune run starts from its base run's weights with only the adapter's set trainable.
     model = build_run_model(cfg).to(device)
-    train_params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in train_params if p.ndim >= 2 and "embed" not in n]
-    no_decay = [p for n, p in train_params if not (p.ndim >= 2 and "embed" not in n)]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": t.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=t.lr, betas=t.betas,
-    )
+    opt = torch.optim.AdamW(model.param_groups(t.weight_decay), lr=t.lr, betas=t.betas)
     autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
     eval_bs = t.eval_batch_size or max(t.batch_size, 64)  # no grads: larger batches fit
     data = DataSource.for_run(cfg)  # the stream or the dataset: batches, held-out sets
@@ -281,7 +274,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     overlap = data.overlap(t.batch_size, t.steps, {"valid": valid[0], "test": test_set[0]})
     summary = {
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
-        "n_params": model.n_params(), "n_trainable": sum(p.numel() for _, p in train_params),
+        "n_params": model.n_params(),
+        "n_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "steps": t.steps, "best_step": best["step"],
         # why training ended: "stop_at" / "patience" before the last step, else "steps"
         "stopped": stopped if stopped is not None and done < t.steps else "steps",

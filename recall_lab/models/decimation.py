@@ -57,7 +57,7 @@ def decimated_forward(model, ids: torch.Tensor, return_params: bool = False):
         valid = kept.gather(valid, 1) & kept.valid
         keep_from = n_keep  # the kept context comes first in the new coordinates
         s += 1
-    short = model.norm(x) @ model.embed.weight.t()  # [b, l', vocab]
+    short = model.norm(x) @ model.output_weight().t()  # [b, l', vocab]
     vocab = short.shape[-1]
     # positions within a row are distinct (each index row is a prefix of a permutation)
     logits = short.new_zeros(b, length, vocab).scatter(

@@ -1,5 +1,6 @@
 """The 2-layer language model around every mixer: embedding, pre-norm residual blocks, final
-RMSNorm, output projection tied to the embedding.
+RMSNorm, output projection (untied by default), and the model's own initialisation and
+weight-decay rule.
 
 Block kinds:
 - `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
@@ -11,6 +12,7 @@ Block kinds:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -159,17 +161,56 @@ def _blocks(cfg: ModelConfig) -> list[nn.Module]:
 
 
 class RecallLM(nn.Module):
-    """Embedding -> blocks -> RMSNorm -> tied output. forward(ids) -> LMOutput."""
+    """Embedding -> blocks -> RMSNorm -> output head. forward(ids) -> LMOutput.
+
+    Initialisation (`_init_weights`, after mamba-ssm's `mixer_seq_simple._init_weights` and
+    GPT-2's residual scaling): the embedding keeps PyTorch's N(0, 1) (`ModelConfig.embed_std`),
+    the output head is a separate Linear with PyTorch's default init (`tie_embeddings=False`),
+    Linear biases start at zero (except those tagged `_no_reinit`, such as Mamba's dt bias), and
+    every projection that writes into the residual stream (mixer `out_proj`, attention `out`,
+    MLP `w2`) is divided by sqrt(n_residuals_per_layer * n_layers).
+
+    Why not mamba-ssm's std-0.02 tied embedding: measured on MQAR (4-8 pairs, |V| = 16, batch
+    64, lr 3e-3, see README "Initialisation"), a tied std-0.02 embedding keeps the Transformer
+    and Mamba on the 0.47 plateau (a bag-of-values guess, no key-value binding) for thousands of
+    steps, while N(0, 1) with an untied head solves it (Transformer 1.00 in 500 steps). With
+    pre-norm blocks every block reads a normalised input, so the embedding's scale only sets how
+    loud a token's own identity is in the residual stream next to the block outputs; at std 0.02
+    (RMS 0.02 against block outputs of RMS ~0.1-0.5) the identity the second layer must read out
+    is a small component, and when tied, the same tiny matrix also gives near-zero logits.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        nn.init.normal_(self.embed.weight, std=0.02)
         self.blocks = nn.ModuleList(_blocks(cfg))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
         # DeciMamba; may be replaced on a built model for zero-shot evaluation (`--decimate`)
         self.decimation = cfg.decimation
+        self.lm_head = (
+            None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        )
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        cfg = self.config
+        # GPT-2 / mamba-ssm: each projection that writes into the residual stream is divided by
+        # sqrt(number of such writes in the whole model), so the stream's variance at the output
+        # does not grow with depth (transformer: 2 per layer, mamba: 1, samba: 4 per unit).
+        writers = [m for n, m in self.named_modules() if _RESIDUAL_OUT.match(n)]
+        scale = len(writers) ** -0.5 if cfg.rescale_residual and writers else 1.0
+        with torch.no_grad():
+            nn.init.normal_(self.embed.weight, std=cfg.embed_std)
+            for module in self.modules():
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    if not getattr(module.bias, "_no_reinit", False):
+                        nn.init.zeros_(module.bias)
+            for module in writers:
+                module.weight.mul_(scale)
+
+    def output_weight(self) -> torch.Tensor:
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
     def forward(self, ids: torch.Tensor, return_params: bool = False) -> LMOutput:
         if self.decimation is not None:
@@ -181,9 +222,28 @@ class RecallLM(nn.Module):
         params: list | None = [] if return_params else None
         for block in self.blocks:
             x = block(x, aux, params)
-        logits = self.norm(x) @ self.embed.weight.t()
+        logits = self.norm(x) @ self.output_weight().t()
         aux_loss = torch.stack([a.float() for a in aux]).sum() if aux else None
         return LMOutput(logits=logits, aux_loss=aux_loss, params=params)
 
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW groups (nanoGPT's `configure_optimizers` rule, with mamba-ssm's tags): weight
+        matrices and conv kernels (ndim >= 2) are decayed; biases, norms, the embedding, the
+        branch scales and every parameter tagged `_no_weight_decay` (Mamba's A_log and D,
+        Mamba2's dt_bias) are not. Frozen parameters are left out."""
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:  # frozen by an adapter (fine-tuning)
+                continue
+            skip = p.ndim < 2 or getattr(p, "_no_weight_decay", False) or name.startswith("embed.")
+            (no_decay if skip else decay).append(p)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+# Projections that write into the residual stream (GPT-2 / mamba-ssm rescale these); not the
+# out-projections of mixers that only make keys/values inside an attention layer (Attamba).
+_RESIDUAL_OUT = re.compile(r"blocks\.\d+\.(mixer\.out_proj|attn\.out|(mlp\.)+w2)")

@@ -173,6 +173,10 @@ class MambaMixer(nn.Module):
         A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(di, 1)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(di))
+        # mamba-ssm's tags: the model's init keeps the dt bias; AdamW does not decay A or D
+        self.dt_proj.bias._no_reinit = True
+        self.A_log._no_weight_decay = True
+        self.D._no_weight_decay = True
         self.out_proj = nn.Linear(di, d_model, bias=bias)
 
     def _ssm_inputs(self, xc: Tensor):
@@ -308,6 +312,8 @@ class Mamba2Mixer(nn.Module):
         A = torch.empty(self.nheads).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))
+        for p in (self.dt_bias, self.A_log, self.D):  # mamba-ssm: not weight-decayed
+            p._no_weight_decay = True
         self.norm = GatedRMSNorm(di, di // ngroups, eps=norm_eps)
         self.out_proj = nn.Linear(di, d_model, bias=bias)
 

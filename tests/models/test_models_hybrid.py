@@ -55,15 +55,20 @@ def test_registry_names_and_paper_defaults():
             model_config(bad, 40)
 
 
-def test_output_is_tied_to_embedding():
-    m = build_model("mamba", 30, d_model=16)
+def test_output_head_is_untied_by_default_and_tied_on_request():
     ids = torch.randint(0, 30, (1, 5))
-    with torch.no_grad():
-        h = m.embed(ids)
-        for b in m.blocks:
-            h = b(h, [], None)
-        torch.testing.assert_close(m(ids).logits, m.norm(h) @ m.embed.weight.t())
-    assert not any("lm_head" in n for n, _ in m.named_parameters())
+    for tie in (False, True):
+        m = build_model("mamba", 30, d_model=16, tie_embeddings=tie)
+        with torch.no_grad():
+            h = m.embed(ids)
+            for b in m.blocks:
+                h = b(h, [], None)
+            weight = m.embed.weight if tie else m.lm_head.weight
+            torch.testing.assert_close(m(ids).logits, m.norm(h) @ weight.t())
+        assert (m.lm_head is None) == tie
+        head = 0 if tie else 16 * 30
+        assert m.n_params() == sum(p.numel() for n, p in m.named_parameters()
+                                   if not n.startswith("lm_head")) + head
 
 
 def test_per_head_branch_is_causal_and_differs_from_shared():
