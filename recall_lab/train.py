@@ -158,7 +158,10 @@ def train_run(
         return _train_locked(cfg, out, lock, force, resume, progress, on_step)
     except (RecallLabError, OSError):
         if lock.new_run and not (out / ck.RESUME).is_file():
-            drop_stub(out)
+            try:
+                drop_stub(out)
+            except (RecallLabError, OSError):
+                pass  # the original error is the one to report
         raise
     finally:
         lock.release()
