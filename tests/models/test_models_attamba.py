@@ -111,3 +111,27 @@ def test_mamba_attamba_branch_learns_its_keys():
     branch = model.blocks[0].branch
     for p in (branch.k_ssm.A_log, branch.v_ssm.x_proj.weight, branch.k.weight):
         assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_attamba_learns_tiny_mqar(tmp_path):
+    """Learning check: 4 key-value pairs over 8 values (18 tokens), P = 4 so recall crosses
+    chunks, 200 steps on fresh samples, scored on unseen ones. Guessing among the values present
+    (no key-value binding) sits near 0.45-0.5 (a 2-layer Transformer of this size stayed at 0.44
+    in this budget); measured with this config, test accuracy 0.980 / 0.834 / 0.898 for seeds
+    0 / 1 / 2 (threshold 0.75)."""
+    import json
+
+    from generators import TaskSpec
+    from recall_lab import checkpoint as ck
+    from recall_lab.config import RunConfig, TrainConfig
+    from recall_lab.train import train_run
+
+    spec = TaskSpec(levels=((4, 4),), values=8)
+    m = model_config("attamba", spec.vocab().size, d_model=32, n_heads=2,
+                     attamba={"chunk": 4, "kv_d_state": 8})
+    t = TrainConfig(steps=200, batch_size=32, lr=1e-2, warmup=20, eval_every=100,
+                    eval_samples=128, test_samples=256, device="cpu")
+    summary = train_run(RunConfig(model=m, train=t, task=spec), tmp_path / "r")
+    assert summary["test"]["acc"] >= 0.75
+    first = json.loads((tmp_path / "r" / ck.METRICS).read_text().splitlines()[0])
+    assert first["acc"] < 0.6  # it did have to learn
