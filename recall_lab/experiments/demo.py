@@ -44,6 +44,12 @@ def run_demo(out: Path | None, steps: int | None, force: bool, *,
             raise RecallLabError(f"{out} already exists; pass --force to overwrite it")
         if not (out / "demo.json").is_file():
             raise RecallLabError(f"{out} is not a demo folder; refusing to overwrite it")
+        # --force replaces only what the demo wrote: its JSON, its plot, its run folders
+        ours = {"demo.json", "learning_curves.png", *DEMO_MODELS}
+        foreign = sorted(e.name for e in out.iterdir() if e.name not in ours)
+        if foreign:
+            raise RecallLabError(f"{out} holds {foreign[0]!r}, which the demo did not write; "
+                                 "refusing to overwrite the folder")
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     spec, name = TaskSpec(**DEMO_TASK), DEMO_TASK_NAME

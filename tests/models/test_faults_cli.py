@@ -217,3 +217,13 @@ def test_lock_is_released_after_a_failed_run(tmp_path):
     with ck.RunLock(tmp_path):
         pass
     assert time.perf_counter() - t0 < 1.0
+
+
+def test_demo_force_keeps_a_folder_with_foreign_files(tmp_path):
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "demo.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    before = snapshot(out)
+    _fails_with(["demo", "--out", out, "--steps", "1", "--force"], "'notes.txt'")
+    assert snapshot(out) == before
