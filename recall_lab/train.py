@@ -32,6 +32,7 @@ from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
 from recall_lab.device import resolve_device  # noqa: F401 - also imported from here
 from recall_lab.evaluate import batch_metrics, evaluate
+from recall_lab.tracking import Trackers
 
 Progress = Callable[[dict], None]
 
@@ -140,11 +141,13 @@ def train_run(
     resume: bool = False,
     progress: Progress | None = None,
     on_step: Callable[[int], None] | None = None,
+    log: tuple[str, ...] = (),
 ) -> dict:
     """Train `cfg` into run directory `out`; returns the summary (also written to summary.json).
 
     resume=True continues the run in `out` from its last checkpoint (its config.json wins over
-    `cfg`, except `train.steps`, which may be raised). `on_step(step)` is called after every
+    `cfg`, except `train.steps`, which may be raised). `log` names optional trackers
+    (`recall_lab.tracking`: "tensorboard", "wandb"). `on_step(step)` is called after every
     optimizer step (tests use it to simulate a kill).
 
     The run folder is locked while training (`checkpoint.RunLock`): a second process on it is
@@ -155,7 +158,7 @@ def train_run(
     out = Path(out)
     lock = ck.RunLock(out)
     try:
-        return _train_locked(cfg, out, lock, force, resume, progress, on_step)
+        return _train_locked(cfg, out, lock, force, resume, progress, on_step, log)
     except (RecallLabError, OSError):
         if lock.new_run and not (out / ck.RESUME).is_file():
             try:
@@ -168,7 +171,8 @@ def train_run(
 
 
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
-                  progress: Progress | None, on_step: Callable[[int], None] | None) -> dict:
+                  progress: Progress | None, on_step: Callable[[int], None] | None,
+                  log: tuple[str, ...] = ()) -> dict:
     from recall_lab.finetune import build_run_model, length_tests, resolve_base_run
 
     if resume:
@@ -207,6 +211,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                                         "n_params": model.n_params()})
         (out / ck.METRICS).touch()
 
+    trackers = Trackers(log, out, cfg.to_json())  # optional TensorBoard / offline W&B
     model.train()
     acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
     tokens, t0 = 0, time.perf_counter()
@@ -255,6 +260,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
             valid_row = {"step": done, "split": "valid", **v}
             ck.append_line(out / ck.METRICS, train_row)
             ck.append_line(out / ck.METRICS, valid_row)
+            trackers.log(train_row)
+            trackers.log(valid_row)
             if v["acc"] > best["acc"] or (v["acc"] == best["acc"] and v["loss"] < best["loss"]):
                 best = {"acc": v["acc"], "loss": v["loss"], "step": done}
                 ck.save_weights(out / ck.BEST, model)
@@ -292,4 +299,5 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     if t.finetune is not None:  # the folder a glob such as runs/seattn-pretrain/s0-* resolved to
         summary["base_run"] = str(resolve_base_run(t.finetune.base_run))
     ck.write_json(out / ck.SUMMARY, summary)
+    trackers.close(summary)
     return summary

@@ -32,6 +32,8 @@ def register(app: typer.Typer) -> None:
         engine: str = typer.Option("local", help="local (process pool) or ray."),
         address: str = typer.Option(None, help="Ray cluster address (default: start a local "
                                     "Ray instance)."),
+        log: str = typer.Option(None, help="Also log every run to tensorboard and/or wandb "
+                                "(offline), comma-separated; needs the [tracking] extra."),
         dry_run: bool = typer.Option(False, "--dry-run", help="List the runs, what would "
                                      "happen to each and the tokens they train on; run nothing."),
     ) -> None:
@@ -44,7 +46,9 @@ def register(app: typer.Typer) -> None:
 
             from recall_lab.experiments.engine import plan, run_sweep
             from recall_lab.experiments.grid import load_experiment, train_tokens
+            from recall_lab.tracking import parse_log
 
+            kinds = parse_log(log)
             exp = load_experiment(experiment)
             if dry_run:
                 jobs = plan(exp, out)
@@ -73,7 +77,7 @@ def register(app: typer.Typer) -> None:
             monitor = SweepProgress(console, exp.name)
             try:
                 index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
-                                  address=address, monitor=monitor)
+                                  address=address, monitor=monitor, log=kinds)
             finally:
                 monitor.close()
             c = index["counts"]

@@ -86,6 +86,8 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, help="Continue the run in --out from its last "
                                     "checkpoint."),
         threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+        log: str = typer.Option(None, help="Also log to tensorboard and/or wandb (offline), "
+                                "comma-separated; needs the [tracking] extra."),
         decimate: str = typer.Option(None, "--decimate", help="DeciMamba settings for "
                                      "mamba+deci: key=value pairs, e.g. L_base=24,layers=-1 "
                                      "(beta, min_len, score, top_k)."),
@@ -99,9 +101,11 @@ def register(app: typer.Typer) -> None:
             from recall_lab.checkpoint import load_run_config
             from recall_lab.commands.progress import TrainProgress
             from recall_lab.device import resolve_device
+            from recall_lab.tracking import parse_log
             from recall_lab.train import check_run, train_run
 
             _set_threads(threads)
+            kinds = parse_log(log)
             over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
                     "data_seed": data_seed, "eval_every": eval_every,
                     "eval_samples": eval_samples, "device": device, "stop_at": stop_at,
@@ -129,7 +133,8 @@ def register(app: typer.Typer) -> None:
             console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
                           f" (max length {cfg.task.max_len}) -> {run_dir}")
             with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
-                summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar)
+                summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
+                                    log=kinds)
             console.print(_summary_table([summary], "best checkpoint on the test set"))
             _warn_overlap(console, summary)
             if summary["stopped"] != "steps":

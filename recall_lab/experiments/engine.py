@@ -88,10 +88,14 @@ def plan(exp: Experiment, root: Path) -> list[Job]:
 _events: Any = None  # queue to the parent (local pool); None under Ray
 
 
-def _init_worker(threads: int, events: Any, gpus: Any) -> None:
-    """Runs in each new worker before torch is imported: thread count, and its own GPU."""
+def _init_worker(threads: int, events: Any, gpus: Any, parent: int) -> None:
+    """Runs in each new worker before torch is imported: thread count, its own GPU, and death
+    with the sweep (a killed sweep leaves no orphan training on; its runs resume next time)."""
+    from generators.dataset import _die_with_parent
+
     global _events
     _events = events
+    _die_with_parent(parent)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     if gpus is not None:
@@ -130,7 +134,7 @@ def execute(job: dict) -> dict:
                 _send("step", name, e["step"], e["steps"])
 
         summary = train_run(cfg, Path(job["dir"]), resume=job["resume"], force=not job["resume"],
-                            progress=progress)
+                            progress=progress, log=tuple(job.get("log", ())))
         return {"name": name, "status": "done", "summary": summary}
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         lines = str(exc).strip().splitlines()
@@ -182,7 +186,7 @@ def _local(payloads: list[dict], workers: int, threads: int, monitor: Monitor,
     reader.start()
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(threads, events, gpus)) as pool:
+                                 initargs=(threads, events, gpus, os.getpid())) as pool:
             futures = {pool.submit(execute, p): p for p in payloads}
             pending = set(futures)
             while pending:
@@ -258,9 +262,10 @@ def read_index(folder: Path) -> dict | None:
 
 def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
               threads: int = 1, engine: str = "local", address: str | None = None,
-              monitor: Monitor | None = None) -> dict:
+              monitor: Monitor | None = None, log: tuple[str, ...] = ()) -> dict:
     """Run every unfinished run of `exp` under `root/<exp.name>/`; returns the index (also
-    written to sweep.json) with counts {"done", "failed", "skipped", "ran"}."""
+    written to sweep.json) with counts {"done", "failed", "skipped", "ran"}. `log` names
+    optional trackers for every run (`recall_lab.tracking`)."""
     if engine not in ENGINES:
         raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if workers < 1 or threads < 1:
@@ -292,7 +297,8 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         todo = [j for j in jobs if j.action != "skip"]
         monitor.start(len(jobs), [j.run.name for j in todo])
         payloads = [{"name": j.run.name, "config": j.run.config.to_json(), "dir": str(j.folder),
-                     "resume": j.action == "resume", "threads": threads} for j in todo]
+                     "resume": j.action == "resume", "threads": threads, "log": list(log)}
+                    for j in todo]
         by_name = {j.run.name: j for j in todo}
         for j in todo:
             entries[j.run.name]["status"] = "running"
