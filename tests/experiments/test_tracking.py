@@ -64,8 +64,9 @@ def test_wandb_runs_offline_and_records_the_summary(tmp_path, monkeypatch):
 
 def _wandb_values(data: bytes, key: str) -> list[float]:
     """The values logged under `key` in a .wandb record log, read from the protobuf bytes: each
-    item is the key string (after its length byte), then field 16 (`value_json`, tag bytes 0x82 0x01), a length byte
-    and the value as JSON text (the wandb package no longer ships a Python reader)."""
+    item is the key string (after its length byte), then field 16 (`value_json`, tag bytes
+    0x82 0x01), a length byte and the value as JSON text (the wandb package no longer ships a
+    Python reader of its record log)."""
     out = []
     pattern = bytes([len(key)]) + re.escape(key.encode()) + rb"\x82\x01([\x00-\x7f])"
     for m in re.finditer(pattern, data):
