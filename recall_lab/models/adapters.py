@@ -5,9 +5,10 @@
   starts equal to its base), as in LoRA and peft. Targets (by module name): the hybrid branch's
   ``qk`` and the attention layers' ``qkv`` and ``out`` (LongLoRA adapts q, k, v, o).
 * ``lora+``: the "LoRA+" of seed 001's reference [3] (LongLoRA): ``lora`` plus trainable
-  embedding (tied to the output head here) and every normalisation weight (RMSNorm, the Mamba2
-  gated RMSNorm); in the lab also the hybrid branch's output ``scale`` (a per-channel weight of
-  the attention output, the branch's closest analogue of a norm weight). NOT peft's
+  embedding (input side; an untied output head stays frozen, as in LongLoRA) and every
+  normalisation weight (RMSNorm, the Mamba2 gated RMSNorm); in the lab also the hybrid
+  branch's output ``scale`` (a per-channel weight of the attention output, the branch's
+  closest analogue of a norm weight). NOT peft's
   ``create_loraplus_optimizer`` (Hayou et al.'s LoRA+, a learning-rate ratio between B and A).
 * ``hylora``: ``lora+`` plus every SSM mixer's 1D convolution (weight and bias) trainable.
 * ``full``: every parameter trainable, no adapters.
