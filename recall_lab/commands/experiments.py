@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         address: str = typer.Option(None, help="Ray cluster address (default: start a local "
                                     "Ray instance)."),
         log: str = typer.Option(None, help="Also log every run to tensorboard and/or wandb "
-                                "(offline), comma-separated; needs the [tracking] extra."),
+                                "(offline), comma-separated; needs the \\[tracking] extra."),
         dry_run: bool = typer.Option(False, "--dry-run", help="List the runs, what would "
                                      "happen to each and the tokens they train on; run nothing."),
     ) -> None:

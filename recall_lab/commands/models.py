@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                                     "checkpoint."),
         threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
         log: str = typer.Option(None, help="Also log to tensorboard and/or wandb (offline), "
-                                "comma-separated; needs the [tracking] extra."),
+                                "comma-separated; needs the \\[tracking] extra."),
         decimate: str = typer.Option(None, "--decimate", help="DeciMamba settings for "
                                      "mamba+deci: key=value pairs, e.g. L_base=24,layers=-1 "
                                      "(beta, min_len, score, top_k)."),

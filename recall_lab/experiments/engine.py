@@ -225,8 +225,15 @@ def _ray(payloads: list[dict], workers: int, threads: int, address: str | None,
         task = ray.remote(execute).options(num_cpus=threads, num_gpus=gpu, max_retries=0)
         refs = {task.remote(p): p for p in payloads}
         pending = list(refs)
+        # Ray sends no events from inside a task: count as running the first `workers` not yet
+        # finished (its local instance has CPUs for exactly that many)
+        shown = 0
         while pending:
+            for p in [refs[r] for r in pending][shown:workers] if not address else []:
+                monitor.running(p["name"])
+            shown = min(workers, len(pending))
             done, pending = ray.wait(pending, num_returns=1)
+            shown -= len(done)
             for ref in done:
                 try:
                     result = ray.get(ref)
