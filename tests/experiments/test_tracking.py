@@ -4,6 +4,7 @@ is not installed (the [tracking] extra)."""
 
 import json
 import re
+import time
 
 import pytest
 
@@ -56,7 +57,11 @@ def test_wandb_runs_offline_and_records_the_summary(tmp_path, monkeypatch):
     summary = train_run(_cfg(), tmp_path / "r", log=("wandb",))
     files = list((tmp_path / "r" / "wandb").glob("offline-run-*/*.wandb"))
     assert len(files) == 1  # an offline run: nothing was sent
-    data = files[0].read_bytes()
+    for _ in range(100):  # wandb's service process may still be writing its last records
+        data = files[0].read_bytes()
+        if _wandb_values(data, "final_test/acc"):
+            break
+        time.sleep(0.2)
     assert set(_wandb_values(data, "final_test/acc")) == {summary["test"]["acc"]}
     # history rows, and summary updates repeating the latest
     assert set(_wandb_values(data, "valid/acc")) == set(_valid(tmp_path / "r").values())
