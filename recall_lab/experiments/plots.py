@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from recall_lab import checkpoint as ck  # noqa: E402
+from recall_lab.experiments.report import numeric  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -49,18 +50,16 @@ def plot_bars(rep: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _numeric(values: list) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
 def plot_axis(rep: dict, axis: str, path: Path) -> Path:
-    """Metric vs one numeric grouping field; one line per combination of the other fields."""
+    """Metric vs one numeric grouping field (task.levels as table size); one line per
+    combination of the other fields."""
     others = [f for f in rep["by"] if f != axis]
     lines: dict[str, list] = {}
     for g in rep["groups"]:
         name = " / ".join(str(g.values[f]) for f in others) or rep["metric"]
         if g.mean is not None:
-            lines.setdefault(name, []).append((g.values[axis], g.mean, g.std or 0.0))
+            lines.setdefault(name, []).append((numeric(axis, g.values[axis]), g.mean,
+                                               g.std or 0.0))
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for name, pts in lines.items():
         pts.sort()
@@ -69,7 +68,7 @@ def plot_axis(rep: dict, axis: str, path: Path) -> Path:
         ax.fill_between(x, [a - b for a, b in zip(m, s, strict=True)],
                         [a + b for a, b in zip(m, s, strict=True)], color=line.get_color(),
                         alpha=0.2)
-    ax.set_xlabel(axis)
+    ax.set_xlabel(f"{axis} (table size: entries)" if axis == "task.levels" else axis)
     ax.set_ylabel(rep["metric"])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -101,7 +100,8 @@ def report_figures(rep: dict, out: Path) -> list[Path]:
     paths = [plot_bars(rep, out / "report-bars.png")]
     for axis in rep["by"]:
         vals = [g.values[axis] for g in rep["groups"]]
-        if _numeric(vals) and len(set(vals)) > 1:
+        nums = [numeric(axis, v) for v in vals]
+        if None not in nums and len(set(nums)) > 1:
             safe = axis.replace(".", "_")
             paths.append(plot_axis(rep, axis, out / f"report-{safe}.png"))
     if any((r.folder / ck.METRICS).is_file() for g in rep["groups"] for r in g.selected):

@@ -23,6 +23,9 @@ Claims (`[[report.expect]]` in the experiment file), checked by `report --check`
     op = ">="                               # >=, >, <=, < (default >=)
     margin = 0.2                            # a op b + margin (default 0)
     at = { "task.levels" = "max" }          # optional: restrict both to a value, or max / min
+                                            # (task.levels by table size)
+
+`[report]` may also set `metric` (default "test.acc") and `by` (a list of dotted fields).
 """
 
 from __future__ import annotations
@@ -92,6 +95,21 @@ def _flat_config(cfg: dict) -> dict[str, Any]:
 
 def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def numeric(field: str, value: Any) -> float | None:
+    """A field's value as a number for axes and max/min: numbers themselves; `task.levels` as
+    the table size, the product of the levels' upper sizes (entries of the largest table)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if field == "task.levels" and isinstance(value, (list, tuple)):
+        size = 1
+        for level in value:
+            size *= level[1] if isinstance(level, (list, tuple)) else level
+        return float(size)
+    return None
 
 
 def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
@@ -231,8 +249,11 @@ def check_expectations(groups: list[Group], expects: list[dict]) -> list[dict]:
             pool = groups
             for f, want in flatten(e.get("at") or {}).items():
                 vals = [g.runs[0].config.get(f) for g in pool]
-                if want in ("max", "min"):
-                    want = (max if want == "max" else min)(v for v in vals if v is not None)
+                if want in ("max", "min"):  # by size for task.levels (the largest table)
+                    ranked = [v for v in vals if numeric(f, v) is not None]
+                    if not ranked:
+                        raise RecallLabError(f"at: {f} has no numeric values for {want}")
+                    want = (max if want == "max" else min)(ranked, key=lambda v: numeric(f, v))
                 pool = [g for g, v in zip(pool, vals, strict=True) if _key(v) == _key(want)]
             a = _select(pool, e["a"], "a")
             if a.mean is None:

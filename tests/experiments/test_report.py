@@ -171,3 +171,25 @@ def test_malformed_run_config_is_one_line(tmp_path):
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "corrupt run config" in lines[0] and "got list" in lines[0]
     assert (run / ck.CONFIG).read_text() == "[1, 2]"
+
+
+def test_largest_table_is_by_size_and_gets_an_axis_plot(tmp_path, tiny):
+    # [[2, 2], [3, 3]] has 6 entries, [[4, 4]] has 4: the largest table is the first, although
+    # it sorts first as a list
+    tiny["grid"] = {"model.name": ["mamba", "mamba+hax"],
+                    "task.levels": [[[2, 2], [3, 3]], [[4, 4]]]}
+    exp = expand(tiny, "x")
+    acc = {("mamba", 6): 0.3, ("mamba", 4): 0.9, ("mamba+hax", 6): 0.8, ("mamba+hax", 4): 0.5}
+    for run in exp.runs:
+        folder = tmp_path / run.name
+        folder.mkdir()
+        ck.write_json(folder / ck.CONFIG, run.config.to_json())
+        entries = math.prod(hi for _, hi in run.config.task.levels)
+        a = acc[(run.config.model.name, entries)]
+        ck.write_json(folder / ck.SUMMARY, {"valid": {"acc": a, "loss": 0}, "test": {"acc": a}})
+    expect = {"a": {"model.name": "mamba+hax"}, "b": {"model.name": "mamba"}, "margin": 0.4,
+              "at": {"task.levels": "max"}}
+    rep = build_report([tmp_path], experiment={"report": {"expect": [expect]}})
+    assert rep["checks"][0]["ok"], rep["checks"]  # 0.8 >= 0.3 + 0.4 at 6 entries
+    paths = write_report(rep, tmp_path / "out")
+    assert (tmp_path / "out" / "report-task_levels.png") in paths
