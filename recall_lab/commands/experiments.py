@@ -44,12 +44,17 @@ def register(app: typer.Typer) -> None:
         def _run() -> int:
             from rich.table import Table
 
-            from recall_lab.experiments.engine import plan, run_sweep
+            from recall_lab.experiments.engine import outside_grid, plan, run_sweep
             from recall_lab.experiments.grid import load_experiment, train_tokens
             from recall_lab.tracking import parse_log
 
             kinds = parse_log(log)
             exp = load_experiment(experiment)
+            others = outside_grid(exp, out)
+            if others:
+                console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
+                              f"this grid (left alone), e.g. {others[0]}", highlight=False,
+                              soft_wrap=True)
             if dry_run:
                 jobs = plan(exp, out)
                 table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",

@@ -83,6 +83,17 @@ def plan(exp: Experiment, root: Path) -> list[Job]:
     return jobs
 
 
+def outside_grid(exp: Experiment, root: Path) -> list[str]:
+    """Run folders under `root/<experiment>/` that are not runs of the grid (an edited grid, or
+    hashes changed by a code change): left alone, listed so the user knows."""
+    folder = Path(root) / exp.name
+    names = {r.name for r in exp.runs}
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.is_dir() and (p / ck.CONFIG).is_file() and p.name not in names)
+
+
 # ---- the worker side ----------------------------------------------------------------------------
 
 _events: Any = None  # queue to the parent (local pool); None under Ray

@@ -44,3 +44,17 @@ def test_piped_sweep_prints_one_line_per_run(tmp_path):
     out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"))
     assert "…" not in out and "\x1b[" not in out
     assert out.count("done s") == 2 and "2 of 2 runs done" in out
+
+
+def test_sweep_names_run_folders_outside_the_grid(tmp_path):
+    exp = tmp_path / "e.toml"
+    exp.write_text('[model]\nname = "mamba"\nd_model = 16\nd_state = 4\n'
+                   '[train]\nsteps = 2\nbatch_size = 2\neval_every = 2\neval_samples = 4\n'
+                   'test_samples = 4\ndevice = "cpu"\n' + TINY_TASK
+                   + '[grid]\n"train.seed" = [0]\n')
+    stale = tmp_path / "runs" / "e" / "s9-0badc0de"
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
+    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run")
+    assert "1 run folders in" in out and "s9-0badc0de" in out
+    assert (stale / "config.json").read_text() == "{}"
