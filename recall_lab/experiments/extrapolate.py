@@ -111,26 +111,36 @@ def markdown(rows: list[dict], key: str = "acc", fmt: str = "{:.3f}") -> str:
 
 
 def plot(rows: list[dict], path: Path, key: str = "acc", ylabel: str = "accuracy") -> Path:
+    """`key` vs evaluation length, one line per run/variant (colour per variant, line style per
+    run), legend beside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.0))
-    groups: dict[str, list[dict]] = {}
+    fig, ax = plt.subplots(figsize=(10.0, 4.5))
+    runs = list(dict.fromkeys(r["run"] for r in rows))
+    models = [r["model"] for r in {r["run"]: r for r in rows}.values()]
+    unique = len(set(models)) == len(models)  # one run per model: name lines by model
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        groups.setdefault(f"{_label(r)} {Path(r['run']).name}", []).append(r)
-    for name, rs in groups.items():
+        groups.setdefault((r["run"], r["variant"]), []).append(r)
+    for (run, variant), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["length"])
         ys = [r[key][-1] if isinstance(r[key], list) else r[key] for r in rs]
-        ax.plot([r["length"] for r in rs], ys, marker="o", label=name)
+        name = _label(rs[0]) if unique else f"{_label(rs[0])} {Path(run).name}"
+        ax.plot([r["length"] for r in rs], ys, marker="o", label=name,
+                color=colors[variants.index(variant) % len(colors)],
+                ls=("-", "--", ":", "-.")[runs.index(run) % 4])
     for t in sorted({r["train_length"] for r in rows}):
         ax.axvline(t, color="purple", ls="--", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("evaluation length (tokens); dashed: training length")
+    ax.set_xlabel("evaluation length (tokens); purple: training length")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
