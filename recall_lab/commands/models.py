@@ -228,17 +228,25 @@ def register(app: typer.Typer) -> None:
             from rich.table import Table
 
             from recall_lab.config import resolve_task
-            from recall_lab.models import ATTAMBA_MODELS, PAPER_MODELS, SEATTN_MODELS, build_model
+            from recall_lab.models import (
+                ATTAMBA_MODELS,
+                DECI_MODELS,
+                PAPER_MODELS,
+                SEATTN_MODELS,
+                build_model,
+            )
 
             spec, name = resolve_task(task)
             table = Table(title=f"models (vocabulary of {name or task}: {spec.vocab().size})")
             for col in ("name", "backbone", "branch", "d_model", "k", "params"):
                 table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
                                  else "right")
-            for mname in PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS:
+            for mname in PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + DECI_MODELS:
                 m = build_model(mname, spec.vocab().size)
                 c = m.config
                 k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
+                if c.decimation is not None:
+                    k = f"L_base={c.decimation.L_base}"
                 table.add_row(mname, c.arch, c.pattern or ("swa" if c.arch == "samba" else "-"),
                               str(c.d_model), k, f"{m.n_params():,}")
             console.print(table)

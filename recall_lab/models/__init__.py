@@ -7,6 +7,7 @@
 from recall_lab.models.lm import LMOutput, RecallLM
 from recall_lab.models.registry import (
     ATTAMBA_MODELS,
+    DECI_MODELS,
     MODEL_ROWS,
     PAPER_MODELS,
     SEATTN_MODELS,
@@ -14,5 +15,5 @@ from recall_lab.models.registry import (
     model_config,
 )
 
-__all__ = ["ATTAMBA_MODELS", "LMOutput", "MODEL_ROWS", "PAPER_MODELS", "RecallLM", "SEATTN_MODELS",
-           "build_model", "model_config"]
+__all__ = ["ATTAMBA_MODELS", "DECI_MODELS", "LMOutput", "MODEL_ROWS", "PAPER_MODELS", "RecallLM",
+           "SEATTN_MODELS", "build_model", "model_config"]

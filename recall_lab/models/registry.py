@@ -48,6 +48,9 @@ SEATTN_MODELS: tuple[str, ...] = tuple(
 )
 # Attamba rows (seed 003) and its baselines; `mamba+attamba` is this lab's own hybrid.
 ATTAMBA_MODELS: tuple[str, ...] = ("attamba", "mamba+attamba", "transformer+sw")
+# DeciMamba rows (seed 002). Not strictly causal before the first SEP (the kept context depends
+# on the whole context), so they are checked by their own causality test from SEP on.
+DECI_MODELS: tuple[str, ...] = ("mamba+deci", "mamba2+deci")
 
 
 def _known_patterns() -> tuple[str, ...]:

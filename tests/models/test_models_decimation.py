@@ -130,3 +130,11 @@ def test_auto_layers_pick_the_largest_mamba_mean_distance():
 def test_decimation_off_in_toml_means_none():
     cfg = build_model("mamba+deci", V, decimation="off").config
     assert cfg.decimation is None
+
+
+def test_deci_rows_are_listed_and_build():
+    from recall_lab.models import DECI_MODELS
+
+    for name in DECI_MODELS:
+        cfg = build_model(name, V, d_model=16, d_state=4).config
+        assert cfg.decimation is not None and cfg.arch == name.split("+")[0]
