@@ -138,6 +138,8 @@ def length_tests(model: nn.Module, cfg: RunConfig, batch_size: int, device: torc
         full = build_run_model(full_cfg, load_base=False).to(device)
         full.load_state_dict(model.state_dict())
         models["-full"] = full
+    elif full_cfg is not None:  # already full attention: "-full" is the run's own
+        models["-full"] = model
     base = base_task(cfg)
     for f in t.test_length_factors:
         spec = fit_vocab(base.at_length(f), cfg.task)

@@ -118,6 +118,10 @@ def test_length_tests_at_multiples_of_the_base_length(base_run):
     assert s["test"]["x2"]["loss"] == pytest.approx(s["test"]["loss"], rel=1e-6)
     assert s["test"]["x1"]["n"] == 8 and s["test"]["x1-full"]["n"] == 8
     assert s["base_run"] == str(base_run)
+    full = finetune_config(base_run, longer, "x1", "full", "lora", rank=2,
+                           train_over={"test_length_factors": (2,), "test_samples": 8})
+    s = train_run(full, base_run.with_name("lengths-full"))
+    assert s["test"]["x2-full"] == s["test"]["x2"]  # already full attention
 
 
 def test_base_run_glob_must_match_one_folder(base_run):
