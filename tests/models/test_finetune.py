@@ -141,3 +141,13 @@ def test_finetune_config_fits_the_base_vocabulary(base_run):
     assert isinstance(cfg, RunConfig) and cfg.task.filler_ids == 4 and cfg.model.name == (
         "mamba2-attn-sw")
     assert cfg.train.finetune.alpha == 8.0 and cfg.train.steps == 3
+
+
+def test_help_lists_the_finetune_options():
+    r = runner.invoke(app, ["finetune", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    for opt in ("--task", "--length-factor", "--attention", "--adapter", "--rank", "--alpha",
+                "--steps", "--out", "--force", "--resume"):
+        assert opt in r.output, opt
+    r = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"})
+    assert "--attention" in r.output
