@@ -28,6 +28,9 @@ $(ORACLE): $(STAMP)
 		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1 einops
 	# peft: oracle of the LoRA/HyLoRA adapters (torch is already there, so none is pulled)
 	-$(BIN)/python -m pip install --quiet "peft==0.21.2"
+	# the optional [ray] and [tracking] extras, so the Ray-engine and tracker tests run (none of
+	# them depends on torch); where they cannot be installed those tests skip
+	-$(BIN)/python -m pip install --quiet "ray>=2.9" "tensorboard>=2.14" "wandb>=0.16"
 	touch $(ORACLE)
 
 test: $(ORACLE)
