@@ -195,20 +195,31 @@ def _local(payloads: list[dict], workers: int, threads: int, monitor: Monitor,
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                               initargs=(threads, events, gpus, os.getpid()))
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(threads, events, gpus, os.getpid())) as pool:
-            futures = {pool.submit(execute, p): p for p in payloads}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in done:
-                    try:
-                        result = f.result()
-                    except BrokenProcessPool as exc:
-                        result = {"name": futures[f]["name"], "status": "failed",
-                                  "error": f"worker process died ({exc})"}
-                    on_result(result)
+        futures = {pool.submit(execute, p): p for p in payloads}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                try:
+                    result = f.result()
+                except BrokenProcessPool as exc:
+                    result = {"name": futures[f]["name"], "status": "failed",
+                              "error": f"worker process died ({exc})"}
+                on_result(result)
+    except BaseException:
+        # Interrupted (Ctrl-C reaches the workers too, and a pool worker would just take the next
+        # run): drop the queue and stop the workers now; their runs resume from their last
+        # checkpoints on the next sweep.
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        raise
+    else:
+        pool.shutdown(wait=True)
     finally:
         stop.set()
         reader.join(timeout=2)

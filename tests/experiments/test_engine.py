@@ -103,3 +103,26 @@ def test_ray_engine_gives_the_local_summaries(tmp_path, tiny):
         a = _summary(tmp_path / "local" / "tiny" / run.name)
         b = _summary(tmp_path / "ray" / "tiny" / run.name)
         assert a == b
+
+
+def test_an_interrupted_sweep_stops_its_workers_and_leaves_runs_pending(tmp_path, tiny):
+    import multiprocessing
+
+    tiny["grid"] = {"train.steps": [2, 3000, 3001]}
+    exp = expand(tiny, "x")
+
+    class Interrupt(Recorder):
+        def finished(self, name, result):  # Ctrl-C arriving when the first run is done
+            super().finished(name, result)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(exp, tmp_path, workers=2, monitor=Interrupt())
+    # the worker still training was stopped, not left to take the next run
+    assert [p for p in multiprocessing.active_children() if p.name.startswith("SpawnProcess")] \
+        == []
+    status = {e["values"]["train.steps"]: e["status"]
+              for e in read_index(tmp_path / "tiny")["runs"]}
+    assert status == {2: "done", 3000: "pending", 3001: "pending"}
+    long_run = next(r for r in exp.runs if r.config.train.steps == 3000)
+    assert not (tmp_path / "tiny" / long_run.name / ck.SUMMARY).exists()
