@@ -217,6 +217,8 @@ def _local(payloads: list[dict], workers: int, threads: int, monitor: Monitor,
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             proc.terminate()
+        for proc in procs:
+            proc.join(timeout=10)
         raise
     else:
         pool.shutdown(wait=True)
