@@ -350,6 +350,10 @@ def run_config_from_json(data: Any, path: Path) -> RunConfig:
     missing = [k for k in RUN_TABLES if k not in tables]
     if missing:
         raise RecallLabError(f"corrupt run config: {path} lacks '{missing[0]}'")
+    if "tie_embeddings" not in tables["model"]:
+        # written before round two's initialisation: its weights are a tied-output model
+        tables["model"] = {**tables["model"], "tie_embeddings": True, "embed_std": 0.02,
+                           "rescale_residual": False}
     try:
         cfg = RunConfig.model_validate({**tables, "task_name": data.get("task_name")})
     except ValidationError as exc:

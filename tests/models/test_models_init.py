@@ -53,3 +53,30 @@ def test_weight_decay_rule(name):
         assert not n.endswith(("A_log", "D", "dt_bias", "bias", "norm.weight", "embed.weight"))
     assert any(n.endswith("A_log") for n in kept)
     assert any(n.endswith("lm_head.weight") for n in decayed)
+
+
+def test_round_one_run_still_loads(tmp_path):
+    """A run written before round two (config without the init fields, weights of a tied-output
+    model) is read as the tied model it is, with identical outputs."""
+    import json
+
+    from generators import TaskSpec
+    from recall_lab import checkpoint as ck
+    from recall_lab.analysis.collect import load_run
+    from recall_lab.config import RunConfig, TrainConfig
+    from recall_lab.models import model_config
+
+    spec = TaskSpec(levels=((2, 2),), values=4)
+    old = model_config("mamba", spec.vocab().size, d_model=16, tie_embeddings=True)
+    cfg = RunConfig(model=old, train=TrainConfig(steps=1), task=spec).to_json()
+    for key in ("tie_embeddings", "embed_std", "rescale_residual"):
+        del cfg["model"][key]
+    (tmp_path / ck.CONFIG).write_text(json.dumps(cfg))
+    torch.manual_seed(0)
+    model = build_model(old)
+    ck.save_weights(tmp_path / ck.MODEL, model)
+    loaded, run_cfg = load_run(tmp_path)
+    assert run_cfg.model.tie_embeddings and loaded.lm_head is None
+    ids = torch.randint(0, spec.vocab().size, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(ids).logits, model.eval()(ids).logits)
