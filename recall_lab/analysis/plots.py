@@ -20,6 +20,18 @@ import torch  # noqa: E402
 from generators.errors import RecallLabError  # noqa: E402
 
 
+def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Lay out, write atomically (a temporary file renamed into place, so a reader never sees
+    half a PNG) and close `fig`; every figure of the lab goes through here."""
+    path = Path(path)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
 def log_map(matrix: torch.Tensor | np.ndarray, threshold: float = 1e-3) -> np.ndarray:
     """log10(|M| / max |M|) over the lower triangle, clipped below at log10(threshold); entries
     above the diagonal are NaN (drawn blank)."""
@@ -59,10 +71,7 @@ def plot_attention_map(matrix: torch.Tensor | np.ndarray, path: str | Path, *, t
     ax.set_ylabel("query position i")
     ax.set_title(title or "hidden attention", fontsize=10)
     fig.colorbar(im, ax=ax, label=f"log10 |alpha| / max (threshold 1e{math.log10(threshold):.0f})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 Series = Mapping[str, Sequence[Mapping[str, float]]]
@@ -105,10 +114,7 @@ def plot_mean_distance(series: Series, path: str | Path, *, key: str = "md_last"
     axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_learning_curves(curves: Mapping[str, Sequence[Mapping]], png: str | Path, title: str,
@@ -133,9 +139,4 @@ def plot_learning_curves(curves: Mapping[str, Sequence[Mapping]], png: str | Pat
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, png)
-    return png
+    return save_figure(fig, png, dpi=120)

@@ -113,10 +113,9 @@ def markdown(rows: list[dict], key: str = "acc", fmt: str = "{:.3f}") -> str:
 def plot(rows: list[dict], path: Path, key: str = "acc", ylabel: str = "accuracy") -> Path:
     """`key` vs evaluation length, one line per run/variant (colour per variant, line style per
     run), legend beside the axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from recall_lab.analysis.plots import save_figure  # sets the Agg backend
 
     fig, ax = plt.subplots(figsize=(10.0, 4.5))
     runs = list(dict.fromkeys(r["run"] for r in rows))
@@ -141,10 +140,7 @@ def plot(rows: list[dict], path: Path, key: str = "acc", ylabel: str = "accuracy
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def write_outputs(rows: list[dict], out: Path, command: str) -> list[Path]:

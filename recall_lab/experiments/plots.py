@@ -4,7 +4,6 @@ runs each group's best lr selected."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
@@ -13,16 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from recall_lab import checkpoint as ck  # noqa: E402
+from recall_lab.analysis.plots import save_figure  # noqa: E402
 from recall_lab.experiments.report import numeric  # noqa: E402
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
 
 
 def plot_bars(rep: dict, path: Path) -> Path:
@@ -47,7 +38,7 @@ def plot_bars(rep: dict, path: Path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"{metric} at the best lr per group")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_axis(rep: dict, axis: str, path: Path) -> Path:
@@ -73,7 +64,7 @@ def plot_axis(rep: dict, axis: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"{rep['metric']} vs {axis} (band: +/- std over seeds)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_curves(rep: dict, path: Path) -> Path:
@@ -93,7 +84,7 @@ def plot_curves(rep: dict, path: Path) -> Path:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
     ax.set_title("validation curves of the selected runs (one line per seed)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def report_figures(rep: dict, out: Path) -> list[Path]:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from generators import TaskSpec
 from generators.dataset import write_dataset
 from recall_lab.cli import app
+from tests.cli_checks import fails_with, snapshot
 
 runner = CliRunner()
 SPEC = TaskSpec(levels=((3, 3),), values=4)
@@ -24,33 +25,18 @@ GEN = ["generate", "--levels", "2,2", "--values", "5", "--train", "30", "--valid
        "--test", "5", "--workers", "1"]
 
 
-def _fails_with(args, needle):
-    r = runner.invoke(app, [str(a) for a in args])
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
-    assert needle in lines[0], lines[0]
-    assert "Traceback" not in r.output
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
-
-
 def test_force_refuses_a_folder_that_is_not_a_lab_dataset(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("my notes")
-    _fails_with([*GEN, "--force", "--out", out], "not a recall-lab dataset")
+    fails_with([*GEN, "--force", "--out", out], "not a recall-lab dataset")
     assert snapshot(out) == {"notes.txt": b"my notes"}
     # a lab dataset with a user's file in it is not replaced either
     ds = tmp_path / "ds"
     assert runner.invoke(app, [*GEN, "--out", str(ds)]).exit_code == 0
     (ds / "notes.txt").write_text("mine")
     before = snapshot(ds)
-    _fails_with([*GEN, "--seed", "1", "--force", "--out", ds], "'notes.txt'")
+    fails_with([*GEN, "--seed", "1", "--force", "--out", ds], "'notes.txt'")
     assert snapshot(ds) == before
     # a dataset the lab wrote is replaced
     (ds / "notes.txt").unlink()
@@ -70,9 +56,9 @@ def test_disk_full_while_generating_is_one_line_and_leaves_nothing(tmp_path, mon
     write_dataset(SPEC, old, {"train": 9, "valid": 5, "test": 6}, 0)
     before = snapshot(old)
     monkeypatch.setattr(dataset.pq, "write_table", full)
-    line = _fails_with([*GEN, "--out", tmp_path / "new"], "No space left on device")
+    line = fails_with([*GEN, "--out", tmp_path / "new"], "No space left on device")
     assert str(tmp_path / "new") in line
-    line = _fails_with([*GEN, "--force", "--out", old], "No space left on device")
+    line = fails_with([*GEN, "--force", "--out", old], "No space left on device")
     assert snapshot(old) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no temporary, no stub
 
@@ -97,8 +83,8 @@ def test_malformed_manifest_is_one_line(tmp_path, manifest, needle):
         m = manifest
     (ds / "manifest.json").write_text(json.dumps(m))
     before = snapshot(ds)
-    _fails_with(["show", ds], needle)
-    _fails_with(["train", "--model", "mamba", "--data", ds, "--out", tmp_path / "run"], needle)
+    fails_with(["show", ds], needle)
+    fails_with(["train", "--model", "mamba", "--data", ds, "--out", tmp_path / "run"], needle)
     assert snapshot(ds) == before and not (tmp_path / "run").exists()
 
 

@@ -17,26 +17,12 @@ from generators import TaskSpec
 from generators.dataset import write_dataset
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
+from tests.cli_checks import fails_with, snapshot
 
 runner = CliRunner()
 SPEC = TaskSpec(levels=((3, 3),), values=4)
 TINY = ["--model", "mamba", "--d-model", "16", "--steps", "2", "--batch-size", "2",
         "--eval-every", "1", "--eval-samples", "4", "--device", "cpu"]
-
-
-def _fails_with(args, needle):
-    r = runner.invoke(app, [str(a) for a in args])
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
-    assert needle in lines[0], lines[0]
-    assert "Traceback" not in r.output
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +67,9 @@ def test_force_with_corrupt_data_keeps_the_good_run(tmp_path, dataset, run, how)
     RUN survives `--force`, and a new --out is never created (no stub to clean up)."""
     bad = _damaged(dataset, tmp_path, how)
     before = snapshot(run)
-    _fails_with(["train", *TINY, "--data", bad, "--force", "--out", run], "sha256")
+    fails_with(["train", *TINY, "--data", bad, "--force", "--out", run], "sha256")
     assert snapshot(run) == before
-    _fails_with(["train", *TINY, "--data", bad, "--out", tmp_path / "new"], "sha256")
+    fails_with(["train", *TINY, "--data", bad, "--out", tmp_path / "new"], "sha256")
     assert not (tmp_path / "new").exists()
 
 
@@ -101,7 +87,7 @@ def test_force_replaces_only_what_the_lab_wrote(tmp_path, dataset, run):
     other = tmp_path / "other"
     other.mkdir()
     (other / "data.csv").write_text("1,2")
-    _fails_with(["train", *TINY, "--data", dataset, "--force", "--out", other],
+    fails_with(["train", *TINY, "--data", dataset, "--force", "--out", other],
                 "not a recall-lab run")
     assert snapshot(other) == {"data.csv": b"1,2"}
 
@@ -122,9 +108,9 @@ def test_second_process_on_a_run_in_use_is_refused(run):
     try:
         assert holder.stdout.readline().strip() == "locked"
         before = snapshot(run)
-        line = _fails_with(["train", "--out", run, "--resume", "--steps", "3"], "in use")
+        line = fails_with(["train", "--out", run, "--resume", "--steps", "3"], "in use")
         assert f"pid {holder.pid}" in line
-        _fails_with(["train", *TINY, "--force", "--task", "mini-mqar", "--out", run], "in use")
+        fails_with(["train", *TINY, "--force", "--task", "mini-mqar", "--out", run], "in use")
         assert snapshot(run) == before
     finally:
         holder.kill()
@@ -140,7 +126,7 @@ def test_second_process_on_a_run_in_use_is_refused(run):
 @pytest.mark.parametrize("size", ["0", "-4"])
 def test_eval_batch_size_must_be_positive(run, size):
     before = snapshot(run)
-    _fails_with(["eval", run, "--batch-size", size, "--device", "cpu"], "--batch-size")
+    fails_with(["eval", run, "--batch-size", size, "--device", "cpu"], "--batch-size")
     assert snapshot(run) == before
 
 
@@ -152,8 +138,8 @@ def _edit_config(run: Path, edit) -> None:
 def test_model_name_is_checked_against_the_config(run):
     _edit_config(run, lambda d: {**d, "model": {**d["model"], "name": "transformer"}})
     before = snapshot(run)
-    _fails_with(["eval", run, "--device", "cpu"], "does not match its config")
-    _fails_with(["train", "--out", run, "--resume", "--steps", "3"], "does not match its config")
+    fails_with(["eval", run, "--device", "cpu"], "does not match its config")
+    fails_with(["train", "--out", run, "--resume", "--steps", "3"], "does not match its config")
     assert snapshot(run) == before
 
 
@@ -165,8 +151,8 @@ def test_model_name_is_checked_against_the_config(run):
 def test_malformed_run_config_is_one_line(run, content, needle):
     (run / ck.CONFIG).write_text(content)
     before = snapshot(run)
-    _fails_with(["eval", run, "--device", "cpu"], needle)
-    _fails_with(["train", "--out", run, "--resume"], needle)
+    fails_with(["eval", run, "--device", "cpu"], needle)
+    fails_with(["train", "--out", run, "--resume"], needle)
     assert snapshot(run) == before
 
 
@@ -178,7 +164,7 @@ def test_malformed_run_config_is_one_line(run, content, needle):
 def test_malformed_toml_is_one_line(tmp_path, toml, needle):
     cfg = tmp_path / "run.toml"
     cfg.write_text(toml)
-    _fails_with(["train", "--config", cfg, "--out", tmp_path / "run"], needle)
+    fails_with(["train", "--config", cfg, "--out", tmp_path / "run"], needle)
     assert not (tmp_path / "run").exists()
 
 
@@ -192,12 +178,12 @@ def test_disk_full_while_training_leaves_no_half_run(tmp_path, dataset, run, mon
 
     monkeypatch.setattr(ck, "save_file", full)
     new = tmp_path / "new"
-    line = _fails_with(["train", *TINY, "--data", dataset, "--out", new], "cannot write")
+    line = fails_with(["train", *TINY, "--data", dataset, "--out", new], "cannot write")
     assert str(new / ck.BEST) in line and "No space left" in line
     assert not new.exists()
     # a resumed run that hits a full disk keeps its last checkpoint, readable and resumable
     before = snapshot(run)
-    _fails_with(["train", "--out", run, "--resume", "--steps", "4"], "No space left")
+    fails_with(["train", "--out", run, "--resume", "--steps", "4"], "No space left")
     after = snapshot(run)
     assert {k: v for k, v in after.items() if k != ck.METRICS and k != ck.LOCK} == \
         {k: v for k, v in before.items() if k != ck.METRICS and k != ck.LOCK}
@@ -225,5 +211,5 @@ def test_demo_force_keeps_a_folder_with_foreign_files(tmp_path):
     (out / "demo.json").write_text("{}")
     (out / "notes.txt").write_text("mine")
     before = snapshot(out)
-    _fails_with(["demo", "--out", out, "--steps", "1", "--force"], "'notes.txt'")
+    fails_with(["demo", "--out", out, "--steps", "1", "--force"], "'notes.txt'")
     assert snapshot(out) == before

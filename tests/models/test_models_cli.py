@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recall_lab.cli import app
+from tests.cli_checks import fails_with
 
 runner = CliRunner()
 TINY = '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
@@ -19,15 +20,6 @@ def tiny_task(tmp_path):
     return p
 
 
-def _fails_with(args, needle):
-    r = runner.invoke(app, args)
-    assert r.exit_code == 2, r.output
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), r.stderr
-    assert needle in lines[0], lines[0]
-    assert "Traceback" not in r.output
-
-
 SMALL = ["--d-model", "16", "--steps", "2", "--batch-size", "2", "--eval-every", "1",
          "--eval-samples", "4", "--device", "cpu"]
 
@@ -35,19 +27,19 @@ SMALL = ["--d-model", "16", "--steps", "2", "--batch-size", "2", "--eval-every",
 def test_bad_inputs_exit_2_with_one_line(tmp_path, tiny_task):
     out = tmp_path / "run"
     base = ["train", "--out", str(out)]
-    _fails_with(base + ["--model", "gpt", "--task", "mini-mqar"], "unknown model")
-    _fails_with(base + ["--model", "mamba", "--task", "nope"], "unknown task")
-    _fails_with(base + ["--model", "mamba+sw", "--task", str(tiny_task), "--k", "1000"],
+    fails_with(base + ["--model", "gpt", "--task", "mini-mqar"], "unknown model")
+    fails_with(base + ["--model", "mamba", "--task", "nope"], "unknown task")
+    fails_with(base + ["--model", "mamba+sw", "--task", str(tiny_task), "--k", "1000"],
                 "larger than the sequence")
-    _fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--batch-size", "10000000000"],
+    fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--batch-size", "10000000000"],
                 "does not fit")
-    _fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--steps", "0"], "steps")
-    _fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--device", "tpu"], "device")
-    _fails_with(base + ["--task", "mini-mqar"], "no model")
-    _fails_with(base + ["--resume"], "does not exist")
-    _fails_with(base + ["--model", "mamba", "--config", str(tmp_path / "none.toml")],
+    fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--steps", "0"], "steps")
+    fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--device", "tpu"], "device")
+    fails_with(base + ["--task", "mini-mqar"], "no model")
+    fails_with(base + ["--resume"], "does not exist")
+    fails_with(base + ["--model", "mamba", "--config", str(tmp_path / "none.toml")],
                 "does not exist")
-    _fails_with(["eval", str(tmp_path / "missing-run")], "does not exist")
+    fails_with(["eval", str(tmp_path / "missing-run")], "does not exist")
     assert not out.exists()
 
 
@@ -56,7 +48,7 @@ def test_existing_run_is_not_overwritten(tmp_path):
     out.mkdir()
     (out / "config.json").write_text("{}")
     (out / "precious.txt").write_text("keep")
-    _fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--out", str(out)],
+    fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--out", str(out)],
                 "already exists")
     assert (out / "precious.txt").read_text() == "keep"
 
@@ -86,20 +78,20 @@ def test_train_eval_round_trip_and_corrupt_checkpoint(tmp_path, tiny_task):
     assert r.exit_code == 0, r.output
     res = json.loads((run / "eval-short-n8-s0-best.json").read_text())
     assert res["n"] == 8 and 0.0 <= res["acc"] <= 1.0 and res["max_len"] == 10
-    _fails_with(["eval", str(run), "--task", str(other), "--n", "8"], "exists")
+    fails_with(["eval", str(run), "--task", str(other), "--n", "8"], "exists")
     bigger = tmp_path / "big.toml"
     bigger.write_text('[task]\nlevels = [[5, 5]]\nvalues = 4\n')
-    _fails_with(["eval", str(run), "--task", str(bigger)], "vocabulary")
+    fails_with(["eval", str(run), "--task", str(bigger)], "vocabulary")
 
     # a run cannot be silently replaced; a corrupt checkpoint is one line
     before = (run / "best.safetensors").read_bytes()
-    _fails_with(["train", "--model", "mamba", "--task", str(tiny_task), "--out", str(run)],
+    fails_with(["train", "--model", "mamba", "--task", str(tiny_task), "--out", str(run)],
                 "already exists")
     assert (run / "best.safetensors").read_bytes() == before
     (run / "best.safetensors").write_bytes(before[: len(before) // 3])
-    _fails_with(["eval", str(run), "--force"], "corrupt")
+    fails_with(["eval", str(run), "--force"], "corrupt")
     (run / "resume.safetensors").write_bytes(b"\x00" * 10)
-    _fails_with(["train", "--out", str(run), "--resume"], "corrupt")
+    fails_with(["train", "--out", str(run), "--resume"], "corrupt")
 
 
 @pytest.mark.parametrize("cmd, options", [
@@ -129,5 +121,5 @@ def test_demo_writes_table_plot_and_refuses_to_overwrite(tmp_path):
         s = json.loads((out / name / "summary.json").read_text())
         assert s == next(x for x in demo["runs"] if x["model"] == name)
         assert f"{s['test']['acc']:.3f}" in r.output
-    _fails_with(["demo", "--out", str(out), "--steps", "2"], "already exists")
+    fails_with(["demo", "--out", str(out), "--steps", "2"], "already exists")
     assert (out / "learning_curves.png").read_bytes() == png
