@@ -246,9 +246,11 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # Defaults measured on CPU (README "Training defaults"): with these, `transformer` solves
+    # mini-mqar (0.997 at step 1250, seed 0); batch 64 at the same lr stayed at 0.27 by step 2000.
     steps: int = Field(2000, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(3e-3, gt=0)
     weight_decay: float = Field(0.1, ge=0)
     betas: tuple[float, float] = (0.9, 0.95)
     warmup: int = Field(100, ge=0)

@@ -62,8 +62,8 @@ def register(app: typer.Typer) -> None:
         task: str = typer.Option(None, "--task", "-t", help="Task preset (mini-mqjr, ...) or a "
                                  "TOML file with a \\[task] table."),
         steps: int = typer.Option(None, help="Optimizer steps (default 2000)."),
-        lr: float = typer.Option(None, help="Peak learning rate (default 1e-3)."),
-        batch_size: int = typer.Option(None, "--batch-size", help="Batch size (default 64)."),
+        lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
+        batch_size: int = typer.Option(None, "--batch-size", help="Batch size (default 32)."),
         k: int = typer.Option(None, help="Sparse-attention key budget per query (default 64)."),
         d_model: int = typer.Option(None, "--d-model", help="Hidden size (default 64)."),
         seed: int = typer.Option(None, help="Model-init / hashing seed (default 0)."),
