@@ -306,6 +306,13 @@ def load_run_config(run: Path) -> RunConfig:
     return run_config_from_json(read_json(run / CONFIG, "run config"), run / CONFIG)
 
 
+def refuse_existing(out: Path, force: bool) -> None:
+    """Fail early (before any progress is shown) when `out` holds something and no --force."""
+    if out.exists() and any(out.iterdir()) and not force:
+        raise RecallLabError(f"{out} already exists; pass --force to overwrite it or --resume "
+                             "to continue")
+
+
 def prepare_run_dir(out: Path, force: bool, lock: RunLock | None = None) -> None:
     """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
     without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes

@@ -49,8 +49,7 @@ def register(app: typer.Typer) -> None:
 
         @guarded
         def _run() -> None:
-            from generators.errors import RecallLabError
-            from recall_lab.checkpoint import load_run_config
+            from recall_lab.checkpoint import load_run_config, refuse_existing
             from recall_lab.config import resolve_task
             from recall_lab.device import resolve_device
             from recall_lab.finetune import finetune_config
@@ -68,9 +67,7 @@ def register(app: typer.Typer) -> None:
             if resume:
                 start = _resume_step(run_dir)
             else:
-                if run_dir.exists() and any(run_dir.iterdir()) and not force:
-                    raise RecallLabError(f"{run_dir} already exists; pass --force to overwrite "
-                                         "it or --resume to continue")
+                refuse_existing(run_dir, force)
                 start = 0
             check_run(cfg, resolve_device(cfg.train.device))
             console.print(f"[bold]{cfg.model.name}[/] fine-tuned from {run} with {adapter} on "

@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
         @guarded
         def _run() -> None:
             from generators.errors import RecallLabError
-            from recall_lab.checkpoint import load_run_config
+            from recall_lab.checkpoint import load_run_config, refuse_existing
             from recall_lab.commands.progress import TrainProgress
             from recall_lab.device import resolve_device
             from recall_lab.tracking import parse_log
@@ -125,9 +125,7 @@ def register(app: typer.Typer) -> None:
                 cfg = _run_config(model, task, config, k, d_model, over, decimate)
                 run_dir = out or Path("runs") / (
                     f"{cfg.model.name}-{cfg.task_name or 'task'}-s{cfg.train.seed}")
-                if run_dir.exists() and any(run_dir.iterdir()) and not force:
-                    raise RecallLabError(f"{run_dir} already exists; pass --force to overwrite "
-                                         "it or --resume to continue")
+                refuse_existing(run_dir, force)
                 start = 0
             check_run(cfg, resolve_device(cfg.train.device))
             console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
