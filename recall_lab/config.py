@@ -311,6 +311,17 @@ class RunConfig(BaseModel):
         }
 
 
+def int_list(text: str, option: str, minimum: int) -> list[int]:
+    """A flag given as comma-separated integers (`--lengths 128,256`), each >= `minimum`."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RecallLabError(f"{option} must be comma-separated integers, got {text!r}") from None
+    if not out or min(out) < minimum:
+        raise RecallLabError(f"{option} must be integers >= {minimum}, got {text!r}")
+    return out
+
+
 def read_toml(path: Path) -> dict:
     path = Path(path)
     if not path.is_file():

@@ -9,17 +9,9 @@ import typer
 
 
 def _parse_lengths(text: str | None) -> list[int] | None:
-    from generators.errors import RecallLabError
+    from recall_lab.config import int_list
 
-    if text is None:
-        return None
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RecallLabError(f"cannot read --lengths {text!r}: comma-separated integers") from None
-    if not out or min(out) < 2:
-        raise RecallLabError(f"--lengths must be integers >= 2, got {text!r}")
-    return out
+    return None if text is None else int_list(text, "--lengths", 2)
 
 
 def _fmt(v: object) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from generators.errors import RecallLabError
-from recall_lab.config import DecimationConfig
+from recall_lab.config import DecimationConfig, int_list
 
 Variant = tuple[str, DecimationConfig | str | None]  # (label, config | "off" | None = as trained)
 
@@ -162,11 +162,5 @@ def write_outputs(rows: list[dict], out: Path, command: str) -> list[Path]:
 
 
 def parse_factors(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RecallLabError(f"--factors must be comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise RecallLabError(f"--factors must be integers >= 1, got {text!r}")
-    return out
+    return int_list(text, "--factors", 1)
 
