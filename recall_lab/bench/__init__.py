@@ -2,7 +2,10 @@
 
 Each area has a module `recall_lab/bench/<name>.py` with
 `run(console: rich.console.Console, quick: bool) -> dict` that prints its own rich table and
-returns JSON-serialisable results (written to `--out` by the CLI).
+returns JSON-serialisable results, and optionally `PEERS`: the distributions it compares against
+(their versions go into the machine record). `--json FILE` writes
+`{"machine": record.machine_info(peers), "<name>": results, ...}`; timed cases use
+`record.summarise` (median, p20, p80, reps).
 """
 
 from __future__ import annotations
@@ -16,3 +19,12 @@ BENCHES = ("generate", "ssm", "attention", "train", "analysis")
 def run_bench(name: str, console: Any, quick: bool) -> dict:
     mod = importlib.import_module(f"recall_lab.bench.{name}")
     return mod.run(console, quick)
+
+
+def bench_peers(names: list[str]) -> list[str]:
+    """The peer distributions named by the benches `names` (module attribute `PEERS`)."""
+    peers: list[str] = []
+    for name in names:
+        mod = importlib.import_module(f"recall_lab.bench.{name}")
+        peers += [p for p in getattr(mod, "PEERS", ()) if p not in peers]
+    return peers

@@ -4,6 +4,7 @@ temporary folder with 2 workers."""
 
 from __future__ import annotations
 
+import os
 import random
 import tempfile
 import time
@@ -14,6 +15,7 @@ from rich.table import Table
 from generators import IGNORE, TaskSpec, generate, get_preset, get_preset_entry
 from generators.dataset import write_dataset
 from generators.joint_recall import generate_rows, smallest_dtype
+from recall_lab.bench.record import summarise, time_reps
 
 
 def _emit(rnd, spec, vlo, sizes, toks, table, level: int, path: tuple[int, ...], out: list[int]):
@@ -58,56 +60,71 @@ def loop_generate(spec: TaskSpec, n: int, seed: int) -> tuple[list[list[int]], l
     return rows, targets
 
 
-def _rate(fn, n: int, repeat: int = 2) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return n / best
+def _case(label: str, fn, n: int, reps: int) -> dict:
+    """One timed case: `reps` repetitions after one warm-up call, summarised (record.summarise);
+    samples/s from the median."""
+    seconds = summarise(time_reps(fn, reps, warmup=1))
+    return {"method": label, "samples": n, "seconds": seconds,
+            "samples_per_s": n / seconds["median"]}
 
 
 def run(console, quick: bool) -> dict:
     spec = get_preset("paper-mqjr")
-    n_vec, n_loop = (4096, 200) if quick else (32768, 1000)
+    n_vec, n_loop, reps = (4096, 200, 3) if quick else (32768, 1000, 7)
     dtype = smallest_dtype(spec.vocab())
-    loop = _rate(lambda: loop_generate(spec, n_loop, 0), n_loop, repeat=1)
-    vec = _rate(lambda: generate(spec, n_vec, 0), n_vec)
-    core = _rate(lambda: generate_rows(spec, n_vec, 0, dtype), n_vec)
-    results = {
-        "task": "paper-mqjr",
-        "loop_samples_per_s": loop,
-        "vectorised_samples_per_s": vec,
-        "ratio": vec / loop,
-        "core_samples_per_s": core,
-        "core_ratio": core / loop,
+    cases = {
+        "loop": _case("per-token Python loop (same output)",
+                      lambda: loop_generate(spec, n_loop, 0), n_loop, reps),
+        "generate": _case("generate(): int64 inputs + targets",
+                          lambda: generate(spec, n_vec, 0), n_vec, reps),
+        "generate_rows": _case(f"generate_rows(): {dtype} rows (dataset path)",
+                               lambda: generate_rows(spec, n_vec, 0, dtype), n_vec, reps),
     }
-    table = Table(title="generator (paper-mqjr, in memory, 1 process)")
-    for col in ("method", "samples", "samples/s", "ratio"):
-        table.add_column(col, justify="right")
-    table.add_row("per-token Python loop (same output)", f"{n_loop:,}", f"{loop:,.0f}", "1.0x")
-    table.add_row("generate(): int64 inputs + targets", f"{n_vec:,}", f"{vec:,.0f}",
-                  f"{vec / loop:,.0f}x")
-    table.add_row(f"generate_rows(): {dtype} rows (dataset path)", f"{n_vec:,}", f"{core:,.0f}",
-                  f"{core / loop:,.0f}x")
+    loop = cases["loop"]["samples_per_s"]
+    for case in cases.values():
+        case["ratio_vs_loop"] = case["samples_per_s"] / loop
+    results: dict = {"task": "paper-mqjr", "processes": 1, "cases": cases}
+    table = Table(title="generator (paper-mqjr, in memory, 1 process; seconds per call: "
+                  f"median (p20-p80) of {reps})")
+    for col in ("method", "samples", "median s", "p20-p80 s", "samples/s", "vs loop"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for case in cases.values():
+        sec = case["seconds"]
+        table.add_row(case["method"], f"{case['samples']:,}", f"{sec['median']:.3f}",
+                      f"{sec['p20']:.3f}-{sec['p80']:.3f}", f"{case['samples_per_s']:,.0f}",
+                      f"{case['ratio_vs_loop']:,.1f}x")
     console.print(table)
     if not quick:
         entry = get_preset_entry("paper-mqjr")
         counts = {"train": entry.train, "valid": entry.valid, "test": entry.test}
         with tempfile.TemporaryDirectory() as tmp:
+            load = os.getloadavg()[0]
+            cpu0 = _children_cpu() + time.process_time()
             start = time.perf_counter()
             manifest = write_dataset(spec, Path(tmp) / "d", counts, 0, workers=2)
             elapsed = time.perf_counter() - start
+            cpu = _children_cpu() + time.process_time() - cpu0
             size = sum(p.stat().st_size for p in (Path(tmp) / "d").iterdir())
         total = sum(counts.values())
-        results.update(full_dataset_seconds=elapsed, full_dataset_samples=total,
-                       full_dataset_bytes=size,
-                       full_dataset_shards=sum(len(v) for v in manifest["splits"].values()))
+        results["full_dataset"] = {
+            "workers": 2, "samples": total, "bytes": size, "seconds": summarise([elapsed]),
+            "cpu_seconds": cpu, "loadavg_1min_before": load,
+            "shards": sum(len(v) for v in manifest["splits"].values()),
+        }
         console.print(
             f"full paper-mqjr dataset ({total:,} samples, {size / 1e6:,.0f} MB on disk, "
-            f"2 workers): {elapsed:.1f} s ({total / elapsed:,.0f} samples/s)"
+            f"2 workers): {elapsed:.1f} s wall, {cpu:.1f} s CPU ({total / elapsed:,.0f} "
+            f"samples/s; 1-min load average before: {load:.1f})"
         )
     return results
+
+
+def _children_cpu() -> float:
+    """CPU seconds of finished child processes (the dataset writer's workers)."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import typer
 
 from generators.errors import RecallLabError
-from recall_lab.bench import BENCHES, run_bench
+from recall_lab.bench import BENCHES, bench_peers, run_bench
 
 
 def register(app: typer.Typer) -> None:
@@ -20,9 +21,11 @@ def register(app: typer.Typer) -> None:
         ),
         quick: bool = typer.Option(False, help="Smaller sizes, for a fast look."),
         out: Path = typer.Option(
-            None, help="Write the results as JSON to this file (refuses to overwrite)."
+            None, "--json", "--out",
+            help="Write machine info and the results as JSON to this file (refuses to overwrite;"
+            " --out is an alias).",
         ),
-        force: bool = typer.Option(False, help="Overwrite --out if it exists."),
+        force: bool = typer.Option(False, help="Overwrite the --json file if it exists."),
     ) -> None:
         """Benchmark fast paths against their baselines in the same run and print ratios."""
         from recall_lab.cli import console, guarded
@@ -42,12 +45,16 @@ def register(app: typer.Typer) -> None:
                 )
             if out is not None and out.exists() and not force:
                 raise RecallLabError(f"{out} exists; pass --force to overwrite it")
-            results = {}
             for name in names:
                 if importlib.util.find_spec(f"recall_lab.bench.{name}") is None:
                     raise RecallLabError(f"benchmark {name!r} is not implemented yet")
+            from recall_lab.bench.record import machine_info
+
+            results: dict = {"machine": machine_info(bench_peers(names))}
+            for name in names:
                 with Running(console, f"bench {name}"):  # plain lines when piped
                     results[name] = run_bench(name, console, quick)
+            results["machine"]["loadavg_end"] = list(os.getloadavg())
             if out is not None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(results, indent=2))
