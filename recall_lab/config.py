@@ -25,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from generators.errors import RecallLabError
 
+# Branch patterns the original HAX release implements (attention/release_reference.py's
+# RELEASE_ARCHS without "full"; a test keeps the two equal). Kept here: this module imports no torch.
+RELEASE_PATTERNS = ("sw", "d", "sw+d", "a", "lsh", "ks", "hax")
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -152,6 +156,10 @@ class ModelConfig(BaseModel):
     # B, C with ngroups=1) or "mixer" (Mamba2: one q, k per SSM head; Mamba has no heads: 1).
     branch_heads: Literal[1, "mixer"] = 1
     pattern_opts: dict[str, Any] = Field(default_factory=dict)
+    # "release": the branch computes the original HAX release's dense-mask semantics
+    # (attention/release_reference.py: centring over the whole sequence, uniform fallback) instead
+    # of our causal op. NOT CAUSAL; it exists for the leak audit (experiments/leak-audit.toml).
+    branch_semantics: Literal["ours", "release"] = "ours"
     # Initialisation (models/lm.py `RecallLM._init_weights`; README "Initialisation"): an untied
     # output head and an N(0, 1) embedding learn recall; tie_embeddings=True with embed_std=0.02
     # (round one's init) stays on a plateau. Residual out-projections are scaled by
@@ -168,6 +176,14 @@ class ModelConfig(BaseModel):
     attn_layers: AttnLayersConfig | None = None  # arch mamba2-attn only (None = full after 0)
     # Attamba options (arch "attamba", pattern "attamba"); the registry fills the defaults.
     attamba: AttambaConfig | None = None
+
+    @model_validator(mode="after")
+    def _release_fits(self) -> ModelConfig:
+        if self.branch_semantics == "release" and self.pattern not in RELEASE_PATTERNS:
+            raise RecallLabError(
+                f"branch_semantics 'release' needs a branch pattern among "
+                f"{', '.join(RELEASE_PATTERNS)}, got {self.pattern!r}")
+        return self
 
     @model_validator(mode="after")
     def _attamba_fits(self) -> ModelConfig:

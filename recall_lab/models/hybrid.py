@@ -64,6 +64,7 @@ class SparseBranch(nn.Module):
         scale_init: float = 0.1,
         max_len: int | None = None,
         layer: int = 0,
+        semantics: str = "ours",
     ) -> None:
         super().__init__()
         if d_inner % n_heads:
@@ -73,6 +74,9 @@ class SparseBranch(nn.Module):
         self.pattern = make_branch_pattern(pattern, k, lsh_bits, d_qk, pattern_opts or {},
                                            max_len, layer)
         self.scale = nn.Parameter(torch.full((d_inner,), float(scale_init)))
+        # "release": the original release's dense, non-causal semantics (leak audit only)
+        self.semantics, self.pattern_name, self.k, self.lsh_bits = semantics, pattern, k, lsh_bits
+        self.max_len = max_len or 2048
 
     def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:
         from recall_lab.attention import sparse_attention
@@ -81,8 +85,22 @@ class SparseBranch(nn.Module):
         h = self.n_heads
         q, k = self.qk(xc).view(b, length, 2, h, self.d_qk).permute(2, 0, 3, 1, 4)
         v = xc.view(b, length, h, d_inner // h).transpose(1, 2)
-        idx, aux_loss = self.pattern(q, k, v)
-        if aux is not None and aux_loss is not None:
+        if self.semantics == "release":
+            out, aux_loss = self._release(q, k, v)
+        else:
+            idx, aux_loss = self.pattern(q, k, v)
+            out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)
+        if aux is not None and torch.is_tensor(aux_loss):
             aux.append(aux_loss)
-        out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)
         return out.transpose(1, 2).reshape(b, length, d_inner) * self.scale
+
+    def _release(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """The same q, k, v and KS scorer through the release's dense-mask semantics (it divides
+        k by sqrt(d) itself, the scale our op applies)."""
+        from recall_lab.attention.patterns import KSPattern
+        from recall_lab.attention.release_reference import release_sparse_attention
+
+        ks = next((m for m in self.pattern.modules() if isinstance(m, KSPattern)), None)
+        return release_sparse_attention(
+            q, k, v, self.pattern_name, self.k, score_mlp=ks.mlp if ks is not None else None,
+            num_hash=self.lsh_bits, max_len=self.max_len, training=self.training)

@@ -72,7 +72,7 @@ class SSMBlock(nn.Module):
             self.branch = SparseBranch(
                 self.mixer.d_inner, self.mixer.d_state, heads, cfg.pattern, cfg.k,
                 cfg.lsh_bits, cfg.pattern_options(), cfg.side_scale_init, max_len=cfg.max_len,
-                layer=layer,
+                layer=layer, semantics=cfg.branch_semantics,
             )
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None, decimate=None):

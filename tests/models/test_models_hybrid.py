@@ -115,3 +115,57 @@ def test_layers_hash_with_their_own_planes_in_evaluation():
         assert not torch.equal(planes[0], planes[1]) and not torch.equal(planes[1], planes[2])
     opts = build_model("mamba+lsh", 20, d_model=16, d_state=8, k=4, pattern_opts={"seed": 5})
     assert [b.branch.pattern.seed for b in opts.blocks] == [5, 6]
+
+
+# --- the leak-audit switch: branch_semantics = "release" -------------------------------------
+
+
+def test_release_patterns_are_the_release_archs():
+    from recall_lab.attention.release_reference import RELEASE_ARCHS
+    from recall_lab.config import RELEASE_PATTERNS
+
+    assert set(RELEASE_PATTERNS) == set(RELEASE_ARCHS) - {"full"}
+
+
+def test_release_semantics_needs_a_release_pattern():
+    with pytest.raises(ValueError, match="branch_semantics .release. needs"):
+        model_config("mamba", 20, branch_semantics="release")
+    with pytest.raises(ValueError, match="branch_semantics .release. needs"):
+        model_config("mamba+seattn", 20, branch_semantics="release")
+
+
+def test_release_branch_equals_ours_on_a_causal_fixed_pattern():
+    """sw has no centring and no empty rows: there the release's dense mask and our key indices
+    must give the same branch output from the same weights."""
+    torch.manual_seed(0)
+    ours = SparseBranch(12, 4, 1, "sw", k=4, scale_init=0.7)
+    rel = SparseBranch(12, 4, 1, "sw", k=4, scale_init=0.7, semantics="release")
+    rel.load_state_dict(ours.state_dict())
+    xc = torch.randn(2, 11, 12)
+    torch.testing.assert_close(rel(xc), ours(xc), rtol=1e-5, atol=1e-6)
+
+
+def _future_change(model: torch.nn.Module, t: int) -> float:
+    ids = torch.randint(3, 20, (1, 24), generator=torch.Generator().manual_seed(3))
+    other = ids.clone()
+    other[:, t + 1:] = (other[:, t + 1:] - 3 + 1) % 17 + 3
+    with torch.no_grad():
+        torch.manual_seed(0)  # the release draws fresh LSH planes on every call
+        a = model(ids).logits
+        torch.manual_seed(0)
+        b = model(other).logits
+    return (a[:, : t + 1] - b[:, : t + 1]).abs().max().item()
+
+
+@pytest.mark.parametrize("name", ["mamba+lsh", "mamba+ks", "mamba+hax"])
+def test_release_semantics_reads_the_future_and_ours_does_not(name):
+    """What the leak audit measures: with the release's semantics, logits before position t
+    change when tokens after t change (centring over the sequence, the cumsum summary's
+    normalisation, uniform empty rows); the same weights with our op do not."""
+    torch.manual_seed(0)
+    kw = dict(d_model=16, d_state=8, k=4, lsh_bits=3, side_scale_init=1.0)
+    ours = build_model(name, 20, **kw).eval()
+    rel = build_model(name, 20, branch_semantics="release", **kw).eval()
+    rel.load_state_dict(ours.state_dict())
+    assert _future_change(ours, 10) <= 1e-5
+    assert _future_change(rel, 10) > 1e-3
