@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from generators.errors import RecallLabError
 
 # Branch patterns the original HAX release implements (attention/release_reference.py's
-# RELEASE_ARCHS without "full"; a test keeps the two equal). Kept here: this module imports no torch.
+# RELEASE_ARCHS without "full"; a test keeps the two equal); here because config imports no torch.
 RELEASE_PATTERNS = ("sw", "d", "sw+d", "a", "lsh", "ks", "hax")
 
 if sys.version_info >= (3, 11):
