@@ -1,157 +1,263 @@
-"""Benchmark: SSM fast paths vs. the plain recurrence, forward+backward of a 2-layer stack.
+"""Benchmark: SSM fast paths vs. the plain recurrence and HF transformers' torch Mamba/Mamba2.
 
 Model: 2 pre-norm residual blocks x + mixer(rmsnorm(x)) on random [B, L, 64] inputs (no
-embedding), loss = mean(y^2). Mamba: d_model 64, d_inner 128, state 16. Mamba2: 8 heads of headdim
-16, state 32, chunk 64. "fast" is the mixer's default path on the device (`scan_backend`);
-"reference" is the same mixer with the plain recurrence differentiated by autograd.
+embedding), loss = mean(y^2), forward + backward. Mamba: d_model 64, d_inner 128, state 16, conv 4,
+dt rank 4. Mamba2: 8 heads of headdim 16, state 32, one group, chunk 64. "ours" is the mixer's
+default path on the device (`scan_backend`); "recurrence" is the same mixer with the plain
+recurrence differentiated by autograd.
 
-Each measurement runs in its own subprocess with torch.set_num_threads(2) and, for fast and
-reference alike, `retain_freed_memory()` (glibc keeps freed blocks instead of unmapping them, see
-recall_lab/ssm/cpu_malloc.py); the fast path is also timed without it ("default malloc"). Peak
-memory is the rise of the process's resident-set high-water mark (resource.getrusage ru_maxrss)
-from after model and input creation to after the timed steps: everything the step allocated at
-its worst moment, including allocator caching, at page granularity. Timings are wall-clock
-medians (and best) on a machine whose cores may be shared with other work (each cell records the
-1-minute load average before and after), so absolute figures are indicative; ratios are from one
-run.
+Peers (the `bench` extra, `pip install -e .[bench]`): HF transformers' `MambaModel` /
+`Mamba2Model` with the same sizes and 2 layers, fed `inputs_embeds` (their blocks are the same
+pre-norm residual blocks, plus a final RMSNorm), in training mode, so they take their torch paths:
+`mamba_selective_scan`'s sequential loop for Mamba (or mambapy's parallel scan with
+`use_mambapy=True`, when mambapy is installed) and the chunked `torch_forward` SSD for Mamba2.
+mamba-ssm and causal-conv1d are hidden from the peer's process (HF would otherwise pick their
+CUDA kernels where they import), and the case checks that HF's scan functions resolved to its
+torch fallbacks. Without transformers (or mambapy) the row says the peer is missing.
+
+Each case runs in its own subprocess with torch.set_num_threads(2) and `retain_freed_memory()`
+(glibc keeps freed blocks instead of unmapping them, see recall_lab/ssm/cpu_malloc.py) for every
+implementation; ours is also timed without it ("default malloc"). Times: one warm-up step, then
+`reps` timed steps, summarised by `record.summarise` (median, p20, p80); tokens/s from the
+median. Peak memory is the rise of the process's resident-set high-water mark (ru_maxrss) from
+after model and input creation to after the timed steps. At B=64, L=1058 the recurrence and HF's
+Mamba paths run at L=128 (the autograd recurrence and HF's sequential loop keep every step's
+tensors: ~7 GB at L=1058); their cost per token does not depend on L. The machine's cores may be
+shared with other work (each case records the 1-minute load average before and after):
+absolute figures are upper bounds, ratios are from one run.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from typing import Any
 
+from recall_lab.bench.record import summarise
+
+PEERS = ("transformers", "mambapy")
+THREADS = 2
 CONFIGS = {
     "mamba": dict(d_model=64, d_inner=128, d_state=16),
     "mamba2": dict(d_model=64, d_inner=128, d_state=32, headdim=16, chunk_size=64),
-    # same model, smaller SSD chunk: measured faster on CPU; shares mamba2's reference
+    # same model, smaller SSD chunk (measured faster on CPU); HF's Mamba2 with chunk 32 beside it
     "mamba2-chunk32": dict(d_model=64, d_inner=128, d_state=32, headdim=16, chunk_size=32),
 }
-REF_OF = {"mamba2-chunk32": "mamba2"}
-# (batch, length); the reference at the long setting runs on a shorter length (see REF_LEN)
 SHAPES = [(16, 256), (64, 1058)]
-# The autograd recurrence keeps every step's tensors (measured ~1.7 GB for the 2-layer Mamba at
-# B=64, L=256, so ~7 GB at L=1058), so at the long setting the reference is timed at this length
-# instead: its cost per token does not depend on L (one step of the recurrence per token).
-REF_LEN = {1058: 128}
-
-_CHILD = r"""
-import json, os, resource, statistics, sys, time
-import torch
-torch.set_num_threads(2)
-from torch import nn
-from recall_lab.ssm import MambaMixer, Mamba2Mixer, scan_backend
-from recall_lab.ssm.cpu_malloc import retain_freed_memory
-malloc_retained = retain_freed_memory() if sys.argv[7] == "1" else False
-kind, impl, b, l, reps, cfg = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
-    int(sys.argv[5]), json.loads(sys.argv[6])
-kind = "mamba" if kind == "mamba" else "mamba2"
-torch.manual_seed(0)
-cls = MambaMixer if kind == "mamba" else Mamba2Mixer
-blocks = nn.ModuleList([cls(**cfg, scan_impl=impl) for _ in range(2)])
-norms = nn.ModuleList([nn.RMSNorm(cfg["d_model"]) for _ in range(2)])
-x = torch.randn(b, l, cfg["d_model"])
-
-def step():
-    h = x
-    for norm, mix in zip(norms, blocks):
-        h = h + mix(norm(h))
-    loss = h.pow(2).mean()
-    loss.backward()
-    for p in blocks.parameters():
-        p.grad = None
-
-load0 = os.getloadavg()[0]
-rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-step()  # warm-up
-times = []
-for _ in range(reps):
-    t0 = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t0)
-rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-sec = statistics.median(times)
-print(json.dumps({"sec_per_step": sec, "tokens_per_s": b * l / sec,
-                  "tokens_per_s_best": b * l / min(times), "reps": reps,
-                  "loadavg_1min": [load0, os.getloadavg()[0]], "malloc_retained": malloc_retained,
-                  "peak_rss_rise_mib": (rss1 - rss0) / 1024,
-                  "backend": scan_backend("cpu", "selective_scan" if kind == "mamba" else "ssd")
-                  if impl != "ref" else "reference"}))
-"""
+SHORT_LEN = {1058: 128}  # length for the implementations that keep every step (see docstring)
+# implementations per mixer: (name, label, runs at SHORT_LEN on long shapes)
+IMPLS = {
+    "mamba": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
+              ("ref", "autograd recurrence", True), ("hf", "HF transformers (torch loop)", True),
+              ("hf-mambapy", "HF transformers + mambapy", True)],
+    "mamba2": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
+               ("ref", "autograd recurrence", True), ("hf", "HF transformers (torch SSD)", False)],
+    "mamba2-chunk32": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
+                       ("hf", "HF transformers (torch SSD)", False)],
+}
 
 
-def _measure(kind: str, impl: str, b: int, length: int, reps: int, retain: bool = True) -> dict:
+def _missing(impl: str) -> str | None:
+    pkgs = ["transformers"] if impl.startswith("hf") else []
+    if impl == "hf-mambapy":
+        pkgs.append("mambapy")
+    for pkg in pkgs:
+        if importlib.util.find_spec(pkg) is None:
+            return f"peer missing: {pkg} not installed (pip install -e .[bench])"
+    return None
+
+
+def _hf_blocks(kind: str, impl: str, cfg: dict):
+    """HF's 2-layer model with our sizes, its fused-kernel imports hidden (torch paths only)."""
+    for mod in ("mamba_ssm", "causal_conv1d"):
+        sys.modules[mod] = None  # `import mamba_ssm` now raises ImportError: HF falls back
+    import inspect
+
+    import transformers
+    from transformers import Mamba2Config, Mamba2Model, MambaConfig, MambaModel
+
+    common = dict(vocab_size=16, hidden_size=cfg["d_model"], num_hidden_layers=2,
+                  state_size=cfg["d_state"], expand=cfg["d_inner"] // cfg["d_model"],
+                  conv_kernel=4, use_bias=False, use_conv_bias=True, use_cache=False)
+    if kind == "mamba":
+        from transformers.models.mamba import modeling_mamba as mod
+
+        model = MambaModel(MambaConfig(**common, time_step_rank=-(-cfg["d_model"] // 16),
+                                       use_mambapy=impl == "hf-mambapy"))
+        fns = [mod.mamba_selective_scan, mod.mamba_inner_fn, mod.causal_conv1d_fn]
+    else:
+        from transformers.models.mamba2 import modeling_mamba2 as mod
+
+        model = Mamba2Model(Mamba2Config(**common, num_heads=cfg["d_inner"] // cfg["headdim"],
+                                         head_dim=cfg["headdim"], n_groups=1,
+                                         chunk_size=cfg["chunk_size"]))
+        fns = [mod.mamba2_chunk_scan, mod.mamba2_split_conv1d_scan_combined,
+               mod.causal_conv1d_fn]
+    paths = {}
+    for fn in fns:  # HF's wrapper keeps its choice in the closure (transformers >= 5)
+        try:
+            free = inspect.getclosurevars(fn).nonlocals
+            paths[fn.__name__] = ("torch" if free["implementation"] is free["torch_function"]
+                                  else "kernel")
+        except (KeyError, TypeError, ValueError):
+            paths[fn.__name__] = "unknown"
+    if "kernel" in paths.values():
+        raise RuntimeError(f"HF chose a non-torch kernel: {paths}")
+    model.train()
+    return model, {"transformers": transformers.__version__, "hf_paths": paths}
+
+
+def _case(kind: str, impl: str, b: int, length: int, reps: int) -> dict:
+    """One subprocess case: build, warm up, time `reps` fwd+bwd steps (the child's entry)."""
+    import resource
+    import time
+
+    import torch
+
+    torch.set_num_threads(THREADS)
+    from torch import nn
+
+    from recall_lab.ssm import Mamba2Mixer, MambaMixer, scan_backend
+    from recall_lab.ssm.cpu_malloc import retain_freed_memory
+
+    retained = retain_freed_memory() if impl != "ours-malloc" else False
+    cfg = CONFIGS[kind]
+    family = "mamba" if kind == "mamba" else "mamba2"
+    torch.manual_seed(0)
+    info: dict[str, Any] = {}
+    if impl.startswith("hf"):
+        model, info = _hf_blocks(family, impl, cfg)
+        params = list(model.parameters())
+
+        def forward(x):
+            return model(inputs_embeds=x, use_cache=False).last_hidden_state
+    else:
+        cls = MambaMixer if family == "mamba" else Mamba2Mixer
+        scan_impl = "ref" if impl == "ref" else "auto"
+        blocks = nn.ModuleList([cls(**cfg, scan_impl=scan_impl) for _ in range(2)])
+        norms = nn.ModuleList([nn.RMSNorm(cfg["d_model"]) for _ in range(2)])
+        params = list(blocks.parameters()) + list(norms.parameters())
+        op = "selective_scan" if family == "mamba" else "ssd"
+        info["backend"] = "reference" if impl == "ref" else scan_backend("cpu", op)
+
+        def forward(x):
+            h = x
+            for norm, mix in zip(norms, blocks, strict=True):
+                h = h + mix(norm(h))
+            return h
+    info["parameters"] = sum(p.numel() for p in params)
+    x = torch.randn(b, length, cfg["d_model"])
+
+    def step():
+        forward(x).pow(2).mean().backward()
+        for p in params:
+            p.grad = None
+
+    load0 = os.getloadavg()[0]
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    step()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"times": times, "loadavg_1min": [load0, os.getloadavg()[0]],
+            "malloc_retained": retained, "peak_rss_rise_mib": (rss1 - rss0) / 1024, **info}
+
+
+def _measure(kind: str, impl: str, b: int, length: int, reps: int) -> dict:
+    missing = _missing(impl)
+    if missing:
+        return {"missing": missing}
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, kind, impl, str(b), str(length), str(reps),
-         json.dumps(CONFIGS[kind]), "1" if retain else "0"],
+        [sys.executable, "-m", "recall_lab.bench.ssm", "--case", kind, impl, str(b), str(length),
+         str(reps)],
         capture_output=True, text=True, check=False,
     )
     if out.returncode != 0:
         tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": tail}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["seconds"] = summarise(res.pop("times"))
+    sec = res["seconds"]
+    res["tokens_per_s"] = b * length / sec["median"]
+    # p20 of the times is the faster end: p80 of tokens/s
+    res["tokens_per_s_p20_p80"] = [b * length / sec["p80"], b * length / sec["p20"]]
+    return res
+
+
+def _k(v: float) -> str:
+    return f"{v / 1e3:.1f}k"
+
+
+def _ratio(r: float) -> str:
+    return f"{r:.0f}x" if r >= 10 else f"{r:.2f}x"
 
 
 def run(console: Any, quick: bool) -> dict:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     shapes = SHAPES[:1] if quick else SHAPES
-    reps_fast, reps_ref = (2, 1) if quick else (5, 2)
-    results: dict[str, Any] = {"method": __doc__.split("\n\n")[-1].replace("\n", " ").strip(),
-                               "rows": []}
-    table = Table(title="SSM: 2-layer fwd+bwd tokens/s, fast path vs. autograd recurrence",
-                  box=box.SIMPLE, pad_edge=False)
-    for col in ("mixer", "BxL", "fast", "no-retain", "ref", "ratio", "fast MiB", "ref MiB"):
-        left = col == "mixer"
-        table.add_column(col, justify="left" if left else "right", min_width=len(col))
-    refs: dict[tuple, dict] = {}
-    for kind in CONFIGS:
+    reps_fast, reps_slow = (3, 1) if quick else (7, 3)
+    results: dict[str, Any] = {"method": __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+                               "threads": THREADS, "cases": []}
+    table = Table(title="SSM: 2-layer fwd+bwd tokens/s, ours vs. recurrence and HF peers "
+                  f"({THREADS} threads)", box=box.SIMPLE, pad_edge=False)
+    for col in ("mixer", "B x L", "implementation", "tokens/s", "p80-p20", "ours / this",
+                "peak MiB"):
+        right = col in ("tokens/s", "p80-p20", "ours / this", "peak MiB")
+        table.add_column(col, justify="right" if right else "left", overflow="fold")
+    for kind, impls in IMPLS.items():
         for b, length in shapes:
-            ref_len = REF_LEN.get(length, length)
-            fast = _measure(kind, "auto", b, length, reps_fast)
-            fast_default = _measure(kind, "auto", b, length, reps_fast, retain=False)
-            ref_kind = REF_OF.get(kind, kind)
-            if (ref_kind, b, ref_len) not in refs:
-                refs[(ref_kind, b, ref_len)] = _measure(ref_kind, "ref", b, ref_len, reps_ref)
-            ref = refs[(ref_kind, b, ref_len)]
-            row = {"mixer": kind, "config": CONFIGS[kind], "batch": b, "length": length,
-                   "ref_length": ref_len, "fast": fast, "fast_default_malloc": fast_default,
-                   "reference": ref}
-            ok = "error" not in fast and "error" not in ref
-            # memory is only compared at equal shapes (the reference may run shorter)
-            same = ref_len == length
-            if ok:
-                row["speedup"] = fast["tokens_per_s"] / ref["tokens_per_s"]
-                if same:
-                    fm = max(fast["peak_rss_rise_mib"], 1e-9)
-                    row["memory_ratio_ref_over_fast"] = ref["peak_rss_rise_mib"] / fm
-            results["rows"].append(row)
-            ref_note = "" if ref_len == length else f"\nref L={ref_len}"
-
-            def f(d: dict, key: str, fmt: str) -> str:
-                if key not in d:
-                    return d.get("error", "?")[:30]
-                return f"{d[key] / 1e3:.1f}k" if fmt == "k" else format(d[key], fmt)
-
-            ratio = "-"
-            if ok:
-                sp = row["speedup"]
-                ratio = f"{sp:.0f}x" if sp >= 10 else f"{sp:.1f}x"
-            table.add_row(
-                kind.replace("-chunk", "/c"), f"{b}x{length}{ref_note}",
-                f(fast, "tokens_per_s", "k"), f(fast_default, "tokens_per_s", "k"),
-                f(ref, "tokens_per_s", "k"), ratio,
-                f(fast, "peak_rss_rise_mib", ".0f"), f(ref, "peak_rss_rise_mib", ".0f"),
-            )
+            ours = None
+            for impl, label, short in impls:
+                run_len = SHORT_LEN.get(length, length) if short else length
+                slow = impl in ("ref", "hf", "hf-mambapy")
+                res = _measure(kind, impl, b, run_len, reps_slow if slow else reps_fast)
+                case = {"mixer": kind, "config": CONFIGS[kind], "batch": b, "length": run_len,
+                        "implementation": impl, "label": label, **res}
+                if impl == "ours":
+                    ours = res
+                elif ours and "tokens_per_s" in ours and "tokens_per_s" in res:
+                    case["ours_over_this"] = ours["tokens_per_s"] / res["tokens_per_s"]
+                results["cases"].append(case)
+                shape = f"{b}x{length}" + (f" (L={run_len})" if run_len != length else "")
+                if "tokens_per_s" in res:
+                    lo, hi = res["tokens_per_s_p20_p80"]
+                    cells = [_k(res["tokens_per_s"]), f"{_k(lo)}-{_k(hi)}",
+                             _ratio(case["ours_over_this"]) if "ours_over_this" in case else "-",
+                             f"{res['peak_rss_rise_mib']:.0f}"]
+                else:
+                    # escape: "[bench]" would be read as rich markup and vanish
+                    cells = [escape(res.get("missing") or f"error: {res.get('error')}"), "", "", ""]
+                table.add_row(kind, shape, label, *cells)
     console.print(table)
-    loads = [x for r in results["rows"] for x in r["fast"].get("loadavg_1min", [])]
-    console.print("fast/ref: median tokens/s (no-retain: fast path with glibc's default malloc); "
-                  "ratio: fast/ref; MiB: rise of ru_maxrss during the timed steps, one subprocess "
-                  "per cell. 1-min load average around the fast runs: "
-                  f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} (2 cores); with other "
-                  "work on the cores absolute tokens/s drop sharply, ratios are from one run. "
-                  "JSON has best-of-reps and the memory ratio at equal shapes.")
+    loads = [x for c in results["cases"] for x in c.get("loadavg_1min", [])]
+    results["loadavg_1min_range"] = [min(loads, default=0.0), max(loads, default=0.0)]
+    console.print(
+        "tokens/s from the median of the timed steps (p80-p20: the slower and faster fifth); "
+        "ours / this: ours' median tokens/s over this row's, same mixer and shape, same run; "
+        "rows marked (L=128) ran shorter (cost per token independent of L). 1-min load average "
+        f"during the run: {results['loadavg_1min_range'][0]:.1f}-"
+        f"{results['loadavg_1min_range'][1]:.1f} ({os.cpu_count()} cores): absolute figures are "
+        "upper bounds under load, ratios are from one run.")
     return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one `bench ssm` case (internal)")
+    parser.add_argument("--case", nargs=5, required=True,
+                        metavar=("KIND", "IMPL", "B", "L", "REPS"))
+    kind, impl, b, length, reps = parser.parse_args(argv).case
+    print(json.dumps(_case(kind, impl, int(b), int(length), int(reps))))
+
+
+if __name__ == "__main__":
+    main()
