@@ -117,8 +117,6 @@ def register(app: typer.Typer) -> None:
 
         @guarded
         def _run() -> int:
-            from rich.table import Table
-
             from generators.errors import RecallLabError
             from recall_lab.config import read_toml
             from recall_lab.experiments.report import build_report, write_report
@@ -132,22 +130,7 @@ def register(app: typer.Typer) -> None:
             fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
             rep = build_report(runs, by=fields, metric=metric, experiment=exp)
             paths = write_report(rep, dest, plots=plots)
-            table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
-            for col in [*rep["by"], "best lr", "valid", "mean +/- std", "seeds", "missing",
-                        "failed", *(["reference"] if rep["reference"].get("values") else [])]:
-                table.add_column(col, justify="left" if col in rep["by"] else "right")
-            for row in rep["rows"]:
-                cells = [str(row[f]) for f in rep["by"]]
-                cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}",
-                          "-" if row["valid"] is None else f"{row['valid']:.4f}",
-                          ("-" if row["mean"] is None else f"{row['mean']:.4f}")
-                          + (f" +/- {row['std']:.4f}" if row["std"] is not None else ""),
-                          str(row["seeds"]), str(row["missing"]), str(row["failed"])]
-                if rep["reference"].get("values"):
-                    ref = row["reference"]
-                    cells.append("-" if ref is None else f"{ref:.4f}")
-                table.add_row(*cells)
-            console.print(table)
+            console.print(report_table(rep))
             for c in rep["checks"]:
                 mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
                 console.print(f"{mark} {c['claim']}: {c['detail']}", highlight=False,
@@ -160,3 +143,25 @@ def register(app: typer.Typer) -> None:
         code = _run()
         if code:
             raise typer.Exit(code)
+
+
+def report_table(rep: dict):
+    """The report's table for the terminal (rich; cells never truncated when piped)."""
+    from rich.table import Table
+
+    table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
+    for col in [*rep["by"], "best lr", "valid", "mean +/- std", "seeds", "missing",
+                "failed", *(["reference"] if rep["reference"].get("values") else [])]:
+        table.add_column(col, justify="left" if col in rep["by"] else "right")
+    for row in rep["rows"]:
+        cells = [str(row[f]) for f in rep["by"]]
+        cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}",
+                  "-" if row["valid"] is None else f"{row['valid']:.4f}",
+                  ("-" if row["mean"] is None else f"{row['mean']:.4f}")
+                  + (f" +/- {row['std']:.4f}" if row["std"] is not None else ""),
+                  str(row["seeds"]), str(row["missing"]), str(row["failed"])]
+        if rep["reference"].get("values"):
+            ref = row["reference"]
+            cells.append("-" if ref is None else f"{ref:.4f}")
+        table.add_row(*cells)
+    return table

@@ -273,25 +273,36 @@ def register(app: typer.Typer) -> None:
     def demo(
         out: Path = typer.Option(None, help="Output folder (default runs/demo-TIMESTAMP, a "
                                  "fresh folder each time)."),
-        steps: int = typer.Option(None, help="Training steps per model (default: the demo's)."),
+        steps: int = typer.Option(None, help="Training steps per run (default: the demo's "
+                                  "500)."),
         force: bool = typer.Option(False, help="Overwrite --out if it exists."),
-        threads: int = typer.Option(1, help="torch CPU threads; the demo's tensors are tiny, "
-                                    "so one thread avoids threading overhead."),
+        workers: int = typer.Option(2, help="Runs in parallel (one torch thread each)."),
     ) -> None:
-        """Train mamba and mamba+hax briefly on mini joint recall; table + learning-curve PNG."""
+        """A miniature of the capacity experiment: MQAR accuracy vs table size for attention and
+        a fixed-state SSM; prints the report's table and the sentence it supports."""
         from recall_lab.cli import console, guarded
 
         @guarded
         def _run() -> None:
-            from recall_lab.commands.progress import TrainProgress
-            from recall_lab.experiments.demo import run_demo
+            from recall_lab.commands.experiments import report_table
+            from recall_lab.commands.progress import SweepProgress
+            from recall_lab.experiments.demo import DEMO_EXPERIMENT, run_demo
 
-            _set_threads(threads)
-            res = run_demo(out, steps, force, say=console.print,
-                           progress=lambda name, n: TrainProgress(console, name, n))
-            console.print(_summary_table(res["runs"], f"demo: {res['task']}, {res['steps']} "
-                                         "steps"))
-            console.print(f"wall time {res['wall_s']:.0f} s; curves in {res['png']}")
+            _set_threads(None)
+            t = DEMO_EXPERIMENT["train"]
+            console.print(f"demo: {', '.join(DEMO_EXPERIMENT['grid']['model.name'])} on MQAR "
+                          f"with 2 / 4 / 8 pairs, {steps or t['steps']} steps each, "
+                          f"{workers} workers", highlight=False)
+            monitor = SweepProgress(console, "demo")
+            try:
+                res = run_demo(out, steps, force, workers=workers, monitor=monitor)
+            finally:
+                monitor.close()
+            console.print(report_table(res["report"]))
+            console.print(res["sentence"], highlight=False, soft_wrap=True)
+            pngs = [p for p in res["report"]["figures"] if "task_levels" in p]
+            console.print(f"wall time {res['wall_s']:.0f} s; plot {pngs[0] if pngs else '-'}; "
+                          f"report {res['out'] / 'report.md'}", highlight=False, soft_wrap=True)
 
         _run()
 

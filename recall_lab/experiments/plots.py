@@ -48,6 +48,8 @@ def plot_axis(rep: dict, axis: str, path: Path) -> Path:
     lines: dict[str, list] = {}
     for g in rep["groups"]:
         name = " / ".join(str(g.values[f]) for f in others) or rep["metric"]
+        if axis == "task.levels":  # MQAR (w = 1) and MQJR (w = 2) tables are separate curves
+            name = f"{name} / w={len(g.values[axis])}"
         if g.mean is not None:
             lines.setdefault(name, []).append((numeric(axis, g.values[axis]), g.mean,
                                                g.std or 0.0))

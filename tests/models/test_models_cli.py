@@ -109,17 +109,26 @@ def test_help_lists_options(cmd, options):
         assert opt in r.output, opt
 
 
-def test_demo_writes_table_plot_and_refuses_to_overwrite(tmp_path):
+def test_demo_writes_report_plot_sentence_and_refuses_to_overwrite(tmp_path):
+    from recall_lab.experiments.demo import DEMO_MODELS, DEMO_PAIRS
+
     out = tmp_path / "demo"
-    r = runner.invoke(app, ["demo", "--out", str(out), "--steps", "2"], terminal_width=200)
+    r = runner.invoke(app, ["demo", "--out", str(out), "--steps", "2", "--workers", "1"],
+                      terminal_width=200)
     assert r.exit_code == 0, r.output
     demo = json.loads((out / "demo.json").read_text())
-    assert [x["model"] for x in demo["runs"]] == ["mamba", "mamba+hax"]
-    png = (out / "learning_curves.png").read_bytes()
+    assert demo["counts"]["done"] == len(DEMO_MODELS) * len(DEMO_PAIRS)
+    assert " ".join(demo["sentence"].split()) in " ".join(r.output.split())
+    rep = json.loads((out / "report.json").read_text())
+    # one group per (model, table size); its mean is the single run's test accuracy
+    assert len(rep["groups"]) == len(DEMO_MODELS) * len(DEMO_PAIRS)
+    for g in rep["groups"]:
+        (run,) = g["selected"]
+        s = json.loads((out / run / "summary.json").read_text())
+        assert g["mean"] == s["test"]["acc"]
+        assert s["model"] == g["values"]["model.name"]
+        assert f"{s['test']['acc']:.4f}" in r.output
+    png = (out / "report-task_levels.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    for name in ("mamba", "mamba+hax"):
-        s = json.loads((out / name / "summary.json").read_text())
-        assert s == next(x for x in demo["runs"] if x["model"] == name)
-        assert f"{s['test']['acc']:.3f}" in r.output
     fails_with(["demo", "--out", str(out), "--steps", "2"], "already exists")
-    assert (out / "learning_curves.png").read_bytes() == png
+    assert (out / "report-task_levels.png").read_bytes() == png
