@@ -31,6 +31,8 @@ $(ORACLE): $(STAMP)
 	# the optional [ray] and [tracking] extras, so the Ray-engine and tracker tests run (none of
 	# them depends on torch); where they cannot be installed those tests skip
 	-$(BIN)/python -m pip install --quiet "ray>=2.9" "tensorboard>=2.14" "wandb>=0.16"
+	# pandas and HF datasets read the dataset shards in a test (neither depends on torch)
+	-$(BIN)/python -m pip install --quiet "pandas>=2" "datasets>=2.19"
 	touch $(ORACLE)
 
 test: $(ORACLE)

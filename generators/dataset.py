@@ -9,9 +9,13 @@ invariant to right padding); rows of valid that also occur in test, and rows of 
 valid or test, are redrawn from `SeedSequence(seed, spawn_key=(s, b, attempt))` until none is
 left. The count of redrawn rows goes to the manifest.
 
-A shard (lz4 Parquet) holds `input_ids` (unpadded, list<uint8|uint16|uint32>), `labels` (unpadded
-list<int8|int16|int32>, -100 = ignored) and `sizes` (level sizes), readable by pandas / HF datasets
-as they are.
+A shard (Parquet, lz4) holds one row per sample: `input_ids`, the unpadded token ids as raw
+bytes (Arrow `binary`: little-endian `uint8|uint16|uint32`, the manifest's `id_dtype`), `labels`,
+the unpadded targets as raw bytes (`int8|int16|int32`, `label_dtype`; -100 = ignored) and `sizes`
+(the level sizes, fixed-size list<uint32>). Plain Parquet that pyarrow, pandas and HF `datasets`
+read as they are (`np.frombuffer(row, dtype)` decodes a row); the manifest's `layout` says so.
+Format version 1 stored `list<...>` columns instead: Parquet's list encoding made writing them
+about 30x slower than raw bytes; version-1 folders still load.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from generators.errors import RecallLabError
 from generators.joint_recall import (
     GENERATOR_VERSION,
     IGNORE,
+    _rows,
     _targets,
-    generate_rows,
     row_lengths,
     sep_positions,
     smallest_dtype,
@@ -46,7 +50,8 @@ from generators.joint_recall import (
 from generators.spec import TaskSpec
 
 FORMAT = "recall-lab-dataset"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)  # version 1: list<...> columns (still read)
 BLOCK_SIZE = 8192
 SPLITS = ("train", "valid", "test")
 _SPLIT_INDEX = {"test": 0, "valid": 1, "train": 2}
@@ -54,14 +59,48 @@ _HASH_W = np.random.default_rng(0x5EED).integers(1, 2**63, size=(2, 1 << 16), dt
 
 
 def row_hashes(inputs: np.ndarray) -> np.ndarray:
-    """Two 64-bit hashes per row ([n, 2] uint64); PAD (0) contributes nothing, so right padding
-    does not change a row's hash."""
-    width = inputs.shape[1]
-    if width > _HASH_W.shape[1]:
-        raise RecallLabError(f"rows longer than {_HASH_W.shape[1]} tokens cannot be hashed")
-    x = inputs.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        return np.stack([(x * _HASH_W[h, :width]).sum(axis=1) for h in range(2)], axis=1)
+    """Two 64-bit hashes per row ([n, 2] uint64): sum of random odd weights times the row's ids
+    taken as uint32 pairs (one uint64 word per two ids), mod 2^64. PAD (0) contributes nothing,
+    so right padding does not change a row's hash, and the ids' dtype does not either."""
+    return np.stack([_hash(inputs, h) for h in range(2)], axis=1)
+
+
+_HASH_ROWS = 1024  # rows per step: temporaries stay small (heap-reused, no fresh pages per call)
+
+
+def _hash(inputs: np.ndarray, h: int) -> np.ndarray:
+    """Hash number `h` of every row (see `row_hashes`)."""
+    inputs = np.asarray(inputs)
+    n, width = inputs.shape
+    words = (width + 1) // 2
+    if words > _HASH_W.shape[1]:
+        raise RecallLabError(f"rows longer than {2 * _HASH_W.shape[1]} tokens cannot be hashed")
+    out = np.empty(n, dtype=np.uint64)
+    pairs = np.zeros((min(n, _HASH_ROWS), 2 * words), dtype="<u4")
+    prod = np.empty((len(pairs), words), dtype="<u8")
+    for start in range(0, n, _HASH_ROWS):
+        k = min(_HASH_ROWS, n - start)
+        pairs[:k, :width] = inputs[start : start + k]
+        with np.errstate(over="ignore"):
+            np.multiply(pairs[:k].view("<u8"), _HASH_W[h, :words], out=prod[:k])
+            prod[:k].sum(axis=1, out=out[start : start + k])
+    return out
+
+
+def _in_held_out(inputs: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Which rows' keys (both hashes) occur in `held` (keys sorted by (a, b)). The first hash
+    alone is computed for every row and looked up by binary search; rows it matches are
+    confirmed on both hashes (same answer as comparing full keys, at about half the work)."""
+    a = _hash(inputs, 0)
+    first = held["a"]
+    at = np.minimum(np.searchsorted(first, a), len(first) - 1)
+    dup = first[at] == a
+    if dup.any():
+        rows = np.flatnonzero(dup)
+        keys = np.empty(len(rows), dtype=held.dtype)
+        keys["a"], keys["b"] = a[rows], _hash(inputs[rows], 1)
+        dup[rows] = np.isin(keys, held)
+    return dup
 
 
 def _hash_keys(h: np.ndarray) -> np.ndarray:
@@ -84,31 +123,47 @@ class ShardJob:
 
 def _block_rows(
     spec: TaskSpec, seed: int, split: str, block: int, n: int, held_out: np.ndarray | None,
-    dtype: np.dtype,
-) -> tuple[np.ndarray, np.ndarray, int]:
+    dtype: np.dtype, label_dtype: np.dtype | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+    """Block `block` of `split`: padded inputs, sizes, targets (in `label_dtype`, when given) and
+    the count of rows redrawn because they occur in `held_out` (hash keys sorted by (a, b))."""
     s = _SPLIT_INDEX[split]
     ss = np.random.SeedSequence(seed, spawn_key=(s, block))
-    inputs, sizes = generate_rows(spec, n, ss, dtype)
+    inputs, sizes, targets = _rows_and_targets(spec, n, ss, dtype, label_dtype)
     redrawn = 0
     if held_out is not None and len(held_out):
         for attempt in range(1, 1001):
-            dup = np.isin(_hash_keys(row_hashes(inputs)), held_out)
+            dup = _in_held_out(inputs, held_out)
             if not dup.any():
                 break
             k = int(dup.sum())
             redrawn += k
             ss = np.random.SeedSequence(seed, spawn_key=(s, block, attempt))
-            new_inputs, new_sizes = generate_rows(spec, k, ss, dtype)
+            new_inputs, new_sizes, new_targets = _rows_and_targets(spec, k, ss, dtype,
+                                                                   label_dtype)
             rows = np.flatnonzero(dup)
             inputs[rows] = 0
             inputs[rows, : new_inputs.shape[1]] = new_inputs
             sizes[rows] = new_sizes
+            if targets is not None:
+                targets[rows] = IGNORE
+                targets[rows, : new_targets.shape[1]] = new_targets
         else:
             raise RecallLabError(
                 f"cannot make {split} disjoint from the held-out splits: the task has too few "
                 "distinct samples for the requested counts"
             )
-    return inputs, sizes, redrawn
+    return inputs, sizes, targets, redrawn
+
+
+def _rows_and_targets(
+    spec: TaskSpec, n: int, ss: np.random.SeedSequence, dtype: np.dtype,
+    label_dtype: np.dtype | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    inputs, sizes, targets = _rows(spec, n, ss, dtype, label_dtype)
+    if label_dtype is not None and targets is None:  # filler: targets from the final rows
+        targets = _targets(inputs, sep_positions(inputs), spec.vocab(), label_dtype)
+    return inputs, sizes, targets
 
 
 def _label_dtype(vocab_size: int) -> np.dtype:
@@ -118,46 +173,71 @@ def _label_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.int64)
 
 
+def _bytes_column(flat: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """Rows stored end to end in `flat` as an Arrow `binary` array (each row's raw bytes)."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths * flat.dtype.itemsize, out=offsets[1:])
+    data = np.ascontiguousarray(flat).view(np.uint8)
+    return pa.Array.from_buffers(pa.binary(), len(lengths),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _little_endian(dtype: np.dtype) -> np.dtype:
+    return np.dtype(dtype).newbyteorder("<")
+
+
+def layout(spec: TaskSpec) -> dict:
+    """What a shard's columns hold (written into the manifest)."""
+    vocab = spec.vocab()
+    return {
+        "input_ids": f"binary: the row's token ids, unpadded, as little-endian "
+                     f"{smallest_dtype(vocab).name} (numpy: np.frombuffer(row, '<"
+                     f"{smallest_dtype(vocab).str[1:]}'))",
+        "labels": f"binary: the row's targets, unpadded, as little-endian "
+                  f"{_label_dtype(vocab.size).name}; {IGNORE} = no target",
+        "sizes": "fixed-size list<uint32>: the sample's level sizes",
+        "id_dtype": smallest_dtype(vocab).name,
+        "label_dtype": _label_dtype(vocab.size).name,
+    }
+
+
 def _write_shard(
     spec: TaskSpec, seed: int, job: ShardJob, held_out: np.ndarray | None
 ) -> dict:
     vocab = spec.vocab()
-    dtype = smallest_dtype(vocab)
-    label_dtype = _label_dtype(vocab.size)
-    parts_in, parts_lab, parts_sizes, parts_len, redrawn = [], [], [], [], 0
+    dtype = _little_endian(smallest_dtype(vocab))
+    label_dtype = _little_endian(_label_dtype(vocab.size))
+    ids, labels, parts_sizes, redrawn, tokens = [], [], [], 0, 0
     done, block = 0, job.first_block
     while done < job.n_rows:
         n = min(BLOCK_SIZE, job.n_rows - done)
-        inputs, sizes, r = _block_rows(spec, seed, job.split, block, n, held_out, dtype)
+        inputs, sizes, targets, r = _block_rows(spec, seed, job.split, block, n, held_out,
+                                                dtype, label_dtype)
         lengths = row_lengths(inputs)
         mask = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
-        parts_in.append(inputs[mask])
-        parts_lab.append(_targets(inputs, sep_positions(inputs), vocab, label_dtype)[mask])
+        # one Arrow chunk (and Parquet row group) per block: 32-bit offsets always suffice
+        ids.append(_bytes_column(inputs[mask], lengths))
+        labels.append(_bytes_column(targets[mask], lengths))
         parts_sizes.append(sizes)
-        parts_len.append(lengths)
+        tokens += int(lengths.sum())
         redrawn += r
         done += n
         block += 1
     sizes = np.concatenate(parts_sizes)
-    flat = np.concatenate(parts_in)
-    lengths = np.concatenate(parts_len)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    offsets_arr = pa.array(offsets, type=pa.int64())
-    labels = np.concatenate(parts_lab)
     table = pa.table({
-        "input_ids": pa.LargeListArray.from_arrays(offsets_arr, pa.array(flat)),
-        "labels": pa.LargeListArray.from_arrays(offsets_arr, pa.array(labels)),
+        "input_ids": pa.chunked_array(ids, pa.binary()),
+        "labels": pa.chunked_array(labels, pa.binary()),
         "sizes": pa.FixedSizeListArray.from_arrays(
             pa.array(sizes.reshape(-1).astype(np.uint32)), spec.n_levels
         ),
     })
+    # no dictionary: token bytes do not repeat as whole values, so it only costs time
     pq.write_table(table, job.path, compression="lz4", row_group_size=BLOCK_SIZE,
-                   write_statistics=False)
+                   use_dictionary=False, write_statistics=False)
     return {
         "split": job.split, "index": job.index, "file": os.path.basename(job.path),
         "rows": job.n_rows, "sha256": sha256_file(job.path), "redrawn": redrawn,
-        "tokens": int(lengths.sum()),
+        "tokens": tokens,
     }
 
 
@@ -171,19 +251,24 @@ def sha256_file(path: str | Path) -> str:
 
 def held_out_hashes(spec: TaskSpec, seed: int, counts: dict[str, int], upto: str) -> np.ndarray:
     """Row-hash keys of the test split (`upto="test"`) or of valid + test (`upto="valid"`),
-    exactly as `write_dataset` draws them."""
+    exactly as `write_dataset` draws them, sorted by (a, b)."""
+    return _held_out(spec, seed, counts)[upto]
+
+
+def _held_out(spec: TaskSpec, seed: int, counts: dict[str, int]) -> dict[str, np.ndarray]:
+    """Hash keys of test ("test") and of valid + test ("valid"), drawn in one pass."""
     dtype = smallest_dtype(spec.vocab())
     held = np.zeros(0, dtype=[("a", np.uint64), ("b", np.uint64)])
+    out = {}
     for split in ("test", "valid"):
         keys = []
         for block, first in enumerate(range(0, counts[split], BLOCK_SIZE)):
             n = min(BLOCK_SIZE, counts[split] - first)
-            inputs, _, _ = _block_rows(spec, seed, split, block, n, held, dtype)
+            inputs, _, _, _ = _block_rows(spec, seed, split, block, n, held, dtype)
             keys.append(_hash_keys(row_hashes(inputs)))
-        held = np.concatenate(keys + [held])
-        if split == upto:
-            break
-    return held
+        held = np.sort(np.concatenate(keys + [held]))  # by (a, b), for _in_held_out
+        out[split] = held
+    return out
 
 
 def check_output_dir(out: Path, force: bool) -> None:
@@ -283,6 +368,10 @@ def plan_shards(counts: dict[str, int], shard_size: int, tmp: Path) -> list[Shar
     return jobs
 
 
+def _worker_ready() -> bool:
+    return True
+
+
 def _run_job(args: tuple) -> dict:
     spec_json, seed, job, held = args
     return _write_shard(TaskSpec.model_validate_json(spec_json), seed, job, held)
@@ -296,7 +385,7 @@ def write_dataset(
     *,
     preset: str | None = None,
     workers: int = 1,
-    shard_size: int = 16 * BLOCK_SIZE,
+    shard_size: int = 8 * BLOCK_SIZE,
     force: bool = False,
     on_shard: Callable[[dict], None] | None = None,
 ) -> dict:
@@ -336,15 +425,15 @@ def _write_into(spec: TaskSpec, out: Path, tmp: Path, counts: dict[str, int], se
                 preset: str | None, workers: int, shard_size: int,
                 on_shard: Callable[[dict], None] | None) -> dict:
     jobs = plan_shards(counts, shard_size, tmp)
-    held = {
-        "test": None,
-        "valid": held_out_hashes(spec, seed, counts, "test") if counts["valid"] else None,
-        "train": held_out_hashes(spec, seed, counts, "valid") if counts["train"] else None,
-    }
-    args = [(spec.model_dump_json(), seed, job, held[job.split]) for job in jobs]
+
+    def job_args() -> list[tuple]:
+        keys = _held_out(spec, seed, counts) if counts["valid"] or counts["train"] else {}
+        held = {"test": None, "valid": keys.get("test"), "train": keys.get("valid")}
+        return [(spec.model_dump_json(), seed, job, held[job.split]) for job in jobs]
+
     results = []
     if workers == 1 or len(jobs) <= 1:
-        for a in args:
+        for a in job_args():
             results.append(_run_job(a))
             if on_shard:
                 on_shard(results[-1])
@@ -352,6 +441,12 @@ def _write_into(spec: TaskSpec, out: Path, tmp: Path, counts: dict[str, int], se
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                  initializer=_die_with_parent,
                                  initargs=(os.getpid(),)) as ex:
+            # each submit starts one worker: they spawn and import while the held-out hashes
+            # are drawn here (about a second each, otherwise one after the other)
+            started = [ex.submit(_worker_ready) for _ in range(min(workers, len(jobs)))]
+            args = job_args()
+            for f in started:
+                f.result()
             for r in ex.map(_run_job, args):
                 results.append(r)
                 if on_shard:
@@ -374,10 +469,12 @@ def _write_into(spec: TaskSpec, out: Path, tmp: Path, counts: dict[str, int], se
             for s in SPLITS
         },
         "disjoint": {
-            "method": "two 64-bit polynomial row hashes; valid vs test, train vs valid+test",
+            "method": "two 64-bit row hashes (random odd weights x ids as uint32 pairs); "
+                      "valid vs test, train vs valid+test",
             "redrawn_rows": sum(r["redrawn"] for r in results),
         },
         "ignore_index": IGNORE,
+        "layout": layout(spec),
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
     if out.exists():
@@ -434,9 +531,10 @@ def read_manifest(folder: Path) -> dict:
         raise RecallLabError(f"cannot read {path}: {exc.strerror or exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise RecallLabError(f"{path} is not a recall-lab dataset manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READABLE_FORMATS:
         raise RecallLabError(
-            f"{path}: format version {manifest.get('format_version')} is not supported"
+            f"{path}: format version {manifest.get('format_version')} is not supported (this "
+            f"version reads {', '.join(map(str, READABLE_FORMATS))}; regenerate the dataset)"
         )
     try:
         checked = _Manifest.model_validate(manifest)
@@ -506,10 +604,29 @@ def read_split_flat(
         if table.num_rows != shard["rows"]:
             raise RecallLabError(f"shard {path} has {table.num_rows} rows, manifest says "
                                  f"{shard['rows']}")
-        col = table.column("input_ids").combine_chunks()
+        flat, lengths = _decode_ids(table.column("input_ids"), spec, path)
         sizes = table.column("sizes").combine_chunks().values.to_numpy().astype(np.int64)
-        yield (col.values.to_numpy(), np.diff(col.offsets.to_numpy()),
-               sizes.reshape(-1, spec.n_levels))
+        yield flat, lengths, sizes.reshape(-1, spec.n_levels)
+
+
+def _decode_ids(column: pa.ChunkedArray, spec: TaskSpec, path: Path) -> tuple[np.ndarray,
+                                                                               np.ndarray]:
+    """(flat ids in the narrow dtype, row lengths) of an `input_ids` column: raw bytes (format
+    2) or a list column (format 1)."""
+    col = column.combine_chunks()
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        dtype = _little_endian(smallest_dtype(spec.vocab()))
+        _, offsets_buf, data_buf = col.buffers()
+        offsets = np.frombuffer(offsets_buf, dtype=np.int64 if pa.types.is_large_binary(
+            col.type) else np.int32)[col.offset : col.offset + len(col) + 1]
+        data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
+        if data.size % dtype.itemsize:
+            raise RecallLabError(f"shard {path}: input_ids bytes are not whole {dtype.name} ids")
+        return data.view(dtype).astype(dtype.newbyteorder("="), copy=False), \
+            np.diff(offsets).astype(np.int64) // dtype.itemsize
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        return col.values.to_numpy(), np.diff(col.offsets.to_numpy())
+    raise RecallLabError(f"shard {path}: input_ids has unexpected type {col.type}")
 
 
 def row_starts(lengths: np.ndarray) -> np.ndarray:

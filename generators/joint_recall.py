@@ -65,40 +65,67 @@ def _as_rng(seed: int | np.random.Generator | np.random.SeedSequence) -> np.rand
     return np.random.default_rng(seed)
 
 
-def _permute_blocks(blocks: np.ndarray, perm: np.ndarray) -> np.ndarray:
-    """blocks[..., perm[..., p], :] for every p: a 1-D row gather (much faster than
-    take_along_axis, which builds broadcast index arrays for every axis)."""
-    n, width = blocks.shape[-2:]
-    lead = int(np.prod(blocks.shape[:-2]))
-    idx = perm.reshape(lead, n) + (np.arange(lead) * n)[:, None]
-    return blocks.reshape(lead * n, width)[idx.reshape(-1)].reshape(blocks.shape)
+def _perms(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Uniform random permutations along the last axis of `shape` (argsort of uniform keys)."""
+    return np.argsort(rng.random(shape), axis=-1)
 
 
-def _serialize(
-    tokens: list[np.ndarray], values: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
-    """One component for m samples of one size tuple: [m, component_length]."""
+def _component(
+    out: np.ndarray, tokens: list[np.ndarray], values: np.ndarray, rng: np.random.Generator,
+    targets: np.ndarray | None = None,
+) -> None:
+    """Write one component of m samples of one size tuple into `out` [m, component_length]
+    (a view), and the inquiry targets into `targets` (same shape) when given.
+
+    Every parent's children are ordered by a random permutation, drawn bottom-up (leaves first;
+    the level-l permutations have shape [m, s_0..s_l] and are indexed by the parent's identity).
+    They are composed into each node's identity in output order (`ident[l]`: the node's flat index
+    in the s_0 x .. x s_l grid), so every token is gathered once and written through strided views
+    of `out` (block of a level-l node = its token, then its children's blocks)."""
     m, sizes = values.shape[0], values.shape[1:]
     w = len(sizes)
-    key_tok = tokens[-1].reshape((m,) + (1,) * (w - 1) + (sizes[-1],))
-    blocks = np.stack([np.broadcast_to(key_tok, values.shape), values], axis=-1)
-    # blocks[m, c_0..c_l, :] is the block of the level-l node (c_0..c_l); fold levels bottom-up.
+    perms = [np.empty(0, dtype=np.intp)] * w
     for level in range(w - 1, -1, -1):
-        perm = np.argsort(rng.random(values.shape[: level + 2]), axis=-1)
-        blocks = _permute_blocks(blocks, perm)
-        blocks = blocks.reshape(blocks.shape[:-2] + (-1,))
-        if level > 0:
-            shape = (m,) + (1,) * (level - 1) + (sizes[level - 1], 1)
-            parent_tok = tokens[level - 1].reshape(shape)
-            parent_tok = np.broadcast_to(parent_tok, blocks.shape[:-1] + (1,))
-            blocks = np.concatenate([parent_tok, blocks], axis=-1)
-    return blocks
+        perms[level] = _perms(values.shape[: level + 2], rng)
+    rows = np.arange(m)[:, None]
+    ident = perms[0]  # [m, s_0]
+    n_parent = sizes[0]
+    children = [ident]  # children[l]: each level-l node's index among its siblings, output order
+    for level in range(1, w):
+        s = sizes[level]
+        flat_rows = (rows * n_parent + ident.reshape(m, -1)).reshape(-1)
+        child = perms[level].reshape(m * n_parent, s)[flat_rows].reshape(ident.shape + (s,))
+        ident = ident[..., None] * s + child
+        children.append(child)
+        n_parent *= s
+    # block widths: a leaf block is `key value`, a level-l block is its token + children's blocks
+    width = [2] * w
+    for level in range(w - 2, -1, -1):
+        width[level] = 1 + sizes[level + 1] * width[level + 1]
+    view = out.reshape((m, sizes[0], width[0]))
+    tview = None if targets is None else targets.reshape((m, sizes[0], width[0]))
+    for level in range(w):
+        child = children[level]
+        base = (rows * sizes[level]).reshape((m,) + (1,) * (child.ndim - 1))
+        view[..., 0] = tokens[level].reshape(-1)[child + base]  # flat gathers: no index grids
+        if level < w - 1:
+            nxt = view.shape[:-1] + (sizes[level + 1], width[level + 1])
+            view = view[..., 1:].reshape(nxt)
+            if tview is not None:
+                tview = tview[..., 1:].reshape(nxt)
+    base = (rows * n_parent).reshape((m,) + (1,) * (ident.ndim - 1))
+    view[..., 1] = values.reshape(-1)[ident + base]
+    if tview is not None:  # the target at a key is the value that follows it
+        tview[..., 0] = view[..., 1]
 
 
 def _fixed_size_samples(
-    sizes: tuple[int, ...], m: int, vocab: Vocab, rng: np.random.Generator, dtype: np.dtype
-) -> np.ndarray:
-    """m complete samples (BOS .. inquiry) with the same level sizes: [m, length]."""
+    sizes: tuple[int, ...], out: np.ndarray, vocab: Vocab, rng: np.random.Generator,
+    targets: np.ndarray | None = None,
+) -> None:
+    """Fill `out` [m, length] with m complete samples (BOS .. inquiry) with the same level sizes,
+    and the inquiry targets into `targets` when given."""
+    m, dtype = out.shape[0], out.dtype
     tokens = []
     for level, n in enumerate(sizes):
         lo, _ = vocab.level_range(level)
@@ -107,11 +134,12 @@ def _fixed_size_samples(
         tokens.append((chosen + lo).astype(dtype))
     vlo, _ = vocab.value_range
     values = (rng.integers(0, vocab.n_values, size=(m,) + tuple(sizes)) + vlo).astype(dtype)
-    info = _serialize(tokens, values, rng)
-    inquiry = _serialize(tokens, values, rng)
-    bos = np.full((m, 1), vocab.BOS, dtype=dtype)
-    sep = np.full((m, 1), vocab.SEP, dtype=dtype)
-    return np.concatenate([bos, info, sep, inquiry], axis=1)
+    comp = out.shape[1] // 2 - 1
+    out[:, 0] = vocab.BOS
+    _component(out[:, 1 : 1 + comp], tokens, values, rng)
+    out[:, 1 + comp] = vocab.SEP
+    inquiry_targets = None if targets is None else targets[:, 2 + comp :]
+    _component(out[:, 2 + comp :], tokens, values, rng, inquiry_targets)
 
 
 def _targets(
@@ -147,6 +175,18 @@ def generate_rows(
     dtype: np.dtype | type = np.int64,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Padded inputs [n, width] in `dtype` and level sizes [n, w]; the core of `generate`."""
+    inputs, sizes, _ = _rows(spec, n, seed, np.dtype(dtype), None)
+    return inputs, sizes
+
+
+def _rows(
+    spec: TaskSpec, n: int, seed: int | np.random.Generator | np.random.SeedSequence,
+    dtype: np.dtype, target_dtype: np.dtype | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Inputs, sizes and (when `target_dtype` is given and the task has no filler) targets.
+
+    Samples are built group by group (one group per distinct size tuple) in a small contiguous
+    block each (written in place through views, cache-resident), then copied into their rows."""
     if n < 0:
         raise RecallLabError(f"sample count must be >= 0, got {n}")
     rng = _as_rng(seed)
@@ -158,20 +198,25 @@ def generate_rows(
     width = int(lengths.max(initial=0))
     if spec.seq_len is not None and not spec.has_filler:
         width = spec.seq_len
+    with_targets = target_dtype is not None and not spec.has_filler
     inputs = np.zeros((n, width), dtype=dtype)  # PAD = 0
+    tgt = np.full((n, width), IGNORE, dtype=target_dtype) if with_targets else None
     if n:
         groups, inverse = np.unique(sizes, axis=0, return_inverse=True)
         order = np.argsort(inverse.reshape(-1), kind="stable")
         starts = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(groups) + 1))
         for g, group in enumerate(groups):
             rows = order[starts[g] : starts[g + 1]]
-            block = _fixed_size_samples(
-                tuple(int(s) for s in group), len(rows), vocab, rng, np.dtype(dtype)
-            )
-            inputs[rows, : block.shape[1]] = block
+            length = 2 + 2 * int(_component_length(group[None, :])[0])
+            block = np.empty((len(rows), length), dtype=dtype)
+            tblock = None if tgt is None else np.full(block.shape, IGNORE, dtype=target_dtype)
+            _fixed_size_samples(tuple(int(x) for x in group), block, vocab, rng, tblock)
+            inputs[rows, :length] = block
+            if tgt is not None:
+                tgt[rows, :length] = tblock
     if spec.has_filler:
         inputs = _insert_filler(inputs, sizes, spec, vocab, rng)
-    return inputs, sizes
+    return inputs, sizes, tgt
 
 
 def _insert_filler(
@@ -224,7 +269,9 @@ def generate(
 ) -> Batch:
     """n samples of `spec`, padded to `spec.seq_len` (or to the longest sample when None)."""
     vocab = spec.vocab()
-    # built in the narrowest dtype (8x less memory traffic for small vocabularies), widened once
-    inputs, sizes = generate_rows(spec, n, seed, smallest_dtype(vocab))
-    targets = _targets(inputs, sep_positions(inputs), vocab, np.int64)
+    # built in the narrowest dtype (8x less memory traffic for small vocabularies), widened once;
+    # targets are written with the inquiry (or derived from the inputs after filler insertion)
+    inputs, sizes, targets = _rows(spec, n, seed, smallest_dtype(vocab), np.dtype(np.int64))
+    if targets is None:
+        targets = _targets(inputs, sep_positions(inputs), vocab, np.int64)
     return Batch(inputs=inputs.astype(np.int64), targets=targets, sizes=sizes)

@@ -58,7 +58,9 @@ def register(app: typer.Typer) -> None:
         test: int = typer.Option(None, help="Test samples."),
         seed: int = typer.Option(0, help="Seed; the same seed gives the same bytes."),
         workers: int = typer.Option(2, help="Worker processes (the bytes do not depend on it)."),
-        shard_size: int = typer.Option(131072, help="Rows per shard, a multiple of 8192."),
+        shard_size: int = typer.Option(
+            65536, help="Rows per shard, a multiple of 8192 (the bytes do not depend on it)."
+        ),
         force: bool = typer.Option(False, help="Replace an existing dataset in --out."),
     ) -> None:
         """Generate a recall dataset as Parquet shards plus manifest.json."""

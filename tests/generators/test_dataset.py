@@ -66,10 +66,6 @@ def test_loader_round_trip_equals_the_generator(tmp_path):
     reader = DatasetReader(tmp_path / "d")
     got_x, got_y = reader.arrays("test")
     assert (got_x == expected.inputs).all() and (got_y == expected.targets).all()
-    # the stored labels column agrees with the targets
-    table = pq.read_table(tmp_path / "d" / "test-00000.parquet").to_pydict()
-    for row, labels, y in zip(table["input_ids"], table["labels"], expected.targets, strict=True):
-        assert labels == y[: len(row)].tolist()
     def rows(batches):
         return [tuple(t for t in r if t) for x, _ in batches for r in x.tolist()]
 
@@ -78,6 +74,92 @@ def test_loader_round_trip_equals_the_generator(tmp_path):
     shuffled = rows(reader.batches("test", 32, shuffle_seed=1))
     assert shuffled != rows(reader.batches("test", 32))
     assert sorted(shuffled) == sorted(rows(reader.batches("test", 32)))
+
+
+def _decoded(rows, dtype: str) -> list[list[int]]:
+    return [np.frombuffer(r, dtype=np.dtype(dtype).newbyteorder("<")).tolist() for r in rows]
+
+
+def test_files_read_without_this_package_equal_the_generator(tmp_path):
+    """pyarrow, pandas and HF datasets read a shard as it is; decoding the raw-bytes columns as
+    the manifest's layout says gives generate()'s samples (test = block 0 of split 0, never
+    redrawn), unpadded, and their targets."""
+    spec = TaskSpec(levels=((2, 3), (2, 4)), values=300, seq_len=60)  # ids need uint16
+    m = write_dataset(spec, tmp_path / "d", {"train": 20, "valid": 10, "test": 40}, 5)
+    lay = m["layout"]
+    assert (lay["id_dtype"], lay["label_dtype"]) == ("uint16", "int16")
+    expected = generate(spec, 40, np.random.SeedSequence(5, spawn_key=(0, 0)))
+    want_x = [r[r != 0].tolist() for r in expected.inputs]
+    want_y = [y[: len(x)].tolist() for x, y in zip(want_x, expected.targets, strict=True)]
+    want_sizes = expected.sizes.tolist()
+    path = tmp_path / "d" / "test-00000.parquet"
+
+    table = pq.read_table(path).to_pydict()
+    assert _decoded(table["input_ids"], lay["id_dtype"]) == want_x
+    assert _decoded(table["labels"], lay["label_dtype"]) == want_y
+    assert table["sizes"] == want_sizes
+
+    pd = pytest.importorskip("pandas")
+    df = pd.read_parquet(path)
+    assert _decoded(df["input_ids"], lay["id_dtype"]) == want_x
+    assert _decoded(df["labels"], lay["label_dtype"]) == want_y
+    assert [list(s) for s in df["sizes"]] == want_sizes
+
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_parquet(str(path), cache_dir=str(tmp_path / "hf"))
+    assert _decoded(ds["input_ids"], lay["id_dtype"]) == want_x
+    assert _decoded(ds["labels"], lay["label_dtype"]) == want_y
+    assert [list(s) for s in ds["sizes"]] == want_sizes
+
+
+def test_format_1_datasets_still_load(tmp_path):
+    """A folder written with format version 1 (list<...> columns) reads as the same samples."""
+    import pyarrow as pa
+
+    m = write_dataset(SPEC, tmp_path / "d", {"train": 30, "valid": 20, "test": 20}, 2)
+    want = DatasetReader(tmp_path / "d").arrays("valid")
+    shard = m["splits"]["valid"][0]
+    path = tmp_path / "d" / shard["file"]
+    t = pq.read_table(path)
+    ids = [np.frombuffer(r, np.uint8) for r in t.column("input_ids").to_pylist()]
+    labels = [np.frombuffer(r, np.int8) for r in t.column("labels").to_pylist()]
+    pq.write_table(pa.table({
+        "input_ids": pa.array([r.tolist() for r in ids], pa.large_list(pa.uint8())),
+        "labels": pa.array([r.tolist() for r in labels], pa.large_list(pa.int8())),
+        "sizes": t.column("sizes"),
+    }), path)
+    from generators.dataset import sha256_file
+
+    shard["sha256"] = sha256_file(path)
+    m["format_version"] = 1
+    (tmp_path / "d" / "manifest.json").write_text(json.dumps(m))
+    got = DatasetReader(tmp_path / "d").arrays("valid")
+    assert (got[0] == want[0]).all() and (got[1] == want[1]).all()
+    m["format_version"] = 99
+    (tmp_path / "d" / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(RecallLabError, match="format version 99 is not supported"):
+        DatasetReader(tmp_path / "d")
+
+
+def test_row_hashes_match_a_plain_python_reference():
+    """Each hash is sum_i W[h, i] * word_i mod 2^64 over the row's ids as uint32 pairs
+    (word_i = id_2i + id_2i+1 * 2^32); right padding and the ids' dtype do not change it, and
+    the row-chunked fast path agrees across chunk boundaries."""
+    from generators.dataset import _HASH_ROWS, _HASH_W, row_hashes
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 300, size=(_HASH_ROWS + 7, 37)).astype(np.uint16)
+    x[:, 30:] = 0
+    x[5, 10:] = 0
+    got = row_hashes(x)
+    for i in (0, 5, _HASH_ROWS - 1, _HASH_ROWS, _HASH_ROWS + 6):
+        r = x[i].tolist() + [0]
+        words = [r[2 * j] + (r[2 * j + 1] << 32) for j in range(len(r) // 2)]
+        for h in range(2):
+            want = sum(int(_HASH_W[h, j]) * w for j, w in enumerate(words)) % 2**64
+            assert int(got[i, h]) == want
+    assert (row_hashes(x[:, :30].astype(np.int64)) == got).all()  # no padding, other dtype
+    assert len({tuple(k) for k in got.tolist()}) == len({tuple(r) for r in x.tolist()})
 
 
 def test_corrupted_shard_is_a_clear_error(tmp_path):

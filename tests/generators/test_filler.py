@@ -144,7 +144,7 @@ def test_dataset_files_with_filler(tmp_path):
     from generators.dataset import _block_rows
     from generators.joint_recall import smallest_dtype
 
-    raw, _, redrawn = _block_rows(spec, 1, "test", 0, 40, None, smallest_dtype(spec.vocab()))
+    raw, _, _, redrawn = _block_rows(spec, 1, "test", 0, 40, None, smallest_dtype(spec.vocab()))
     assert redrawn == 0
     x, _ = reader.arrays("test")
     assert all(
