@@ -38,8 +38,8 @@ $(ORACLE): $(STAMP)
 test: $(ORACLE)
 	$(BIN)/python -m pytest -q
 
-# the [bench] extra: the peers the benches compare against (none depends on torch, so the
-# installed torch stays); a bench whose peer could not be installed says so
+# the [bench] extra: the peers the benches compare against (torch is installed first, so pip
+# keeps it); a bench whose peer could not be installed says so
 bench: $(STAMP)
 	-$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/recall-lab bench --json runs/bench-$$(date -u +%Y%m%d-%H%M%S).json
