@@ -9,7 +9,7 @@ invariant to right padding); rows of valid that also occur in test, and rows of 
 valid or test, are redrawn from `SeedSequence(seed, spawn_key=(s, b, attempt))` until none is
 left. The count of redrawn rows goes to the manifest.
 
-A shard (Parquet, lz4) holds one row per sample: `input_ids`, the unpadded token ids as raw
+A shard (Parquet, zstd level 1) holds one row per sample: `input_ids`, the unpadded token ids as raw
 bytes (Arrow `binary`: little-endian `uint8|uint16|uint32`, the manifest's `id_dtype`), `labels`,
 the unpadded targets as raw bytes (`int8|int16|int32`, `label_dtype`; -100 = ignored) and `sizes`
 (the level sizes, fixed-size list<uint32>). Plain Parquet that pyarrow, pandas and HF `datasets`
@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -204,6 +205,7 @@ def layout(spec: TaskSpec) -> dict:
 def _write_shard(
     spec: TaskSpec, seed: int, job: ShardJob, held_out: np.ndarray | None
 ) -> dict:
+    cpu0 = time.process_time()
     vocab = spec.vocab()
     dtype = _little_endian(smallest_dtype(vocab))
     label_dtype = _little_endian(_label_dtype(vocab.size))
@@ -232,12 +234,13 @@ def _write_shard(
         ),
     })
     # no dictionary: token bytes do not repeat as whole values, so it only costs time
-    pq.write_table(table, job.path, compression="lz4", row_group_size=BLOCK_SIZE,
-                   use_dictionary=False, write_statistics=False)
+    # zstd level 1: a third smaller than lz4 on these bytes at about the same speed (measured)
+    pq.write_table(table, job.path, compression="zstd", compression_level=1,
+                   row_group_size=BLOCK_SIZE, use_dictionary=False, write_statistics=False)
     return {
         "split": job.split, "index": job.index, "file": os.path.basename(job.path),
         "rows": job.n_rows, "sha256": sha256_file(job.path), "redrawn": redrawn,
-        "tokens": tokens,
+        "tokens": tokens, "pid": os.getpid(), "cpu_s": time.process_time() - cpu0,
     }
 
 

@@ -181,9 +181,10 @@ def generate_rows(
 
 def _rows(
     spec: TaskSpec, n: int, seed: int | np.random.Generator | np.random.SeedSequence,
-    dtype: np.dtype, target_dtype: np.dtype | None,
+    dtype: np.dtype, target_dtype: np.dtype | None, out_dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Inputs, sizes and (when `target_dtype` is given and the task has no filler) targets.
+    """Inputs (in `out_dtype` when given, else `dtype`), sizes and (when `target_dtype` is given
+    and the task has no filler) targets.
 
     Samples are built group by group (one group per distinct size tuple) in a small contiguous
     block each (written in place through views, cache-resident), then copied into their rows."""
@@ -199,7 +200,10 @@ def _rows(
     if spec.seq_len is not None and not spec.has_filler:
         width = spec.seq_len
     with_targets = target_dtype is not None and not spec.has_filler
-    inputs = np.zeros((n, width), dtype=dtype)  # PAD = 0
+    # blocks are built in `dtype`; without filler they are widened to `out_dtype` as they are
+    # copied into their rows (no second pass over the padded array)
+    wide = out_dtype if out_dtype is not None and not spec.has_filler else dtype
+    inputs = np.zeros((n, width), dtype=wide)  # PAD = 0
     tgt = np.full((n, width), IGNORE, dtype=target_dtype) if with_targets else None
     if n:
         groups, inverse = np.unique(sizes, axis=0, return_inverse=True)
@@ -271,7 +275,8 @@ def generate(
     vocab = spec.vocab()
     # built in the narrowest dtype (8x less memory traffic for small vocabularies), widened once;
     # targets are written with the inquiry (or derived from the inputs after filler insertion)
-    inputs, sizes, targets = _rows(spec, n, seed, smallest_dtype(vocab), np.dtype(np.int64))
+    int64 = np.dtype(np.int64)
+    inputs, sizes, targets = _rows(spec, n, seed, smallest_dtype(vocab), int64, int64)
     if targets is None:
         targets = _targets(inputs, sep_positions(inputs), vocab, np.int64)
-    return Batch(inputs=inputs.astype(np.int64), targets=targets, sizes=sizes)
+    return Batch(inputs=inputs.astype(np.int64, copy=False), targets=targets, sizes=sizes)
