@@ -15,7 +15,8 @@ mamba-ssm and causal-conv1d are hidden from the peer's process (HF would otherwi
 CUDA kernels where they import), and the case checks that HF's scan functions resolved to its
 torch fallbacks. Without transformers (or mambapy) the row says the peer is missing.
 
-Each case runs in its own subprocess with torch.set_num_threads(2) and `retain_freed_memory()`
+Each case runs in its own subprocess with `THREADS` intra-op threads (env
+RECALL_LAB_BENCH_THREADS, default 2) and `retain_freed_memory()`
 (glibc keeps freed blocks instead of unmapping them, see recall_lab/ssm/cpu_malloc.py) for every
 implementation; ours is also timed without it ("default malloc"). Times: one warm-up step, then
 `reps` timed steps, summarised by `record.summarise` (median, p20, p80); tokens/s from the
@@ -40,7 +41,7 @@ from typing import Any
 from recall_lab.bench.record import summarise
 
 PEERS = ("transformers", "mambapy")
-THREADS = 2
+THREADS = int(os.environ.get("RECALL_LAB_BENCH_THREADS", "2"))
 CONFIGS = {
     "mamba": dict(d_model=64, d_inner=128, d_state=16),
     "mamba2": dict(d_model=64, d_inner=128, d_state=32, headdim=16, chunk_size=64),
