@@ -65,9 +65,27 @@ def _as_rng(seed: int | np.random.Generator | np.random.SeedSequence) -> np.rand
     return np.random.default_rng(seed)
 
 
+_IDX_BITS = 11  # rng.random() keeps the top 53 bits of each raw 64-bit draw: 11 are free
+
+
 def _perms(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Uniform random permutations along the last axis of `shape` (argsort of uniform keys)."""
-    return np.argsort(rng.random(shape), axis=-1)
+    """Uniform random permutations along the last axis of `shape`: the argsort of
+    `rng.random(shape)`.
+
+    With PCG64 (what `default_rng` and SeedSequences give) `rng.random()` is `(raw >> 11) *
+    2**-53` of one raw 64-bit draw per value, so sorting `raw` with its low 11 bits replaced by
+    the position orders exactly as the floats do (ties aside, probability 2**-53) and leaves the
+    generator in the same state: the same permutations, about 30% faster than argsort (measured).
+    """
+    n = shape[-1]
+    if not isinstance(rng.bit_generator, np.random.PCG64) or n > (1 << _IDX_BITS):
+        return np.argsort(rng.random(shape), axis=-1)
+    keys = rng.bit_generator.random_raw(int(np.prod(shape))).reshape(shape)
+    keys &= np.uint64(~((1 << _IDX_BITS) - 1) & 0xFFFFFFFFFFFFFFFF)
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort(axis=-1)
+    keys &= np.uint64((1 << _IDX_BITS) - 1)
+    return keys.astype(np.intp)
 
 
 def _component(
@@ -130,7 +148,7 @@ def _fixed_size_samples(
     for level, n in enumerate(sizes):
         lo, _ = vocab.level_range(level)
         pool = vocab.pools[level]
-        chosen = np.argsort(rng.random((m, pool)), axis=1)[:, :n]
+        chosen = _perms((m, pool), rng)[:, :n]
         tokens.append((chosen + lo).astype(dtype))
     vlo, _ = vocab.value_range
     values = (rng.integers(0, vocab.n_values, size=(m,) + tuple(sizes)) + vlo).astype(dtype)

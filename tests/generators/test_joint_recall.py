@@ -143,3 +143,37 @@ def test_loop_baseline_draws_the_same_distribution():
         table = {path: v for path, v, _ in p["info"]}
         assert p["targets"] == {pos: table[path] for path, _, pos in p["inquiry"]}
         assert len(row) == spec.max_len or row[-1] == vocab.PAD or len(p["info"]) > 0
+
+
+@pytest.mark.parametrize("spec", [
+    get_preset("paper-mqjr"), get_preset("mini-ml3"), get_preset("mqar"),
+    TaskSpec(levels=((1, 7),), values=3),
+    TaskSpec(levels=((1, 3), (2, 2), (1, 4)), values=4, seq_len=200),
+    TaskSpec(levels=((2, 4), (1, 3)), values=5, filler=(0, 20), filler_gap=(1, 3), filler_ids=4),
+    TaskSpec(levels=((3, 3),), values=4, pools=(3000,)),  # pool above 2048: argsort fallback
+], ids=lambda s: str(s.levels))
+def test_fast_rows_equal_round_one_reference(spec):
+    """The fast path (permutations composed into gathers, raw-draw sorting, targets written with
+    the inquiry) gives round one's bytes exactly, and generate()'s targets equal targets_for."""
+    from generators.joint_recall import generate_rows, smallest_dtype
+    from tests.generators.reference_rows import reference_rows
+
+    dtype = smallest_dtype(spec.vocab())
+    for seed in (0, np.random.SeedSequence(3, spawn_key=(1, 2))):
+        n = 300 if spec.max_len < 2000 else 40
+        want, want_sizes = reference_rows(spec, n, seed, dtype)
+        got, got_sizes = generate_rows(spec, n, seed, dtype)
+        assert got.dtype == want.dtype and (got == want).all() and (got_sizes == want_sizes).all()
+        b = generate(spec, n, seed)
+        assert b.inputs.dtype == np.int64 and (b.inputs == want).all()
+        assert (b.targets == targets_for(want, spec.vocab())).all()
+
+
+def test_raw_draw_permutations_equal_argsort_of_uniforms():
+    from generators.joint_recall import _perms
+
+    for bitgen in (np.random.PCG64, np.random.MT19937):
+        a, b = np.random.Generator(bitgen(7)), np.random.Generator(bitgen(7))
+        for shape in ((50, 16), (20, 5, 9), (3, 2049)):
+            assert (_perms(shape, a) == np.argsort(b.random(shape), axis=-1)).all()
+        assert a.random() == b.random()  # the generators are left in the same state
