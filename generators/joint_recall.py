@@ -19,6 +19,7 @@ as a uniformly random composition (stars and bars); `filler_gap` tokens follow, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,7 +81,7 @@ def _perms(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     n = shape[-1]
     if not isinstance(rng.bit_generator, np.random.PCG64) or n > (1 << _IDX_BITS):
         return np.argsort(rng.random(shape), axis=-1)
-    keys = rng.bit_generator.random_raw(int(np.prod(shape))).reshape(shape)
+    keys = rng.bit_generator.random_raw(math.prod(shape)).reshape(shape)
     keys &= np.uint64(~((1 << _IDX_BITS) - 1) & 0xFFFFFFFFFFFFFFFF)
     keys |= np.arange(n, dtype=np.uint64)
     keys.sort(axis=-1)
@@ -224,21 +225,37 @@ def _rows(
     inputs = np.zeros((n, width), dtype=wide)  # PAD = 0
     tgt = np.full((n, width), IGNORE, dtype=target_dtype) if with_targets else None
     if n:
-        groups, inverse = np.unique(sizes, axis=0, return_inverse=True)
-        order = np.argsort(inverse.reshape(-1), kind="stable")
-        starts = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(groups) + 1))
-        for g, group in enumerate(groups):
+        order, starts = _group_rows(sizes, hi)
+        for g in range(len(starts) - 1):
             rows = order[starts[g] : starts[g + 1]]
-            length = 2 + 2 * int(_component_length(group[None, :])[0])
+            group = tuple(int(x) for x in sizes[rows[0]])
+            length = 2 + 2 * int(_component_length(sizes[rows[:1]])[0])
             block = np.empty((len(rows), length), dtype=dtype)
             tblock = None if tgt is None else np.full(block.shape, IGNORE, dtype=target_dtype)
-            _fixed_size_samples(tuple(int(x) for x in group), block, vocab, rng, tblock)
+            _fixed_size_samples(group, block, vocab, rng, tblock)
             inputs[rows, :length] = block
             if tgt is not None:
                 tgt[rows, :length] = tblock
     if spec.has_filler:
         inputs = _insert_filler(inputs, sizes, spec, vocab, rng)
     return inputs, sizes, tgt
+
+
+def _group_rows(sizes: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by size tuple, groups in lexicographic order of the tuples (the order the
+    draws follow), rows in their own order within a group: (order, group starts)."""
+    spans = hi + 1
+    if float(np.prod(spans.astype(np.float64))) < 2**62:
+        # one integer per tuple (mixed radix, first level most significant): a 1-D stable sort
+        code = np.zeros(len(sizes), dtype=np.int64)
+        for level in range(sizes.shape[1]):
+            code = code * spans[level] + sizes[:, level]
+    else:  # pragma: no cover - astronomically many size tuples
+        code = np.unique(sizes, axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.argsort(code, kind="stable")
+    ordered = code[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1], True])
+    return order, starts
 
 
 def _insert_filler(
