@@ -4,10 +4,11 @@ Determinism: split s, block b (BLOCK_SIZE samples) is drawn from
 `SeedSequence(seed, spawn_key=(s, b))`, so the data depends only on (task, seed, counts), never on
 shard size or worker count; shard sizes are whole numbers of blocks.
 
-Disjoint splits: every row is hashed (two independent 64-bit polynomial hashes over its tokens,
-invariant to right padding); rows of valid that also occur in test, and rows of train that occur in
-valid or test, are redrawn from `SeedSequence(seed, spawn_key=(s, b, attempt))` until none is
-left. The count of redrawn rows goes to the manifest.
+Disjoint splits: every row is hashed (two independent 64-bit weighted sums over its ids taken as
+uint32 pairs, invariant to right padding, see `row_hashes`); rows of valid that also occur in
+test, and rows of train that occur in valid or test, are redrawn from
+`SeedSequence(seed, spawn_key=(s, b, attempt))` until none is left. The count of redrawn rows
+goes to the manifest.
 
 A shard (Parquet, zstd level 1) holds one row per sample: `input_ids`, the unpadded token ids as raw
 bytes (Arrow `binary`: little-endian `uint8|uint16|uint32`, the manifest's `id_dtype`), `labels`,
