@@ -150,7 +150,7 @@ def report_table(rep: dict):
     from rich.table import Table
 
     table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
-    for col in [*rep["by"], "best lr", "valid", "mean +/- std", "seeds", "missing",
+    for col in [*rep["by"], "best lr", "valid", "mean +/- std", "per seed", "seeds", "missing",
                 "failed", *(["reference"] if rep["reference"].get("values") else [])]:
         table.add_column(col, justify="left" if col in rep["by"] else "right")
     for row in rep["rows"]:
@@ -159,6 +159,7 @@ def report_table(rep: dict):
                   "-" if row["valid"] is None else f"{row['valid']:.4f}",
                   ("-" if row["mean"] is None else f"{row['mean']:.4f}")
                   + (f" +/- {row['std']:.4f}" if row["std"] is not None else ""),
+                  " / ".join("-" if x is None else f"{x:.3f}" for x in row["per_seed"]) or "-",
                   str(row["seeds"]), str(row["missing"]), str(row["failed"])]
         if rep["reference"].get("values"):
             ref = row["reference"]

@@ -281,13 +281,15 @@ def _num(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def table_rows(fields: list[str], groups: list[Group], reference: dict) -> list[dict]:
+def table_rows(fields: list[str], groups: list[Group], reference: dict,
+               metric: str = "test.acc") -> list[dict]:
     ref = (reference or {}).get("values") or {}
     rows = []
     for g in groups:
         c = g.counts
         rows.append({**{f: _fmt(v) for f, v in g.values.items()}, "label": g.label,
                      "best_lr": g.best_lr, "valid": g.valid_mean, "mean": g.mean, "std": g.std,
+                     "per_seed": [r.metric(metric) for r in g.selected],
                      **c, "reference": ref.get(g.label)})
     return rows
 
@@ -306,7 +308,7 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
     checks = check_expectations(groups, expects if isinstance(expects, list) else [expects])
     return {"metric": metric, "by": fields, "experiments": meta["experiments"],
             "reference": meta["reference"], "groups": groups,
-            "rows": table_rows(fields, groups, meta["reference"]), "checks": checks,
+            "rows": table_rows(fields, groups, meta["reference"], metric), "checks": checks,
             "runs": len(runs)}
 
 
@@ -314,7 +316,7 @@ def _markdown(rep: dict) -> str:
     fields, metric = rep["by"], rep["metric"]
     ref = rep["reference"] or {}
     head = [*fields, "best lr", f"valid.{metric.split('.', 1)[1]}", f"{metric} mean +/- std",
-            "seeds", "missing", "failed"]
+            "per seed", "seeds", "missing", "failed"]
     if ref.get("values"):
         head.append(f"reference ({ref.get('source', 'reference')})")
     lines = [f"# Report: {', '.join(e for e in rep['experiments'] if e) or 'runs'}", "",
@@ -325,7 +327,8 @@ def _markdown(rep: dict) -> str:
     for row in rep["rows"]:
         cells = [row[f] for f in fields]
         cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}", _num(row["valid"]),
-                  f"{_num(row['mean'])} +/- {_num(row['std'])}", str(row["seeds"]),
+                  f"{_num(row['mean'])} +/- {_num(row['std'])}",
+                  " / ".join(_num(x) for x in row["per_seed"]) or "-", str(row["seeds"]),
                   str(row["missing"]), str(row["failed"])]
         if ref.get("values"):
             cells.append(_num(row["reference"]))
@@ -342,12 +345,13 @@ def _markdown(rep: dict) -> str:
 
 def _csv(rep: dict) -> str:
     buf = io.StringIO()
-    cols = [*rep["by"], "label", "best_lr", "valid", "mean", "std", "seeds", "missing", "failed",
-            "reference"]
+    cols = [*rep["by"], "label", "best_lr", "valid", "mean", "std", "per_seed", "seeds",
+            "missing", "failed", "reference"]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rep["rows"]:
-        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        w.writerow({k: ("" if v is None else " ".join(f"{x:g}" for x in v if x is not None)
+                        if k == "per_seed" else v) for k, v in row.items()})
     return buf.getvalue()
 
 
@@ -358,6 +362,7 @@ def _json(rep: dict) -> dict:
                        "valid_by_lr": {str(k): v for k, v in g.lrs.items()},
                        "valid": g.valid_mean, "mean": g.mean, "std": g.std, **g.counts,
                        "selected": [r.name for r in g.selected],
+                       "per_seed": [r.metric(rep["metric"]) for r in g.selected],
                        "failed_runs": {r.name: r.error for r in g.runs if r.status == "failed"},
                        "missing_runs": [r.name for r in g.runs if r.status == "missing"]})
     return {"metric": rep["metric"], "by": rep["by"], "experiments": rep["experiments"],

@@ -85,6 +85,12 @@ def test_best_lr_and_mean_std_against_hand_computed_values(sweep_dir):
         assert g.counts == {"seeds": seeds, "missing": missing, "failed": failed}
     assert got["mamba"].lrs == pytest.approx({1e-3: 0.6, 3e-3: 0.8})
     assert [r.config["train.seed"] for r in got["mamba"].selected] == [0, 1, 2]
+    # every seed's number beside the mean (runs that jump or not make mean +/- std misleading)
+    rows = {r["label"]: r for r in rep["rows"]}
+    assert rows["mamba"]["per_seed"] == pytest.approx([0.7, 0.9, 0.8])  # seeds 0, 1, 2 at 3e-3
+    assert rows["mamba+hax"]["per_seed"] == pytest.approx([0.6, 0.7])
+    md = (write_report(rep, sweep_dir / "out", plots=False)[0]).read_text()
+    assert "| 0.7000 / 0.9000 / 0.8000 |" in md
 
 
 def test_loss_metric_picks_the_lowest_validation_loss(sweep_dir):
@@ -144,7 +150,8 @@ def test_files_and_check_exit_code(sweep_dir):
     assert float(rows["mamba+hax"]["std"]) == pytest.approx(math.sqrt(0.005))
     assert float(rows["mamba+hax"]["reference"]) == 0.5
     md = (sweep_dir / "report.md").read_text()
-    assert "| mamba+hax | 0.001 | 0.9250 | 0.6500 +/- 0.0707 | 2 | 2 | 1 | 0.5000 |" in md
+    assert ("| mamba+hax | 0.001 | 0.9250 | 0.6500 +/- 0.0707 | 0.6000 / 0.7000 | 2 | 2 | 1 | "
+            "0.5000 |") in md
     data = json.loads((sweep_dir / "report.json").read_text())
     assert data["groups"][1]["failed_runs"] and data["checks"][0]["ok"]
     assert "…" not in r.stdout  # piped: no truncated cells
