@@ -62,7 +62,7 @@ def gap_sentence(groups: list[dict]) -> str:
             f"{base_hi:.2f} (at {lo} pairs: {base_lo:.2f})")
     if base_lo - base_hi > 0.1 and at_hi[best] - base_hi > 0.1:
         return (f"{head}: the fixed-state SSM falls behind as the table grows, within this step "
-                "budget and one seed (experiments/capacity.toml has 3 seeds, an lr grid and the "
+                "budget and one seed (docs/results/capacity/ has 3 seeds, an lr grid and the "
                 "state-size axis).")
     return f"{head}: no capacity gap shows at this budget."
 
