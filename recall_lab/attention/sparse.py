@@ -41,6 +41,8 @@ __all__ = ["sparse_attention", "triton_available", "BACKENDS"]
 BACKENDS = ("auto", "torch", "csr", "triton")
 # Elements of one gathered chunk [BH, C, n, width]; 2^22 fp32 = 16 MiB.
 _CHUNK_ELEMS = 1 << 22
+# csr: store only the filled slots when at most this fraction is filled (see _Layout).
+_COMPACT_FILL = 0.75
 
 
 def triton_available() -> bool:
@@ -66,16 +68,61 @@ def _csr(crow: Tensor, col: Tensor, values: Tensor, size: int) -> Tensor:
                                        check_invariants=False)
 
 
-def _csr_layout(idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Row pointers and global columns of the block-diagonal ``[BH*L, BH*L]`` pattern.
+class _Layout:
+    """The block-diagonal ``[BH*L, BH*L]`` CSR pattern of ``idx [BH, L, n]``: row pointers and
+    global columns, row-major, plus the ``[BH, L, n]`` mask of non-empty slots.
 
-    Empty slots point at column ``bh*L`` with value 0 (sparse kernels add duplicates).
+    When at most :data:`_COMPACT_FILL` of the slots are filled, empty slots are left out (at
+    short lengths most LSH slots are empty: 46% of HAX slots filled at the training bench's
+    L = 158, and each sparse product costs per stored entry); otherwise every slot is stored,
+    empty ones as column 0 of their block with value 0 (packing costs more than it saves there).
     """
-    bh, length, n = idx.shape
-    base = (torch.arange(bh, device=idx.device) * length).view(bh, 1, 1)
-    crow = torch.arange(0, bh * length * n + 1, n, device=idx.device)
-    col = (base + idx.clamp_min(0)).reshape(-1)
-    return crow, col, idx >= 0
+
+    def __init__(self, idx: Tensor) -> None:
+        bh, length, n = idx.shape
+        self.shape, self.rows, self.n = idx.shape, bh * length, n
+        self.valid = idx >= 0
+        base = (torch.arange(bh, device=idx.device) * length).view(bh, 1, 1)
+        filled = int(self.valid.sum())
+        self.compact = filled <= _COMPACT_FILL * idx.numel()
+        if self.compact:
+            self.crow = torch.zeros(self.rows + 1, dtype=torch.int64, device=idx.device)
+            self.crow[1:] = self.valid.view(-1, n).sum(-1).cumsum(0)
+            self.pos = self.valid.view(-1).nonzero().squeeze(1)  # flat slots, row-major
+            self.col = (idx + base).view(-1).index_select(0, self.pos)
+        else:
+            self.crow = torch.arange(0, self.rows * n + 1, n, device=idx.device)
+            self.col = (idx.clamp_min(0) + base).reshape(-1)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """``[BH, L, n]`` -> the stored entries' values."""
+        return x.reshape(-1).index_select(0, self.pos) if self.compact else x.reshape(-1)
+
+    def unpack(self, vals: Tensor) -> Tensor:
+        """Stored entries' values -> ``[BH, L, n]`` (0 in left-out slots)."""
+        if self.compact:
+            flat = vals.new_zeros(self.valid.numel())
+            return flat.index_copy_(0, self.pos, vals).view(self.shape)
+        return vals.view(self.shape)
+
+    def entry_rows(self) -> Tensor:
+        """The query row of every stored entry."""
+        if self.compact:
+            return self.pos // self.n
+        return torch.arange(self.rows, device=self.col.device).repeat_interleave(self.n)
+
+    def csr(self, vals: Tensor) -> Tensor:
+        return _csr(self.crow, self.col, vals, self.rows)
+
+    def transposed(self, *vals: Tensor) -> list[Tensor]:
+        """The transposed pattern (rows = keys, columns = queries) carrying ``vals``: entries
+        sorted by key, stably (int32 keys sort about twice as fast as int64)."""
+        col = self.col
+        order = torch.argsort(col.to(torch.int32) if self.rows < 2**31 else col, stable=True)
+        crow_t = torch.zeros(self.rows + 1, dtype=torch.int64, device=col.device)
+        crow_t[1:] = torch.bincount(col, minlength=self.rows).cumsum(0)
+        qrow = self.entry_rows()[order] if self.compact else order // self.n
+        return [_csr(crow_t, qrow, v[order], self.rows) for v in vals]
 
 
 def _masked_softmax(sc: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
@@ -91,36 +138,32 @@ def _csr_forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float
                  ) -> tuple[Tensor, Tensor]:
     """CPU fast path: scores by a sampled dense-dense product (SDDMM), ``out = P @ V`` by a
     CSR x dense product; no gathered ``[.., n, dv]`` tensor. Returns ``(out, p [BH, L, n])``:
-    the probabilities (O(L n)) are kept for the backward instead of a log-sum-exp."""
+    the probabilities (O(L n), 0 in empty slots) are kept for the backward instead of a
+    log-sum-exp."""
     bh, length, _ = q.shape
-    rows = bh * length
-    crow, col, valid = _csr_layout(idx)
-    qf, kf, vf = q.reshape(rows, -1), k.reshape(rows, -1), v.reshape(rows, -1)
-    pat = _csr(crow, col, q.new_zeros(col.shape), rows)
+    lay = _Layout(idx)
+    if lay.col.numel() == 0:
+        return q.new_zeros(bh, length, v.shape[-1]), q.new_zeros(idx.shape)
+    qf, kf, vf = q.reshape(lay.rows, -1), k.reshape(lay.rows, -1), v.reshape(lay.rows, -1)
+    pat = lay.csr(q.new_zeros(lay.col.shape))
     sc = torch.sparse.sampled_addmm(pat, qf, kf.t(), beta=0.0, alpha=scale).values()
-    p, _ = _masked_softmax(sc.view(idx.shape), valid)
-    out = _csr(crow, col, p, rows) @ vf
+    p, _ = _masked_softmax(lay.unpack(sc), lay.valid)
+    out = lay.csr(lay.pack(p)) @ vf
     return out.view(bh, length, -1), p
 
 
 def _csr_backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, p: Tensor,
                   dout: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    bh, length, _ = q.shape
-    rows = bh * length
-    crow, col, _ = _csr_layout(idx)
-    qf, kf, vf, dof = (t.reshape(rows, -1) for t in (q, k, v, dout))
-    pat = _csr(crow, col, q.new_zeros(col.shape), rows)
-    dp = torch.sparse.sampled_addmm(pat, dof, vf.t(), beta=0.0).values().view(idx.shape)
-    ds = p * (dp - (dout * out).sum(-1, keepdim=True)) * scale
-    dq = _csr(crow, col, ds, rows) @ kf
-    # Transposed pattern: entries sorted by key (stable), rows = keys, columns = queries.
-    order = torch.argsort(col, stable=True)
-    qrow = torch.arange(rows, device=q.device).repeat_interleave(idx.shape[-1])[order]
-    crow_t = torch.zeros(rows + 1, dtype=torch.int64, device=q.device)
-    crow_t[1:] = torch.bincount(col, minlength=rows).cumsum(0)
-    dk = _csr(crow_t, qrow, ds.reshape(-1)[order], rows) @ qf
-    dv = _csr(crow_t, qrow, p.reshape(-1)[order], rows) @ dof
-    return dq.view_as(q), dk.view_as(k), dv.view_as(v)
+    lay = _Layout(idx)
+    if lay.col.numel() == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    qf, kf, vf, dof = (t.reshape(lay.rows, -1) for t in (q, k, v, dout))
+    pat = lay.csr(q.new_zeros(lay.col.shape))
+    dp = lay.unpack(torch.sparse.sampled_addmm(pat, dof, vf.t(), beta=0.0).values())
+    ds = lay.pack(p * (dp - (dout * out).sum(-1, keepdim=True)) * scale)
+    dq = lay.csr(ds) @ kf
+    ds_t, p_t = lay.transposed(ds, lay.pack(p))
+    return dq.view_as(q), (ds_t @ qf).view_as(k), (p_t @ dof).view_as(v)
 
 
 def _torch_forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float

@@ -153,3 +153,25 @@ def test_bad_inputs_raise():
         sparse_attention(q, q[..., :1], q, good)
     with pytest.raises(RecallLabError):
         sparse_attention(q, q, q, good, backend="cuda")
+
+
+@pytest.mark.parametrize("fill", [0.0, 1.0])
+@pytest.mark.parametrize("p_empty", [0.0, 0.6, 1.0])
+def test_csr_stored_and_left_out_empty_slots_match_the_gather_reference(fill, p_empty,
+                                                                         monkeypatch):
+    """csr stores every slot (fill 0) or only the filled ones (fill 1): both equal `torch`."""
+    monkeypatch.setattr(sparse_mod, "_COMPACT_FILL", fill)
+    gen = torch.Generator().manual_seed(3)
+    q, k = (torch.randn(2, 2, 9, 3, generator=gen, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 2, 9, 4, generator=gen, dtype=torch.float64)
+    idx = random_idx(2, 2, 9, 5, gen, p_empty=p_empty)
+    outs, grads = [], []
+    for backend in ("csr", "torch"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = sparse_attention(*leaves, idx, backend=backend)
+        out.backward(torch.ones_like(out))
+        outs.append(out)
+        grads.append([t.grad for t in leaves])
+    torch.testing.assert_close(outs[0], outs[1])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
