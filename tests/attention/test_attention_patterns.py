@@ -260,6 +260,35 @@ def test_union_counts_a_key_once():
     assert to_mask(u, 4).tolist() == [[[[1, 1, 0, 0], [1, 1, 1, 1]]]]
 
 
+def _random_part(lead, length, n, gen):
+    """Duplicate-free random key lists with empty slots (the pattern contract)."""
+    out = torch.full((*lead, length, n), -1, dtype=torch.int32)
+    flat = out.view(-1, length, n)
+    for r in range(flat.shape[0]):
+        for i in range(length):
+            keys = torch.randperm(length, generator=gen)[:n]
+            keep = torch.rand(len(keys), generator=gen) > 0.3
+            flat[r, i, : len(keys)] = torch.where(keep, keys, -1).to(torch.int32)
+    return out
+
+
+@given(length=st.integers(1, 9), na=st.integers(1, 5), nb=st.integers(1, 5),
+       nc=st.integers(0, 3), seed=st.integers(0, 10**6))
+def test_union_is_the_or_of_the_masks(length, na, nb, nc, seed):
+    """Against the brute-force OR of the parts' masks, with broadcasting lead dims: every key
+    occurs once and the slot count is the sum of the parts'."""
+    gen = torch.Generator().manual_seed(seed)
+    parts = [_random_part((1, 1), length, na, gen), _random_part((2, 3), length, nb, gen)]
+    if nc:
+        parts.append(_random_part((2, 1), length, nc, gen))
+    u = union_indices(*parts)
+    assert u.shape == (2, 3, length, na + nb + nc) and u.dtype == torch.int32
+    want = torch.zeros(2, 3, length, length, dtype=torch.bool)
+    for p in parts:
+        want |= to_mask(p, length).bool()
+    assert torch.equal(to_mask(u, length), want.long())
+
+
 def brute_ranking_loss(scores, q, k, sel, scale):
     total, count = 0.0, 0
     for r in itertools_rows(sel):
@@ -326,3 +355,25 @@ def test_bad_arguments_raise_one_clear_error():
         make_pattern("sw", 4)(torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
     with pytest.raises(RecallLabError):
         lsh_bins(torch.zeros(3, 2), torch.zeros(2, 2), "bogus")
+
+
+def test_ks_loss_rescoring_sampled_keys_equals_scoring_every_key():
+    """KSPattern re-scores only the n sampled keys with autograd: same loss and scorer
+    gradients as differentiating the scores of all L keys (the reference path)."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 40, 4, dtype=torch.float64)
+    k = torch.randn(2, 3, 40, 4, dtype=torch.float64)
+    ks = make_pattern("ks", 8, dim=4).double().train()
+    torch.manual_seed(5)
+    idx, aux = ks(q, k)
+    aux.backward()
+    fast = [p.grad.clone() for p in ks.parameters()]
+    ks.zero_grad()
+    torch.manual_seed(5)
+    x = ks.scores(q, k)
+    ref = ks_ranking_loss(x, q, k, 8, ks.scale)
+    ref.backward()
+    assert torch.equal(idx, causal_topk_indices(x.detach(), 8))
+    torch.testing.assert_close(aux, ref)
+    for a, p in zip(fast, ks.parameters(), strict=True):
+        torch.testing.assert_close(a, p.grad)
