@@ -92,7 +92,7 @@ class _Layout:
             self.col = (idx + base).view(-1).index_select(0, self.pos)
         else:
             self.crow = torch.arange(0, self.rows * n + 1, n, device=idx.device)
-            self.col = (idx.clamp_min(0) + base).reshape(-1)
+            self.col = idx.clamp_min(0).to(torch.int64).add_(base).reshape(-1)
 
     def pack(self, x: Tensor) -> Tensor:
         """``[BH, L, n]`` -> the stored entries' values."""
@@ -121,17 +121,19 @@ class _Layout:
         order = torch.argsort(col.to(torch.int32) if self.rows < 2**31 else col, stable=True)
         crow_t = torch.zeros(self.rows + 1, dtype=torch.int64, device=col.device)
         crow_t[1:] = torch.bincount(col, minlength=self.rows).cumsum(0)
-        qrow = self.entry_rows()[order] if self.compact else order // self.n
-        return [_csr(crow_t, qrow, v[order], self.rows) for v in vals]
+        moved = [v[order] for v in vals]
+        # in place where possible: this is the backward's memory peak
+        qrow = self.entry_rows()[order] if self.compact else order.floor_divide_(self.n)
+        return [_csr(crow_t, qrow, v, self.rows) for v in moved]
 
 
-def _masked_softmax(sc: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-    sc = sc.masked_fill(~valid, float("-inf"))
+def _masked_softmax_(sc: Tensor, valid: Tensor) -> Tensor:
+    """Softmax over the valid slots of ``sc [.., n]``, in place (sc is a fresh buffer)."""
+    sc = sc.masked_fill_(~valid, float("-inf"))
     m = sc.amax(-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    p = torch.exp(sc - m)
-    den = p.sum(-1, keepdim=True)
-    return p / den.clamp_min(torch.finfo(p.dtype).tiny), (m + den.log()).squeeze(-1)
+    p = sc.sub_(m).exp_()
+    return p.div_(p.sum(-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny))
 
 
 def _csr_forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float
@@ -147,7 +149,7 @@ def _csr_forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float
     qf, kf, vf = q.reshape(lay.rows, -1), k.reshape(lay.rows, -1), v.reshape(lay.rows, -1)
     pat = lay.csr(q.new_zeros(lay.col.shape))
     sc = torch.sparse.sampled_addmm(pat, qf, kf.t(), beta=0.0, alpha=scale).values()
-    p, _ = _masked_softmax(lay.unpack(sc), lay.valid)
+    p = _masked_softmax_(lay.unpack(sc), lay.valid)
     out = lay.csr(lay.pack(p)) @ vf
     return out.view(bh, length, -1), p
 
@@ -160,7 +162,8 @@ def _csr_backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, p: 
     qf, kf, vf, dof = (t.reshape(lay.rows, -1) for t in (q, k, v, dout))
     pat = lay.csr(q.new_zeros(lay.col.shape))
     dp = lay.unpack(torch.sparse.sampled_addmm(pat, dof, vf.t(), beta=0.0).values())
-    ds = lay.pack(p * (dp - (dout * out).sum(-1, keepdim=True)) * scale)
+    delta = torch.linalg.vecdot(dout, out).unsqueeze(-1)
+    ds = lay.pack(dp.sub_(delta).mul_(p).mul_(scale))
     dq = lay.csr(ds) @ kf
     ds_t, p_t = lay.transposed(ds, lay.pack(p))
     return dq.view_as(q), (ds_t @ qf).view_as(k), (p_t @ dof).view_as(v)
@@ -237,8 +240,7 @@ class _SparseAttention(torch.autograd.Function):
 
             i3 = i3.to(torch.int32).contiguous()
             out, stats = triton_sparse.forward(q3, k3, v3, i3, scale)
-        elif backend == "csr":
-            i3 = i3.to(torch.int64)
+        elif backend == "csr":  # any integer dtype (patterns give int32: half the saved bytes)
             out, stats = _csr_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
         else:
             i3 = i3.to(torch.int64)
