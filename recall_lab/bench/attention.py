@@ -59,14 +59,17 @@ import sys
 from recall_lab.bench.record import summarise, time_reps
 
 PEERS = ("torch",)  # FlexAttention ships with torch
-LENGTHS = (1024, 4096, 8192, 16384, 65536)
+# Env RECALL_LAB_BENCH_LENGTHS (e.g. "1024,8192") and RECALL_LAB_BENCH_DENSE_MAX narrow a full run
+# on a loaded machine (dense at L = 16K costs minutes per step there).
+LENGTHS = tuple(int(x) for x in os.environ.get("RECALL_LAB_BENCH_LENGTHS",
+                                                "1024,4096,8192,16384,65536").split(","))
 QUICK_LENGTHS = (256, 1024, 2048)
 TRAIN_SHAPE = (64, 1057)  # the release's training batch x length (paper 004 App. D.1)
 QUICK_TRAIN_SHAPE = (8, 1057)
 FIXED = ("sw", "d", "attamba")  # patterns with a FlexAttention peer
-FLEX_LENGTHS = (1024, 4096, 8192, 16384)
+FLEX_LENGTHS = tuple(x for x in LENGTHS if 1024 <= x <= 16384)
 QUICK_FLEX_LENGTHS = (1024, 2048)
-DENSE_MAX = 16384
+DENSE_MAX = int(os.environ.get("RECALL_LAB_BENCH_DENSE_MAX", "16384"))
 D_QK, D_V, K = 16, 128, 64
 ATTAMBA_P = 8
 METHODS = ("ours", "dense", "seattn", "attamba-p8", "attamba-sqrt")
