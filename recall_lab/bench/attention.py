@@ -59,8 +59,9 @@ import sys
 from recall_lab.bench.record import summarise, time_reps
 
 PEERS = ("torch",)  # FlexAttention ships with torch
-# Env RECALL_LAB_BENCH_LENGTHS (e.g. "1024,8192") and RECALL_LAB_BENCH_DENSE_MAX narrow a full run
-# on a loaded machine (dense at L = 16K costs minutes per step there).
+# Env RECALL_LAB_BENCH_LENGTHS (e.g. "1024,8192"), RECALL_LAB_BENCH_DENSE_MAX and
+# RECALL_LAB_BENCH_METHODS (e.g. "ours,dense") narrow a run on a loaded machine (dense at L = 16K
+# costs minutes per step there).
 LENGTHS = tuple(int(x) for x in os.environ.get("RECALL_LAB_BENCH_LENGTHS",
                                                 "1024,4096,8192,16384,65536").split(","))
 QUICK_LENGTHS = (256, 1024, 2048)
@@ -72,7 +73,8 @@ QUICK_FLEX_LENGTHS = (1024, 2048)
 DENSE_MAX = int(os.environ.get("RECALL_LAB_BENCH_DENSE_MAX", "16384"))
 D_QK, D_V, K = 16, 128, 64
 ATTAMBA_P = 8
-METHODS = ("ours", "dense", "seattn", "attamba-p8", "attamba-sqrt")
+METHODS = tuple(m for m in ("ours", "dense", "seattn", "attamba-p8", "attamba-sqrt")
+                if m in os.environ.get("RECALL_LAB_BENCH_METHODS", m).split(","))
 # Largest L per attamba case: their index lists hold L (L/P + P) slots, and the sparse op keeps
 # ~100 bytes per slot (measured 234 MB at L = 4096, P = 8), so P = 8 stops at 4096 and
 # P = sqrt(L) at 16384 (each ~0.5 GB) to keep a shared machine's memory.

@@ -139,9 +139,12 @@ def run(console, quick: bool) -> dict:
     steps = 3 if quick else 5
     from recall_lab.models import PAPER_MODELS
 
+    # Env RECALL_LAB_BENCH_MODELS (e.g. "mamba,mamba+hax") narrows a run on a loaded machine.
+    names = [m for m in PAPER_MODELS
+             if m in os.environ.get("RECALL_LAB_BENCH_MODELS", m).split(",")]
     rows = []
     with console.status("timing training steps") as status:
-        for name in PAPER_MODELS:
+        for name in names:
             status.update(f"timing {name}")
             r = _spawn(name, batch, steps)
             rows.append(r if r is not None else {"model": name, "failed": True})
