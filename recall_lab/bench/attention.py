@@ -290,6 +290,11 @@ def run(console, quick: bool) -> dict:
             return None
         return c["time_s"]["median"] if key == "time_s" else c[key]
 
+    def pair(a: str, b: str, mode: str, length: int, batch: int = 1):
+        """((a's time, b's time), (a's peak, b's peak)) of one case, side by side."""
+        return tuple(tuple(get(m, mode, length, key, batch) for m in (a, b))
+                     for key in ("time_s", "peak_mb"))
+
     table = Table(title="HAX attention layer (H=1, d_qk=16, d_v=128, k=64, training mode): "
                         "ours vs release dense masks; medians")
     for col in ("B x L", "mode", "ours ms", "dense ms", "speed-up", "ours MB", "dense MB",
@@ -299,10 +304,7 @@ def run(console, quick: bool) -> dict:
     shapes = [(1, length) for length in lengths] + [(train_b, train_l)]
     for batch, length in shapes:
         for mode in MODES:
-            ot, dt = get("ours", mode, length, "time_s", batch), get("dense", mode, length,
-                                                                     "time_s", batch)
-            om, dm = get("ours", mode, length, "peak_mb", batch), get("dense", mode, length,
-                                                                      "peak_mb", batch)
+            (ot, dt), (om, dm) = pair("ours", "dense", mode, length, batch)
             row = {"B": batch, "L": length, "mode": mode, "ours_s": ot, "dense_s": dt,
                    "speedup": _ratio(ot, dt), "ours_peak_mb": om, "dense_peak_mb": dm,
                    "memory_ratio": _ratio(om, dm)}
@@ -348,10 +350,7 @@ def run(console, quick: bool) -> dict:
     flex_rows = []
     for p in FIXED:
         for length in flex_lengths:
-            ot, ft = get(f"{p}-ours", "infer", length, "time_s"), get(f"{p}-flex", "infer",
-                                                                      length, "time_s")
-            om, fm = get(f"{p}-ours", "infer", length, "peak_mb"), get(f"{p}-flex", "infer",
-                                                                       length, "peak_mb")
+            (ot, ft), (om, fm) = pair(f"{p}-ours", f"{p}-flex", "infer", length)
             sp = get(f"{p}-flex", "infer", length, "block_sparsity")
             row = {"pattern": p, "L": length, "ours_s": ot, "flex_s": ft,
                    "flex_over_ours": _ratio(ot, ft), "ours_peak_mb": om, "flex_peak_mb": fm,
