@@ -10,12 +10,12 @@ steadier ones). Both summarised by ``record.summarise`` (median, p20, p80); toke
 tokens) and the ratio to plain `mamba` from the medians of the same run. With 2 intra-op threads
 under load the same steps were measured 5-10x slower and far noisier.
 
-Then a breakdown of one HAX branch layer at the same shape (batch x length, d_qk = the mixer's
-state size, v = d_inner = 128 wide, k = 64 = LSH 32 + KS 32, training mode): CPU ms per part
-(torch.profiler record_function ranges: wall time on the one thread, so inflated alike by machine
-load; mean of 5 steps after 2 warm-ups): LSH indices, KS scores
-(MLP), KS causal top-n, KS ranking loss, union, the attention op forward, and the backward of the
-attention + KS scorer.
+Then, in its own subprocess (``--breakdown BATCH LENGTH D_QK``), a breakdown of one HAX branch
+layer at the same shape (batch x length, d_qk = the mixer's state size, v = d_inner = 128 wide, k =
+64 = LSH 32 + KS 32, training mode): CPU ms per part (torch.profiler record_function ranges: wall
+time on the one thread, so inflated alike by machine load; mean of 5 steps after 2 warm-ups): LSH
+indices, KS scores (MLP), KS causal top-n, KS ranking loss, union, the attention op forward, and
+the backward of the attention + KS scorer.
 """
 
 from __future__ import annotations
@@ -77,14 +77,21 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
             "device": str(device), "loadavg_after": os.getloadavg()[0]}
 
 
-def _spawn(name: str, batch: int, steps: int) -> dict | None:
-    cmd = [sys.executable, "-m", "recall_lab.bench.train", "--case", name, str(batch), str(steps)]
+def _child(*args: object) -> dict | None:
+    """Run ``python -m recall_lab.bench.train ARGS`` with one thread; its last stdout line (JSON).
+    Its stderr (torch.profiler's start/stop lines among others) stays out of the printed tables."""
+    cmd = [sys.executable, "-m", "recall_lab.bench.train", *map(str, args)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     if res.returncode != 0:
         return None
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    out["wall_s"], out["cpu_s"] = summarise(out["wall_s"]), summarise(out["cpu_s"])
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _spawn(name: str, batch: int, steps: int) -> dict | None:
+    out = _child("--case", name, batch, steps)
+    if out is not None:
+        out["wall_s"], out["cpu_s"] = summarise(out["wall_s"]), summarise(out["cpu_s"])
     return out
 
 
@@ -174,7 +181,8 @@ def run(console, quick: bool) -> dict:
     breakdown = []
     if length is not None and not torch.cuda.is_available():
         for d_qk, label in ((16, "mamba+hax"), (64, "mamba2+hax")):
-            b = branch_breakdown(batch, length, d_qk)
+            b = _child("--breakdown", batch, length, d_qk) or {
+                "batch": batch, "length": length, "d_qk": d_qk, "ms": dict.fromkeys(PARTS)}
             b["model"] = label
             breakdown.append(b)
         bt = Table(title=f"one HAX branch layer, training step, batch {batch} x {length}: "
@@ -195,10 +203,13 @@ def run(console, quick: bool) -> dict:
 def _main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs=3, metavar=("MODEL", "BATCH", "STEPS"))
+    ap.add_argument("--breakdown", nargs=3, type=int, metavar=("BATCH", "LENGTH", "D_QK"))
     args = ap.parse_args(argv)
     if args.case:
         name, batch, steps = args.case
         print(json.dumps(_time_model(name, int(batch), int(steps))))
+    elif args.breakdown:
+        print(json.dumps(branch_breakdown(*args.breakdown)))
     else:
         from rich.console import Console
 

@@ -1,0 +1,15 @@
+"""`bench train`'s HAX branch breakdown: every part is timed, in its own subprocess."""
+
+from recall_lab.bench import train
+
+
+def test_breakdown_times_every_part_in_a_subprocess():
+    out = train._child("--breakdown", 2, 24, 4)
+    assert out is not None, "the --breakdown subprocess failed"
+    assert (out["batch"], out["length"], out["d_qk"]) == (2, 24, 4)
+    assert set(out["ms"]) == set(train.PARTS)
+    assert all(ms is not None and ms > 0 for ms in out["ms"].values()), out["ms"]
+
+
+def test_failed_child_is_none():
+    assert train._child("--case", "no-such-model", 2, 1) is None
