@@ -7,12 +7,12 @@ or any folder of run folders (`config.json` + `summary.json` each).
 
 Protocol (seed 004 Sec. 5.1, zoology): runs are grouped by every config field that varies except
 `train.lr` and `train.seed` (or by the fields given with `by`); fields that only follow others
-(`model.arch` follows `model.name`) are left out of the label. In each group the lr with the best
-mean validation metric over its finished seeds is chosen (highest accuracy, lowest loss), and the
-test metric at that lr is reported as mean and sample standard deviation (n - 1) over seeds, with
-the number of seeds, and the group's unfinished (`missing`) and `failed` runs. The validation
-metric of a run is its best checkpoint's (`summary.json` "valid"), the test metric that
-checkpoint's on the test set.
+(`model.arch` follows `model.name`), and fields a run's model does not have (None), are left out of
+the label. In each group the lr with the best mean validation metric over its finished seeds is
+chosen (highest accuracy, lowest loss), and the test metric at that lr is reported as mean and
+sample standard deviation (n - 1) over seeds, with the number of seeds, and the group's unfinished
+(`missing`) and `failed` runs. The validation metric of a run is its best checkpoint's
+(`summary.json` "valid"), the test metric that checkpoint's on the test set.
 
 Claims (`[[report.expect]]` in the experiment file), checked by `report --check`:
 
@@ -168,7 +168,7 @@ def group_fields(runs: list[RunRecord]) -> list[str]:
 
 def group_label(values: dict[str, Any]) -> str:
     parts = [_fmt(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={_fmt(v)}"
-             for f, v in values.items()]
+             for f, v in values.items() if v is not None]  # None: a field the model lacks
     return " / ".join(parts) or "all"
 
 

@@ -200,3 +200,14 @@ def test_largest_table_is_by_size_and_gets_an_axis_plot(tmp_path, tiny):
     assert rep["checks"][0]["ok"], rep["checks"]  # 0.8 >= 0.3 + 0.4 at 6 entries
     paths = write_report(rep, tmp_path / "out")
     assert (tmp_path / "out" / "report-task_levels.png") in paths
+
+
+def test_label_leaves_out_fields_a_model_does_not_have():
+    # `--by model.name,model.attamba.chunk` over attamba and transformer rows: the transformer's
+    # chunk is None (it has no attamba table), which says nothing and is not part of its label
+    from recall_lab.experiments.report import group_label
+
+    assert group_label({"model.name": "transformer", "model.attamba.chunk": None,
+                        "model.k": 13}) == "transformer / k=13"
+    assert group_label({"model.name": "attamba", "model.attamba.chunk": 4}) == "attamba / chunk=4"
+    assert group_label({"model.attamba.chunk": None}) == "all"
