@@ -295,11 +295,15 @@ def run(console, quick: bool) -> dict:
         return tuple(tuple(get(m, mode, length, key, batch) for m in (a, b))
                      for key in ("time_s", "peak_mb"))
 
-    table = Table(title="HAX attention layer (H=1, d_qk=16, d_v=128, k=64, training mode): "
-                        "ours vs release dense masks; medians")
-    for col in ("B x L", "mode", "ours ms", "dense ms", "speed-up", "ours MB", "dense MB",
-                "mem ratio"):
-        table.add_column(col, justify="right")
+    def table_of(title: str, *cols: str) -> Table:
+        t = Table(title=title)
+        for col in cols:
+            t.add_column(col, justify="right")
+        return t
+
+    table = table_of("HAX attention layer (H=1, d_qk=16, d_v=128, k=64, training mode): ours vs "
+                     "release dense masks; medians", "B x L", "mode", "ours ms", "dense ms",
+                     "speed-up", "ours MB", "dense MB", "mem ratio")
     rows = []
     shapes = [(1, length) for length in lengths] + [(train_b, train_l)]
     for batch, length in shapes:
@@ -316,10 +320,9 @@ def run(console, quick: bool) -> dict:
                           _fmt(dt and dt * 1e3), _fmt(row["speedup"]), _fmt(om), _fmt(dm),
                           _fmt(row["memory_ratio"]))
     console.print(table)
-    other = Table(title="other patterns in the same setup (B=1), medians")
-    for col in ("L", "mode", "se-attn ms", "se-attn MB", "attamba P8 ms", "attamba P8 MB",
-                "attamba P=sqrtL ms", "attamba P=sqrtL MB"):
-        other.add_column(col, justify="right")
+    other = table_of("other patterns in the same setup (B=1), medians", "L", "mode",
+                     "se-attn ms", "se-attn MB", "attamba P8 ms", "attamba P8 MB",
+                     "attamba P=sqrtL ms", "attamba P=sqrtL MB")
     for r in rows:
         if r["B"] != 1:
             continue
@@ -336,17 +339,15 @@ def run(console, quick: bool) -> dict:
             exponents[f"{method} {mode}"] = {
                 "time": _slope([r["L"] for r in sel], [r[f"{method}_s"] for r in sel]),
                 "memory": _slope([r["L"] for r in sel], [r[f"{method}_peak_mb"] for r in sel])}
-    exp_table = Table(title="fitted growth exponents (log-log slope over L, B=1)")
-    for col in ("case", "time", "memory"):
-        exp_table.add_column(col, justify="right")
+    exp_table = table_of("fitted growth exponents (log-log slope over L, B=1)", "case", "time",
+                         "memory")
     for name, e in exponents.items():
         exp_table.add_row(name, _fmt(e["time"], ".2f"), _fmt(e["memory"], ".2f"))
     console.print(exp_table)
-    flex_table = Table(title="fixed patterns, inference forward (no autograd; FlexAttention has "
-                             "no CPU backward): ours vs torch.compile'd FlexAttention, medians")
-    for col in ("pattern", "L", "ours ms", "flex ms", "flex / ours", "ours MB", "flex MB",
-                "flex tiles kept"):
-        flex_table.add_column(col, justify="right")
+    flex_table = table_of("fixed patterns, inference forward (no autograd; FlexAttention has no "
+                          "CPU backward): ours vs torch.compile'd FlexAttention, medians",
+                          "pattern", "L", "ours ms", "flex ms", "flex / ours", "ours MB",
+                          "flex MB", "flex tiles kept")
     flex_rows = []
     for p in FIXED:
         for length in flex_lengths:
