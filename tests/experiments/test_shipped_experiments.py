@@ -15,7 +15,7 @@ from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.report import build_report
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-SHIPPED = ["capacity", "mini-table1", "leak-audit", "attamba-jr"]
+SHIPPED = ["capacity", "mini-table1", "leak-audit", "attamba-jr", "ks-ablation"]
 
 
 def miniature(data: dict) -> dict:
