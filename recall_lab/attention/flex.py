@@ -79,6 +79,5 @@ def flex_sparse_attention(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: fl
 
     fn = _compiled() if compiled else flex_attention
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    out = fn(q, k, v, block_mask=block_mask, scale=scale)
     # FlexAttention leaves rows without any key at 0 (its lse is -inf), as our op does.
-    return out
+    return fn(q, k, v, block_mask=block_mask, scale=scale)

@@ -37,11 +37,13 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
     import torch
 
     from generators import get_preset
+    from recall_lab.config import TrainConfig
     from recall_lab.data import batch_at
     from recall_lab.evaluate import batch_metrics
     from recall_lab.models import build_model
 
     torch.set_num_threads(1)
+    defaults = TrainConfig()  # the training step's alpha and clipping, as `recall-lab train`
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     spec = get_preset("mini-mqjr")
     batches = [batch_at(spec, batch, 0, s, device) for s in range(2)]
@@ -58,10 +60,10 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
             m = batch_metrics(out.logits, y)
             loss = m["ce_sum"] / m["n_targets"].clamp(min=1)
             if out.aux_loss is not None:
-                loss = loss + 0.1 * out.aux_loss
+                loss = loss + defaults.alpha * out.aux_loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), defaults.grad_clip)
             opt.step()
             if device.type == "cuda":
                 torch.cuda.synchronize()
