@@ -1,13 +1,14 @@
 """Which implementation runs a scan on a given device: the one dispatch point.
 
 On CUDA with mamba-ssm importable: its `selective_scan_fn` (only when the compiled
-`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. Everywhere
-else: the torch implementations in `scan.py` / `ssd.py`. `backend_report()` says what was chosen
-(for `recall-lab info`).
+`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. On the CPU, the
+selective scan runs the native C core (`native.py`) when it compiled, for float32 inputs; the
+torch implementations in `scan.py` / `ssd.py` everywhere else. `backend_report()` says what was
+chosen, and why the native core is not used where it is not (for `recall-lab info`).
 
 `reset` (chunk starts, reference.py): mamba-ssm's SSD takes it as `seq_idx` (segment ids, the
 running count of resets); its selective_scan_fn has no such input, so a reset S6 scan always runs
-the torch implementation.
+the torch implementation (the native core handles resets itself).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from recall_lab.ssm import native
 from recall_lab.ssm.scan import selective_scan_torch
 from recall_lab.ssm.ssd import ssd_torch
 
 TORCH_SCAN = "torch-chunked"
+NATIVE_SCAN = "native-c"
 TORCH_SSD = "torch-ssd-chunked"
 MAMBA_SCAN = "mamba_ssm.selective_scan_fn"
 MAMBA_SSD = "mamba_ssm.mamba_chunk_scan_combined"
@@ -52,7 +55,9 @@ def scan_backend(device: torch.device | str, op: str = "selective_scan") -> str:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if torch.device(device).type == "cuda" and _mamba_kernel(op)[0] is not None:
         return MAMBA_SCAN if op == "selective_scan" else MAMBA_SSD
-    return TORCH_SCAN if op == "selective_scan" else TORCH_SSD
+    if op == "ssd":
+        return TORCH_SSD
+    return NATIVE_SCAN if torch.device(device).type == "cpu" and native.available() else TORCH_SCAN
 
 
 def backend_report() -> dict:
@@ -61,6 +66,7 @@ def backend_report() -> dict:
     report: dict[str, Any] = {
         "cuda_available": torch.cuda.is_available(),
         "mamba_ssm": {op: _mamba_kernel(op)[1] for op in OPS},
+        "native_scan": native.load()[1],
     }
     for dev in devices:
         report[dev] = {op: scan_backend(dev, op) for op in OPS}
@@ -83,15 +89,19 @@ def selective_scan(
     """Mamba selective scan on the fastest backend for u's device (see `scan_backend`).
 
     u, delta, z: [b, d, l]; A: [d, n]; B, C: [b, n, l] or [b, g, n, l]; D, delta_bias: [d];
-    reset: bool [l] or [b, l] (chunk starts; forces the torch implementation).
+    reset: bool [l] or [b, l] (chunk starts; not taken by mamba-ssm's kernel). On the CPU, float64
+    inputs (gradient checks) run the torch implementation.
     """
-    if reset is None and scan_backend(u.device, "selective_scan") == MAMBA_SCAN:
+    backend = scan_backend(u.device, "selective_scan")
+    if reset is None and backend == MAMBA_SCAN:
         fn = _mamba_kernel("selective_scan")[0]
         return fn(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
                   delta_softplus=delta_softplus, return_last_state=return_last_state)
-    return selective_scan_torch(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
-                                delta_softplus=delta_softplus,
-                                return_last_state=return_last_state, reset=reset)
+    impl = selective_scan_torch
+    if backend == NATIVE_SCAN and native.usable(u, A, delta, B, C):
+        impl = native.selective_scan_native
+    return impl(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias, delta_softplus=delta_softplus,
+                return_last_state=return_last_state, reset=reset)
 
 
 def ssd(

@@ -163,21 +163,11 @@ def _part(keep: Tensor | None, s: int, e: int) -> Tensor | None:
     return None if keep is None else keep[s:e]
 
 
-def selective_scan_torch(
-    u: Tensor,
-    delta: Tensor,
-    A: Tensor,
-    B: Tensor,
-    C: Tensor,
-    D: Tensor | None = None,
-    z: Tensor | None = None,
-    delta_bias: Tensor | None = None,
-    delta_softplus: bool = False,
-    return_last_state: bool = False,
-    chunk: int | None = None,
-    reset: Tensor | None = None,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Chunked selective scan with custom backward; same contract as `selective_scan_ref`."""
+def prepare_scan_inputs(u: Tensor, delta: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                        delta_bias: Tensor | None, delta_softplus: bool, reset: Tensor | None):
+    """Checks the `selective_scan_ref` contract and returns the compute dtype's tensors:
+    (ct, u [b, d, l], delta [b, d, l] (bias and softplus applied), A [d, n], B, C [b, g, n, l],
+    reset mask (bool [b, l]) or None). Shared by every CPU core (torch-chunked, native)."""
     if A.is_complex():
         raise RecallLabError("complex A is not supported; pass a real [d, n] A")
     if u.dim() != 3 or delta.shape != u.shape:
@@ -186,7 +176,6 @@ def selective_scan_torch(
     b, d, length = u.shape
     if A.shape[0] != d:
         raise RecallLabError(f"A must be [d={d}, n], got {tuple(A.shape)}")
-    dtype_in = u.dtype
     ct = compute_dtype(u, delta, A, B, C)
     u_c, delta_c, A_c = u.to(ct), delta.to(ct), A.to(ct)
     if delta_bias is not None:
@@ -202,19 +191,46 @@ def selective_scan_torch(
                              f"l={length}; got {tuple(B.shape)}, {tuple(C.shape)}")
     if d % g:
         raise RecallLabError(f"{d} channels do not split into {g} groups of B/C")
-    chunk = chunk or default_chunk(b, d, A.shape[1], length)
-    # time-major, contiguous: one time step = one contiguous slice
-    uT = u_c.permute(2, 0, 1).contiguous()
-    dT = delta_c.permute(2, 0, 1).contiguous()
-    BT = B4.to(ct).permute(3, 0, 2, 1).contiguous()  # [l, b, n, g]
-    CT = C4.to(ct).permute(3, 0, 2, 1).contiguous()
     rst = reset_mask(reset, b, length, u.device)
-    keep = None if rst is None else (~rst).t().to(ct)[:, :, None, None].contiguous()  # [l,b,1,1]
-    yT, last = _SelectiveScanCore.apply(uT, dT, A_c, BT, CT, chunk, keep)
-    y = yT.permute(1, 2, 0)
+    return ct, u_c, delta_c, A_c, B4.to(ct), C4.to(ct), rst
+
+
+def finish_scan_output(y: Tensor, u_c: Tensor, D: Tensor | None, z: Tensor | None,
+                       dtype_in: torch.dtype) -> Tensor:
+    """y [b, d, l] of the core -> + D u, times silu(z), in the input's dtype."""
+    ct = y.dtype
     if D is not None:
         y = y + u_c * D.to(ct)[:, None]
     if z is not None:
         y = y * F.silu(z.to(ct))
-    y = y.to(dtype_in)
+    return y.to(dtype_in)
+
+
+def selective_scan_torch(
+    u: Tensor,
+    delta: Tensor,
+    A: Tensor,
+    B: Tensor,
+    C: Tensor,
+    D: Tensor | None = None,
+    z: Tensor | None = None,
+    delta_bias: Tensor | None = None,
+    delta_softplus: bool = False,
+    return_last_state: bool = False,
+    chunk: int | None = None,
+    reset: Tensor | None = None,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Chunked selective scan with custom backward; same contract as `selective_scan_ref`."""
+    ct, u_c, delta_c, A_c, B4, C4, rst = prepare_scan_inputs(u, delta, A, B, C, delta_bias,
+                                                             delta_softplus, reset)
+    b, d, length = u.shape
+    chunk = chunk or default_chunk(b, d, A.shape[1], length)
+    # time-major, contiguous: one time step = one contiguous slice
+    uT = u_c.permute(2, 0, 1).contiguous()
+    dT = delta_c.permute(2, 0, 1).contiguous()
+    BT = B4.permute(3, 0, 2, 1).contiguous()  # [l, b, n, g]
+    CT = C4.permute(3, 0, 2, 1).contiguous()
+    keep = None if rst is None else (~rst).t().to(ct)[:, :, None, None].contiguous()  # [l,b,1,1]
+    yT, last = _SelectiveScanCore.apply(uT, dT, A_c, BT, CT, chunk, keep)
+    y = finish_scan_output(yT.permute(1, 2, 0), u_c, D, z, u.dtype)
     return (y, last) if return_last_state else y

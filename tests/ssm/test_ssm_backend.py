@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from recall_lab.ssm import backend, backend_report, scan_backend
+from recall_lab.ssm import backend, backend_report, native, scan_backend
 
 
 @pytest.mark.parametrize("op", backend.OPS)
-def test_cpu_always_uses_torch_and_cuda_only_with_kernels(op):
+def test_cpu_uses_native_or_torch_and_cuda_only_with_kernels(op):
     torch_name = backend.TORCH_SCAN if op == "selective_scan" else backend.TORCH_SSD
     mamba_name = backend.MAMBA_SCAN if op == "selective_scan" else backend.MAMBA_SSD
-    assert scan_backend("cpu", op) == torch_name
+    cpu_name = backend.NATIVE_SCAN if op == "selective_scan" and native.available() else torch_name
+    assert scan_backend("cpu", op) == cpu_name
     has_kernel = backend._mamba_kernel(op)[0] is not None
     assert scan_backend("cuda", op) == (mamba_name if has_kernel else torch_name)
 
@@ -20,5 +21,6 @@ def test_report_matches_dispatch():
     rep = backend_report()
     assert set(rep["mamba_ssm"]) == set(backend.OPS)
     assert rep["cpu"] == {op: scan_backend("cpu", op) for op in backend.OPS}
+    assert rep["native_scan"] == native.load()[1]
     with pytest.raises(ValueError):
         scan_backend("cpu", "attention")

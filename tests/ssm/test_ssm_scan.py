@@ -78,10 +78,12 @@ def test_strong_decay_is_finite_and_exact():
     torch.testing.assert_close(y, selective_scan_ref(**core), rtol=1e-5, atol=1e-5)
 
 
-def test_dispatch_on_cpu_uses_torch_path():
-    assert scan_backend("cpu") == "torch-chunked"
+def test_dispatch_on_cpu_runs_float64_on_the_torch_path():
+    # float64 (the gradient checks) never goes to the native core, which computes in float32
+    assert scan_backend("cpu") in ("torch-chunked", "native-c")
     inp = scan_inputs(1, 2, 2, 5, 0)
-    torch.testing.assert_close(selective_scan(**inp), selective_scan_torch(**inp))
+    torch.testing.assert_close(selective_scan(**inp), selective_scan_torch(**inp),
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_bad_shapes_raise_recall_lab_error():
