@@ -3,7 +3,9 @@
 Model: 2 pre-norm residual blocks x + mixer(rmsnorm(x)) on random [B, L, 64] inputs (no
 embedding), loss = mean(y^2), forward + backward. Mamba: d_model 64, d_inner 128, state 16, conv 4,
 dt rank 4. Mamba2: 8 heads of headdim 16, state 32, one group, chunk 64. "ours" is the mixer's
-default path on the device (`scan_backend`); "recurrence" is the same mixer with the plain
+default path on the device (`scan_backend`: for Mamba on the CPU the native C core when it
+compiled); "ours, torch path" is Mamba with the torch implementation of the scan (what ran before
+the native core, and what runs without a C compiler); "recurrence" is the same mixer with the plain
 recurrence differentiated by autograd.
 
 Peers (the `bench` extra, `pip install -e .[bench]`): HF transformers' `MambaModel` /
@@ -53,6 +55,7 @@ SHORT_LEN = {1058: 128}  # length for the implementations that keep every step (
 # implementations per mixer: (name, label, runs at SHORT_LEN on long shapes)
 IMPLS = {
     "mamba": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
+              ("ours-torch", "ours, torch path (no native core)", False),
               ("ref", "autograd recurrence", True), ("hf", "HF transformers (torch loop)", True),
               ("hf-mambapy", "HF transformers + mambapy", True)],
     "mamba2": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
@@ -138,12 +141,13 @@ def _case(kind: str, impl: str, b: int, length: int, reps: int) -> dict:
             return model(inputs_embeds=x, use_cache=False).last_hidden_state
     else:
         cls = MambaMixer if family == "mamba" else Mamba2Mixer
-        scan_impl = "ref" if impl == "ref" else "auto"
+        scan_impl = {"ref": "ref", "ours-torch": "torch"}.get(impl, "auto")
         blocks = nn.ModuleList([cls(**cfg, scan_impl=scan_impl) for _ in range(2)])
         norms = nn.ModuleList([nn.RMSNorm(cfg["d_model"]) for _ in range(2)])
         params = list(blocks.parameters()) + list(norms.parameters())
         op = "selective_scan" if family == "mamba" else "ssd"
-        info["backend"] = "reference" if impl == "ref" else scan_backend("cpu", op)
+        info["backend"] = {"ref": "reference", "ours-torch": "torch-chunked"}.get(
+            impl, scan_backend("cpu", op))
 
         def forward(x):
             h = x

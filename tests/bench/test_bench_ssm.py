@@ -15,7 +15,7 @@ def _fake_measure(kind, impl, b, length, reps):
     missing = bench_ssm._missing(impl)
     if missing:
         return {"missing": missing}
-    sec = {"ours": 0.5, "ours-malloc": 1.0, "ref": 4.0}[impl]  # seconds per step
+    sec = {"ours": 0.5, "ours-malloc": 1.0, "ours-torch": 1.5, "ref": 4.0}[impl]  # s per step
     res = {"seconds": {"median": sec, "p20": sec, "p80": sec, "reps": reps},
            "tokens_per_s": b * length / sec, "peak_rss_rise_mib": 1.0,
            "loadavg_1min": [1.0, 1.0]}
@@ -35,9 +35,11 @@ def test_missing_peer_is_said_in_the_table(monkeypatch):
     assert "peer missing: transformers not installed (pip install -e .[bench])" in text
     hf = [c for c in res["cases"] if c["implementation"].startswith("hf")]
     assert hf and all("transformers not installed" in c["missing"] for c in hf)
-    # ratios: ours 0.5 s per step against 1.0 s and 4.0 s
+    # ratios: ours 0.5 s per step against 1.0 s, 1.5 s and 4.0 s
     by = {(c["mixer"], c["implementation"]): c for c in res["cases"]}
     assert by[("mamba", "ours-malloc")]["ours_over_this"] == pytest.approx(2.0)
+    assert by[("mamba", "ours-torch")]["ours_over_this"] == pytest.approx(3.0)
+    assert ("mamba2", "ours-torch") not in by  # Mamba2 has no native core
     assert by[("mamba2", "ref")]["ours_over_this"] == pytest.approx(8.0)
     assert "ours_over_this" not in by[("mamba2", "hf")]
 
