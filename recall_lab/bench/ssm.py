@@ -3,10 +3,11 @@
 Model: 2 pre-norm residual blocks x + mixer(rmsnorm(x)) on random [B, L, 64] inputs (no
 embedding), loss = mean(y^2), forward + backward. Mamba: d_model 64, d_inner 128, state 16, conv 4,
 dt rank 4. Mamba2: 8 heads of headdim 16, state 32, one group, chunk 64. "ours" is the mixer's
-default path on the device (`scan_backend`: for Mamba on the CPU the native C core when it
-compiled); "ours, torch path" is Mamba with the torch implementation of the scan (what ran before
-the native core, and what runs without a C compiler); "recurrence" is the same mixer with the plain
-recurrence differentiated by autograd.
+default path on the device (`scan_backend`: on the CPU the native C cores when they compiled; the
+SSD core is the recurrence, so the chunk size does not change it); "ours, torch path" is the same
+mixer with the torch implementation (what ran before the native cores, and what runs without a C
+compiler; its chunk size matters); "recurrence" is the same mixer with the plain recurrence
+differentiated by autograd.
 
 Peers (the `bench` extra, `pip install -e .[bench]`): HF transformers' `MambaModel` /
 `Mamba2Model` with the same sizes and 2 layers, fed `inputs_embeds` (their blocks are the same
@@ -59,8 +60,10 @@ IMPLS = {
               ("ref", "autograd recurrence", True), ("hf", "HF transformers (torch loop)", True),
               ("hf-mambapy", "HF transformers + mambapy", True)],
     "mamba2": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
+               ("ours-torch", "ours, torch path (no native core)", False),
                ("ref", "autograd recurrence", True), ("hf", "HF transformers (torch SSD)", False)],
     "mamba2-chunk32": [("ours", "ours", False), ("ours-malloc", "ours, default malloc", False),
+                       ("ours-torch", "ours, torch path (no native core)", False),
                        ("hf", "HF transformers (torch SSD)", False)],
 }
 

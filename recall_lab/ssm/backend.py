@@ -1,9 +1,10 @@
 """Which implementation runs a scan on a given device: the one dispatch point.
 
 On CUDA with mamba-ssm importable: its `selective_scan_fn` (only when the compiled
-`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. On the CPU, the
-selective scan runs the native C core (`native.py`) when it compiled, for float32 inputs; the
-torch implementations in `scan.py` / `ssd.py` everywhere else. `backend_report()` says what was
+`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. On the CPU,
+both run the native C cores (`native.py`: the S6 scan, and SSD as its recurrence) when they
+compiled, for float32 inputs (and, for SSD, no initial states); the torch implementations in
+`scan.py` / `ssd.py` everywhere else. `backend_report()` says what was
 chosen, and why the native core is not used where it is not (for `recall-lab info`).
 
 `reset` (chunk starts, reference.py): mamba-ssm's SSD takes it as `seq_idx` (segment ids, the
@@ -27,6 +28,7 @@ from recall_lab.ssm.ssd import ssd_torch
 
 TORCH_SCAN = "torch-chunked"
 NATIVE_SCAN = "native-c"
+NATIVE_SSD = "native-c-recurrence"
 TORCH_SSD = "torch-ssd-chunked"
 MAMBA_SCAN = "mamba_ssm.selective_scan_fn"
 MAMBA_SSD = "mamba_ssm.mamba_chunk_scan_combined"
@@ -55,9 +57,9 @@ def scan_backend(device: torch.device | str, op: str = "selective_scan") -> str:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if torch.device(device).type == "cuda" and _mamba_kernel(op)[0] is not None:
         return MAMBA_SCAN if op == "selective_scan" else MAMBA_SSD
-    if op == "ssd":
-        return TORCH_SSD
-    return NATIVE_SCAN if torch.device(device).type == "cpu" and native.available() else TORCH_SCAN
+    if torch.device(device).type == "cpu" and native.available():
+        return NATIVE_SCAN if op == "selective_scan" else NATIVE_SSD
+    return TORCH_SCAN if op == "selective_scan" else TORCH_SSD
 
 
 def backend_report() -> dict:
@@ -122,9 +124,11 @@ def ssd(
     """Mamba2 SSD on the fastest backend for x's device (see `scan_backend`).
 
     x, z: [b, l, h, p]; dt: [b, l, h]; A, dt_bias: [h]; B, C: [b, l, g, n]; D: [h] or [h, p];
-    initial_states / final states: [b, h, p, n]; reset: bool [l] or [b, l] (chunk starts).
+    initial_states / final states: [b, h, p, n]; reset: bool [l] or [b, l] (chunk starts). On
+    the CPU, float64 inputs and initial states run the torch implementation.
     """
-    if scan_backend(x.device, "ssd") == MAMBA_SSD:
+    backend = scan_backend(x.device, "ssd")
+    if backend == MAMBA_SSD:
         fn = _mamba_kernel("ssd")[0]
         kw = {}
         if reset is not None:  # untested here (no CUDA): mamba-ssm's segment ids
@@ -133,6 +137,9 @@ def ssd(
         return fn(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
                   initial_states=initial_states, dt_softplus=dt_softplus,
                   return_final_states=return_final_states, **kw)
-    return ssd_torch(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
-                     dt_softplus=dt_softplus, initial_states=initial_states,
-                     return_final_states=return_final_states, reset=reset)
+    impl = ssd_torch
+    if backend == NATIVE_SSD and initial_states is None and native.usable(x, A, dt, B, C):
+        impl = native.ssd_native
+    return impl(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                initial_states=initial_states, return_final_states=return_final_states,
+                reset=reset)

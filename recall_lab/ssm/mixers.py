@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.ssm import native
 from recall_lab.ssm.backend import selective_scan, ssd
 from recall_lab.ssm.decimation import Decimate, decimate_indices, decimation_scores
 from recall_lab.ssm.reference import reset_mask, selective_scan_ref, ssd_ref
@@ -34,7 +35,8 @@ from recall_lab.ssm.scan import selective_scan_torch
 from recall_lab.ssm.ssd import ssd_torch
 
 Side = Callable[[Tensor], Tensor]
-# scan_impl: "auto" dispatches by device (backend.py); "torch" / "ref" force an implementation
+# scan_impl: "auto" dispatches by device (backend.py; on the CPU also the native conv + SiLU);
+# "torch" / "ref" force an implementation (and conv1d)
 SCAN_IMPLS = {"auto": selective_scan, "torch": selective_scan_torch, "ref": selective_scan_ref}
 SSD_IMPLS = {"auto": ssd, "torch": ssd_torch, "ref": ssd_ref}
 
@@ -100,6 +102,15 @@ def _causal_conv(x: Tensor, weight: Tensor, bias: Tensor | None,
     return out
 
 
+def _conv_silu(x: Tensor, conv: nn.Conv1d, reset: Tensor | None, native_ok: bool) -> Tensor:
+    """silu(causal depthwise conv over time) of x [b, l, c] -> [b, l, c]. The native kernel
+    (native.py: no transposes, ~3x faster than conv1d's CPU backward on these shapes) where it
+    applies: scan_impl "auto", no resets, float32 on the CPU; else conv1d."""
+    if native_ok and reset is None and native.conv_usable(x, conv.weight, conv.bias):
+        return native.conv_silu(x, conv.weight, conv.bias)
+    return F.silu(_causal_conv(x.transpose(1, 2), conv.weight, conv.bias, reset)).transpose(1, 2)
+
+
 def _conv_step(state: Tensor, x_t: Tensor, weight: Tensor, bias: Tensor | None):
     """One conv step: shift x_t [b, c] into state [b, c, k]; return (output [b, c], new state)."""
     state = torch.cat([state[:, :, 1:], x_t.unsqueeze(-1)], dim=-1)
@@ -154,6 +165,7 @@ class MambaMixer(nn.Module):
     ) -> None:
         super().__init__()
         self._scan = _impl(SCAN_IMPLS, scan_impl)
+        self._native_ok = scan_impl == "auto"
         self.d_model = d_model
         self.d_inner = d_inner or 2 * d_model
         self.d_state = d_state
@@ -193,9 +205,9 @@ class MambaMixer(nn.Module):
         reset: bool [l] or [b, l] chunk starts; decimate: DeciMamba (module docstring)."""
         _check_d_model(x, self.d_model)
         _check_decimate(decimate, reset)
-        xz = self.in_proj(x).transpose(1, 2)  # [b, 2d, l]
-        xs, z = xz.chunk(2, dim=1)
-        xc = F.silu(_causal_conv(xs, self.conv1d.weight, self.conv1d.bias, reset))
+        xs, z = self.in_proj(x).chunk(2, dim=-1)  # [b, l, d] each
+        xc = _conv_silu(xs, self.conv1d, reset, self._native_ok).transpose(1, 2)  # [b, d, l]
+        z = z.transpose(1, 2)
         dt, B, C = self._ssm_inputs(xc)
         A = -torch.exp(_fp(self.A_log))
         kept = None
@@ -289,6 +301,7 @@ class Mamba2Mixer(nn.Module):
     ) -> None:
         super().__init__()
         self._ssd = _impl(SSD_IMPLS, scan_impl)
+        self._native_ok = scan_impl == "auto"
         self.d_model = d_model
         self.d_inner = d_inner or 2 * d_model
         self.d_state = d_state
@@ -331,9 +344,7 @@ class Mamba2Mixer(nn.Module):
         _check_d_model(x, self.d_model)
         _check_decimate(decimate, reset)
         z, xBC, dt = self._split(self.in_proj(x))
-        xBC = F.silu(_causal_conv(xBC.transpose(1, 2), self.conv1d.weight, self.conv1d.bias,
-                                  reset))
-        xBC = xBC.transpose(1, 2)
+        xBC = _conv_silu(xBC, self.conv1d, reset, self._native_ok)
         kept = None
         if decimate is not None:
             delta = F.softplus(dt + self.dt_bias).transpose(1, 2)  # [b, h, l]

@@ -128,6 +128,32 @@ def _check(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor) -> tuple[int,
     return g, nh // g
 
 
+def prepare_ssd_inputs(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                       dt_bias: Tensor | None, dt_softplus: bool
+                       ) -> tuple[torch.dtype, Tensor, Tensor]:
+    """Checks the `ssd_ref` contract; returns (compute dtype, x, dt with bias and softplus) in
+    that dtype. Shared by every CPU core (torch-chunked, native)."""
+    _check(x, dt, A, B, C)
+    ct = compute_dtype(x, dt, A, B, C)
+    dt = dt.to(ct)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(ct)
+    if dt_softplus:
+        dt = F.softplus(dt)
+    return ct, x.to(ct), dt
+
+
+def finish_ssd_output(y: Tensor, x_in: Tensor, D: Tensor | None, z: Tensor | None,
+                      dtype_in: torch.dtype) -> Tensor:
+    """y [b, l, h, p] of the core -> + D x, times silu(z), in the input's dtype."""
+    if D is not None:
+        Dc = D.to(y.dtype)
+        y = y + x_in * (Dc[:, None] if Dc.dim() == 1 else Dc)
+    if z is not None:
+        y = y * F.silu(z.to(y.dtype))
+    return y.to(dtype_in)
+
+
 def ssd_torch(
     x: Tensor,
     dt: Tensor,
@@ -144,17 +170,10 @@ def ssd_torch(
     reset: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Chunked SSD; same contract as `ssd_ref`."""
-    g, hg = _check(x, dt, A, B, C)
     if chunk_size < 1:
         raise RecallLabError(f"chunk_size must be >= 1, got {chunk_size}")
-    dtype_in = x.dtype
-    ct = compute_dtype(x, dt, A, B, C)
-    x_in = x.to(ct)
-    dt = dt.to(ct)
-    if dt_bias is not None:
-        dt = dt + dt_bias.to(ct)
-    if dt_softplus:
-        dt = F.softplus(dt)
+    ct, x_in, dt = prepare_ssd_inputs(x, dt, A, B, C, dt_bias, dt_softplus)
+    g, hg = _check(x, dt, A, B, C)
     b, length, nh, p = x.shape
     n = B.shape[-1]
     T = int(min(chunk_size, max(length, 1)))
@@ -215,12 +234,7 @@ def ssd_torch(
     y_off = _bmm(Cg, ps).view(b, g, nc, T, hg, p).transpose(3, 4)
     y = y + y_off * w_in.unsqueeze(-1)
     y = y.permute(0, 2, 4, 1, 3, 5).reshape(b, nc * T, nh, p)[:, :length]
-    if D is not None:
-        Dc = D.to(ct)
-        y = y + x_in * (Dc[:, None] if Dc.dim() == 1 else Dc)
-    if z is not None:
-        y = y * F.silu(z.to(ct))
-    y = y.to(dtype_in)
+    y = finish_ssd_output(y, x_in, D, z, x.dtype)
     if return_final_states:
         return y, S.reshape(b, nh, p, n)
     return y

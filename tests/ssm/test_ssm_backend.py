@@ -11,7 +11,8 @@ from recall_lab.ssm import backend, backend_report, native, scan_backend
 def test_cpu_uses_native_or_torch_and_cuda_only_with_kernels(op):
     torch_name = backend.TORCH_SCAN if op == "selective_scan" else backend.TORCH_SSD
     mamba_name = backend.MAMBA_SCAN if op == "selective_scan" else backend.MAMBA_SSD
-    cpu_name = backend.NATIVE_SCAN if op == "selective_scan" and native.available() else torch_name
+    native_name = backend.NATIVE_SCAN if op == "selective_scan" else backend.NATIVE_SSD
+    cpu_name = native_name if native.available() else torch_name
     assert scan_backend("cpu", op) == cpu_name
     has_kernel = backend._mamba_kernel(op)[0] is not None
     assert scan_backend("cuda", op) == (mamba_name if has_kernel else torch_name)

@@ -1,5 +1,5 @@
-"""The native C selective scan (recall_lab/ssm/native.py) against the plain recurrence, and how it
-is built, chosen and turned off."""
+"""The native C cores (recall_lab/ssm/native.py: S6 selective scan, SSD recurrence) against the
+plain recurrences, and how they are built, chosen and turned off."""
 
 from __future__ import annotations
 
@@ -9,11 +9,21 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from ssm_inputs import scan_inputs
+from ssm_inputs import scan_inputs, ssd_inputs
 
-from recall_lab.ssm import backend, native, selective_scan, selective_scan_ref
+from recall_lab.ssm import (
+    Mamba2Mixer,
+    MambaMixer,
+    backend,
+    native,
+    selective_scan,
+    selective_scan_ref,
+    ssd,
+    ssd_ref,
+)
 
 KEYS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
 
@@ -53,6 +63,91 @@ def test_values_and_grads_match_the_recurrence(b, d, n, length, groups, with_res
                                    msg=f"{name}")
 
 
+SSD_KEYS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+
+
+def _run_ssd(fn, inp, gy, gfinal, reset=None):
+    leaves = {k: inp[k].detach().clone().requires_grad_() for k in SSD_KEYS}
+    y, final = fn(**leaves, dt_softplus=True, return_final_states=True, reset=reset)
+    torch.autograd.backward([y, final], [gy, gfinal])
+    return [y.detach(), final.detach()] + [leaves[k].grad for k in SSD_KEYS]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    b=st.integers(1, 3),
+    length=st.sampled_from([1, 7, 40, 64, 65, 140]),  # around the backward's 64-step checkpoints
+    heads_groups=st.sampled_from([(2, 1), (4, 2), (3, 3)]),
+    p=st.integers(1, 5),
+    n=st.sampled_from([3, 16, 32, 64, 128]),  # the generic loop and the specialised sizes
+    with_reset=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_ssd_values_and_grads_match_the_recurrence(b, length, heads_groups, p, n, with_reset,
+                                                   seed):
+    h, g = heads_groups
+    inp = ssd_inputs(b, length, h, p, g, n, dtype=torch.float32, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    gy = torch.randn(b, length, h, p, generator=gen)
+    gfinal = torch.randn(b, h, p, n, generator=gen)
+    reset = torch.rand(b, length, generator=gen) < 0.1 if with_reset else None
+    got = _run_ssd(native.ssd_native, inp, gy, gfinal, reset)
+    ref64 = {k: inp[k].double() for k in SSD_KEYS}
+    want = _run_ssd(ssd_ref, ref64, gy.double(), gfinal.double(), reset)
+    for name, a, w in zip(("y", "final", *SSD_KEYS), got, want, strict=True):
+        scale = max(1.0, w.abs().max().item())
+        torch.testing.assert_close(a.double() / scale, w / scale, rtol=1e-4, atol=1e-4,
+                                   msg=f"{name}")
+
+
+def test_ssd_refuses_initial_states_and_dispatch_sends_them_to_torch():
+    inp = ssd_inputs(2, 9, 2, 3, 1, 4, dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="zero states"):
+        native.ssd_native(**inp)
+    assert backend.scan_backend("cpu", "ssd") == backend.NATIVE_SSD
+    no_init = {k: v for k, v in inp.items() if k != "initial_states"}
+    assert torch.equal(ssd(**no_init), native.ssd_native(**no_init))
+
+
+@settings(max_examples=30, deadline=None)
+@given(b=st.integers(1, 3), length=st.integers(1, 20), c=st.integers(1, 9),
+       k=st.integers(1, 5), extra=st.integers(0, 3), bias=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_conv_silu_matches_conv1d_then_silu(b, length, c, k, extra, bias, seed):
+    gen = torch.Generator().manual_seed(seed)
+    full = torch.randn(b, length, c + extra, generator=gen, requires_grad=True)
+    weight = torch.randn(c, 1, k, generator=gen, requires_grad=True)
+    bvec = torch.randn(c, generator=gen, requires_grad=True) if bias else None
+    x = full[..., extra:]  # a column slice with strided rows, as the mixers pass it
+    got = native.conv_silu(x, weight, bvec)
+    want = F.silu(F.conv1d(F.pad(x.transpose(1, 2), (k - 1, 0)), weight, bvec,
+                           groups=c)).transpose(1, 2)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    g = torch.randn(want.shape, generator=gen)
+    leaves = [full, weight] + ([bvec] if bias else [])
+    for a, w in zip(torch.autograd.grad(got, leaves, g), torch.autograd.grad(want, leaves, g),
+                    strict=True):
+        torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cls, kw", [(MambaMixer, dict(d_state=16)),
+                                     (Mamba2Mixer, dict(d_state=32, headdim=8, chunk_size=16))])
+def test_mixer_native_paths_match_the_torch_paths(cls, kw):
+    torch.manual_seed(0)
+    fast = cls(32, **kw)
+    slow = cls(32, **kw, scan_impl="torch")
+    slow.load_state_dict(fast.state_dict())
+    x = torch.randn(3, 50, 32)
+    outs = []
+    for mixer in (fast, slow):
+        y = mixer(x)
+        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        outs.append([y.detach()] + [p.grad for p in mixer.parameters()])
+    for a, w in zip(*outs, strict=True):
+        scale = max(1.0, w.abs().max().item())
+        torch.testing.assert_close(a / scale, w / scale, rtol=1e-4, atol=1e-4)
+
+
 def test_strong_decay_stays_finite_and_exact():
     inp = scan_inputs(2, 4, 16, 33, 0, dtype=torch.float32)
     inp["delta"] = inp["delta"].abs() * 60 + 1  # Delta * A of order -100 per step
@@ -65,15 +160,25 @@ def test_strong_decay_stays_finite_and_exact():
 def test_results_do_not_depend_on_the_thread_count():
     inp = scan_inputs(5, 6, 16, 29, 2, dtype=torch.float32, seed=3)
     gy, glast = torch.randn(5, 6, 29), torch.randn(5, 6, 16)
+    inp2 = ssd_inputs(5, 70, 4, 3, 2, 16, dtype=torch.float32, seed=4)
+    gy2, gfinal = torch.randn(5, 70, 4, 3), torch.randn(5, 4, 3, 16)
+    xc = torch.randn(5, 30, 12, requires_grad=True)
+    wc, bc = torch.randn(12, 1, 4, requires_grad=True), torch.randn(12, requires_grad=True)
+
+    def conv():
+        y = native.conv_silu(xc, wc, bc)
+        return [y.detach(), *torch.autograd.grad(y.square().sum(), (xc, wc, bc))]
+
     before = torch.get_num_threads()
+    runs = []
     try:
-        torch.set_num_threads(1)
-        one = _run(native.selective_scan_native, inp, gy, glast)
-        torch.set_num_threads(2)
-        two = _run(native.selective_scan_native, inp, gy, glast)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append(_run(native.selective_scan_native, inp, gy, glast)
+                        + _run_ssd(native.ssd_native, inp2, gy2, gfinal) + conv())
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(one, two, strict=True):
+    for a, b in zip(*runs, strict=True):
         assert torch.equal(a, b)
 
 
@@ -98,7 +203,7 @@ def test_a_failed_build_or_the_switch_falls_back_with_a_reason(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out[0] == backend.TORCH_SCAN
-    assert out[1].startswith("compiling selective_scan.c failed")
+    assert out[1].startswith("compiling native.c failed")
     env = {**os.environ, native.ENV_SWITCH: "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.splitlines()

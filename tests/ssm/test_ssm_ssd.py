@@ -73,10 +73,15 @@ def test_strong_decay_is_finite_and_exact():
     torch.testing.assert_close(y, ssd_ref(**inp), rtol=1e-3, atol=1e-3)
 
 
-def test_dispatch_on_cpu_uses_torch_path():
-    assert scan_backend("cpu", "ssd") == "torch-ssd-chunked"
+def test_dispatch_on_cpu_runs_float64_and_initial_states_on_the_torch_path():
+    # the native recurrence computes in float32 from zero states (tests/ssm/test_ssm_native.py)
+    assert scan_backend("cpu", "ssd") in ("torch-ssd-chunked", "native-c-recurrence")
     inp = ssd_inputs(1, 5, 2, 2, 1, 3)
-    torch.testing.assert_close(ssd(**inp, chunk_size=4), ssd_torch(**inp, chunk_size=4))
+    assert inp["initial_states"] is not None
+    torch.testing.assert_close(ssd(**inp, chunk_size=4), ssd_torch(**inp, chunk_size=4),
+                               rtol=1e-12, atol=1e-12)
+    inp32 = {k: v.float() for k, v in inp.items()}
+    assert torch.equal(ssd(**inp32, chunk_size=4), ssd_torch(**inp32, chunk_size=4))
 
 
 def test_bad_input_raises_recall_lab_error():
