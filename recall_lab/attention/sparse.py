@@ -18,11 +18,15 @@ Two backends behind one autograd function:
   gradients are not bit-deterministic). Tested against the torch backend under
   ``TRITON_INTERPRET=1`` on CPU.
 
-* ``csr`` (CPU default): the same math with torch's sparse CSR kernels: the scores are a sampled
-  dense-dense product (``torch.sparse.sampled_addmm``), ``out = P @ V`` and the backward's
-  ``dq = dS @ K``, ``dk = dS^T @ Q``, ``dv = P^T @ dO`` are CSR x dense products (the transposed
-  pattern by one stable argsort of the key indices). Memory O(L n + L (d + dv)); measured much
-  faster than the gather path on CPU (recall_lab/bench/attention.py). Tested against ``torch``.
+* ``native`` (CPU default where the native kernels build, recall_lab/native): the gather math one
+  query at a time in C, nothing gathered or re-laid out (attention/native.py). Float32; tested
+  against ``torch``.
+
+* ``csr`` (CPU default without the native kernels): the same math with torch's sparse CSR kernels:
+  the scores are a sampled dense-dense product (``torch.sparse.sampled_addmm``), ``out = P @ V`` and
+  the backward's ``dq = dS @ K``, ``dk = dS^T @ Q``, ``dv = P^T @ dO`` are CSR x dense products (the
+  transposed pattern by one stable argsort of the key indices). Memory O(L n + L (d + dv)); measured
+  much faster than the gather path on CPU (recall_lab/bench/attention.py). Tested against ``torch``.
 
 The package imports without Triton; ``backend="triton"`` then raises.
 """
@@ -35,10 +39,12 @@ import torch
 from torch import Tensor
 
 from generators.errors import RecallLabError
+from recall_lab import native as kernels
+from recall_lab.attention import native
 
 __all__ = ["sparse_attention", "triton_available", "BACKENDS"]
 
-BACKENDS = ("auto", "torch", "csr", "triton")
+BACKENDS = ("auto", "torch", "csr", "native", "triton")
 # Elements of one gathered chunk [BH, C, n, width]; 2^22 fp32 = 16 MiB.
 _CHUNK_ELEMS = 1 << 22
 # csr: store only the filled slots when at most this fraction is filled (see _Layout).
@@ -242,6 +248,9 @@ class _SparseAttention(torch.autograd.Function):
             out, stats = triton_sparse.forward(q3, k3, v3, i3, scale)
         elif backend == "csr":  # any integer dtype (patterns give int32: half the saved bytes)
             out, stats = _csr_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
+        elif backend == "native":
+            i3 = i3.to(torch.int32)
+            out, stats = native.forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
         else:
             i3 = i3.to(torch.int64)
             out, stats = _torch_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
@@ -260,7 +269,8 @@ class _SparseAttention(torch.autograd.Function):
             dq, dk, dvv = triton_sparse.backward(q3, k3, v3, i3, out, stats, do3, ctx.scale)
         else:
             cdt = _compute_dtype(q3.dtype)
-            bwd = _csr_backward if ctx.backend == "csr" else _torch_backward
+            bwd = {"csr": _csr_backward, "native": native.backward}.get(ctx.backend,
+                                                                         _torch_backward)
             dq, dk, dvv = bwd(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, out, stats,
                                           do3.to(cdt), ctx.scale)
         return (dq.to(q3.dtype).view(b, h, length, d), dk.to(k3.dtype).view(b, h, length, d),
@@ -268,19 +278,21 @@ class _SparseAttention(torch.autograd.Function):
 
 
 def default_backend(device: torch.device | str) -> str:
-    """What ``backend="auto"`` runs on `device`: CPU ``csr``; CUDA ``triton`` when importable,
-    else ``torch``. The one place that decides (``recall-lab info`` reports it)."""
+    """What ``backend="auto"`` runs on `device`: CPU ``native`` when the native kernels built,
+    else ``csr``; CUDA ``triton`` when importable, else ``torch``. The one place that decides
+    (``recall-lab info`` reports it; float64 inputs on the CPU run ``csr``)."""
     if torch.device(device).type == "cuda":
         return "triton" if triton_available() else "torch"
-    return "csr"
+    return "native" if kernels.available() else "csr"
 
 
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float | None = None,
                      *, backend: str = "auto") -> Tensor:
     """Attention of each query over its listed keys only; see the module docstring.
 
-    ``backend``: ``auto`` (CPU: ``csr``; CUDA: ``triton`` when importable, else ``torch``),
-    ``torch`` (the gather reference), ``csr`` or ``triton``.
+    ``backend``: ``auto`` (CPU: ``native`` when built, else ``csr``; CUDA: ``triton`` when
+    importable, else ``torch``), ``torch`` (the gather reference), ``csr``, ``native`` or
+    ``triton``.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise RecallLabError("sparse_attention expects q, k, v of shape [B, H, L, d]")
@@ -303,8 +315,15 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float 
         raise RecallLabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if backend == "auto":
         backend = default_backend(q.device)
+        if backend == "native" and torch.float64 in (q.dtype, k.dtype, v.dtype):
+            backend = "csr"  # the native kernel computes in float32
     elif backend == "triton" and not triton_available():
         raise RecallLabError("backend='triton' requested but Triton is not importable")
+    elif backend == "native" and not kernels.available():
+        raise RecallLabError(f"backend='native' requested but {kernels.load()[1]}")
+    if backend == "native" and (q.device.type != "cpu"
+                                or torch.float64 in (q.dtype, k.dtype, v.dtype)):
+        raise RecallLabError("backend='native' takes CPU tensors in float32/16")
     if backend == "csr" and idx.shape[-1] > length:
         # torch's sampled_addmm rejects more stored entries than the dense size (n > L only
         # happens on toy lengths): the gather path gives the same result.

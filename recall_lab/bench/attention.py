@@ -4,7 +4,10 @@ Setup (paper 004, App. D.1): B = 1, H = 1, q/k dim 16, v dim 128, k = 64 (LSH 32
 KS 32), training mode (fresh hash planes, KS ranking loss included). "fwd" is the training
 forward (autograd recording); "fwd+bwd" adds the backward of ``mean(out^2) + aux_loss``. The
 dense side is :func:`recall_lab.attention.release_reference.release_sparse_attention` with the
-same scorer weights, run in the same invocation of this benchmark.
+same scorer weights, run in the same invocation of this benchmark. "ours" runs the sparse op's
+default CPU backend (``native`` where the C kernels built, recall_lab/native); "ours-csr" is the
+same layer on the ``csr`` backend (the default before the native kernel, and without a compiler),
+in the same run.
 
 The release's own training shape (B = 64, L = 1057) is one more row of the HAX-vs-dense table.
 
@@ -73,7 +76,7 @@ QUICK_FLEX_LENGTHS = (1024, 2048)
 DENSE_MAX = int(os.environ.get("RECALL_LAB_BENCH_DENSE_MAX", "16384"))
 D_QK, D_V, K = 16, 128, 64
 ATTAMBA_P = 8
-METHODS = tuple(m for m in ("ours", "dense", "seattn", "attamba-p8", "attamba-sqrt")
+METHODS = tuple(m for m in ("ours", "ours-csr", "dense", "seattn", "attamba-p8", "attamba-sqrt")
                 if m in os.environ.get("RECALL_LAB_BENCH_METHODS", m).split(","))
 # Largest L per attamba case: their index lists hold L (L/P + P) slots, and the sparse op keeps
 # ~100 bytes per slot (measured 234 MB at L = 4096, P = 8), so P = 8 stops at 4096 and
@@ -149,9 +152,9 @@ def run_case(method: str, length: int, mode: str, reps: int, warmup: int, thread
         elif method.startswith("attamba"):
             idx, _ = at_pattern(q, k, v)
             out, aux = sparse_attention(q, k, v, idx), torch.zeros(())
-        elif method == "ours":
+        elif method in ("ours", "ours-csr"):
             idx, aux = pattern(q, k)
-            out = sparse_attention(q, k, v, idx)
+            out = sparse_attention(q, k, v, idx, backend="csr" if method == "ours-csr" else "auto")
         else:
             out, aux = release_sparse_attention(q, k, v, "hax", K, score_mlp=pattern.parts[1].mlp)
         if mode == "fwd+bwd":
@@ -262,6 +265,8 @@ def run(console, quick: bool) -> dict:
     """Measure every case (subprocesses), print the tables, return JSON-able results."""
     from rich.table import Table
 
+    from recall_lab.attention import default_backend
+
     lengths = QUICK_LENGTHS if quick else LENGTHS
     dense_max = max(QUICK_LENGTHS) if quick else DENSE_MAX
     train_b, train_l = QUICK_TRAIN_SHAPE if quick else TRAIN_SHAPE
@@ -275,7 +280,8 @@ def run(console, quick: bool) -> dict:
                 if length > ATTAMBA_MAX.get(method, length):
                     continue
                 plan.append((method, length, mode, 1))
-    plan += [(m, train_l, mode, train_b) for mode in MODES for m in ("ours", "dense")]
+    plan += [(m, train_l, mode, train_b) for mode in MODES for m in ("ours", "ours-csr", "dense")
+             if m in METHODS]
     plan += [(f"{p}-{peer}", length, "infer", 1) for length in flex_lengths for p in FIXED
              for peer in ("ours", "flex")]
     cases: dict[str, dict | None] = {}
@@ -301,9 +307,10 @@ def run(console, quick: bool) -> dict:
             t.add_column(col, justify="right")
         return t
 
-    table = table_of("HAX attention layer (H=1, d_qk=16, d_v=128, k=64, training mode): ours vs "
-                     "release dense masks; medians", "B x L", "mode", "ours ms", "dense ms",
-                     "speed-up", "ours MB", "dense MB", "mem ratio")
+    table = table_of("HAX attention layer (H=1, d_qk=16, d_v=128, k=64, training mode): ours "
+                     f"(sparse op backend {default_backend('cpu')}) vs release dense masks; "
+                     "medians", "B x L", "mode", "ours ms", "csr ms", "dense ms", "speed-up",
+                     "ours MB", "dense MB", "mem ratio")
     rows = []
     shapes = [(1, length) for length in lengths] + [(train_b, train_l)]
     for batch, length in shapes:
@@ -312,13 +319,14 @@ def run(console, quick: bool) -> dict:
             row = {"B": batch, "L": length, "mode": mode, "ours_s": ot, "dense_s": dt,
                    "speedup": _ratio(ot, dt), "ours_peak_mb": om, "dense_peak_mb": dm,
                    "memory_ratio": _ratio(om, dm)}
-            for m in ("seattn", "attamba-p8", "attamba-sqrt"):
+            for m in ("ours-csr", "seattn", "attamba-p8", "attamba-sqrt"):
                 row[f"{m}_s"] = get(m, mode, length, "time_s", batch)
                 row[f"{m}_peak_mb"] = get(m, mode, length, "peak_mb", batch)
             rows.append(row)
+            ct = row["ours-csr_s"]
             table.add_row(f"{batch} x {length}", mode, _fmt(ot and ot * 1e3),
-                          _fmt(dt and dt * 1e3), _fmt(row["speedup"]), _fmt(om), _fmt(dm),
-                          _fmt(row["memory_ratio"]))
+                          _fmt(ct and ct * 1e3), _fmt(dt and dt * 1e3), _fmt(row["speedup"]),
+                          _fmt(om), _fmt(dm), _fmt(row["memory_ratio"]))
     console.print(table)
     other = table_of("other patterns in the same setup (B=1), medians", "L", "mode",
                      "se-attn ms", "se-attn MB", "attamba P8 ms", "attamba P8 MB",
@@ -363,6 +371,7 @@ def run(console, quick: bool) -> dict:
     console.print(flex_table)
     method_note = next((c["memory_method"] for c in cases.values() if c), None)
     return {"setup": {"H": 1, "d_qk": D_QK, "d_v": D_V, "k": K, "pattern": "hax",
+                      "sparse_backend": default_backend("cpu"),
                       "training_mode": True, "dense_max_L": dense_max, "threads": THREADS,
                       "train_shape": [train_b, train_l], "flex": "torch.compile(flex_attention)"},
             "memory_method": method_note, "rows": rows, "exponents": exponents,

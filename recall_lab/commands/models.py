@@ -373,7 +373,7 @@ def info_rows() -> list[tuple[str, str]]:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         rows.append(("ssm scan backend", f"{ssm.scan_backend(dev, 'selective_scan')} (Mamba), "
                      f"{ssm.scan_backend(dev, 'ssd')} (Mamba2)"))
-        rows.append(("native cpu scan", ssm.backend_report()["native_scan"]))
+        rows.append(("native cpu kernels", ssm.backend_report()["native"]))
         if torch.cuda.is_available() or version("mamba-ssm") != "not installed":
             rows.append(("mamba-ssm kernels", str(ssm.backend_report().get("mamba_ssm"))))
     except ImportError as exc:

@@ -1,15 +1,15 @@
 """Which implementation runs a scan on a given device: the one dispatch point.
 
 On CUDA with mamba-ssm importable: its `selective_scan_fn` (only when the compiled
-`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. On the CPU,
-both run the native C cores (`native.py`: the S6 scan, and SSD as its recurrence) when they
-compiled, for float32 inputs (and, for SSD, no initial states); the torch implementations in
-`scan.py` / `ssd.py` everywhere else. `backend_report()` says what was
-chosen, and why the native core is not used where it is not (for `recall-lab info`).
+`selective_scan_cuda` extension loads) and its Triton `mamba_chunk_scan_combined`. On the CPU, both
+run the native C cores (recall_lab/native, wrapped in `native.py`: the S6 scan, and SSD as its
+recurrence) when they compiled, for float32 inputs (and, for SSD, no initial states); the torch
+implementations in `scan.py` / `ssd.py` everywhere else. `backend_report()` says what was chosen,
+and why the native core is not used where it is not (for `recall-lab info`).
 
 `reset` (chunk starts, reference.py): mamba-ssm's SSD takes it as `seq_idx` (segment ids, the
 running count of resets); its selective_scan_fn has no such input, so a reset S6 scan always runs
-the torch implementation (the native core handles resets itself).
+the torch implementation on CUDA (on the CPU the native core takes resets).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from recall_lab import native as kernels
 from recall_lab.ssm import native
 from recall_lab.ssm.scan import selective_scan_torch
 from recall_lab.ssm.ssd import ssd_torch
@@ -57,7 +58,7 @@ def scan_backend(device: torch.device | str, op: str = "selective_scan") -> str:
         raise ValueError(f"op must be one of {OPS}, got {op!r}")
     if torch.device(device).type == "cuda" and _mamba_kernel(op)[0] is not None:
         return MAMBA_SCAN if op == "selective_scan" else MAMBA_SSD
-    if torch.device(device).type == "cpu" and native.available():
+    if torch.device(device).type == "cpu" and kernels.available():
         return NATIVE_SCAN if op == "selective_scan" else NATIVE_SSD
     return TORCH_SCAN if op == "selective_scan" else TORCH_SSD
 
@@ -68,7 +69,7 @@ def backend_report() -> dict:
     report: dict[str, Any] = {
         "cuda_available": torch.cuda.is_available(),
         "mamba_ssm": {op: _mamba_kernel(op)[1] for op in OPS},
-        "native_scan": native.load()[1],
+        "native": kernels.load()[1],
     }
     for dev in devices:
         report[dev] = {op: scan_backend(dev, op) for op in OPS}

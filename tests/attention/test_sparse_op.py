@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from generators.errors import RecallLabError
+from recall_lab import native
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention import sparse as sparse_mod
 
@@ -37,7 +38,9 @@ def dense_reference(q, k, v, idx, scale):
     return p @ v
 
 
-CPU_BACKENDS = ("torch", "csr")
+CPU_BACKENDS = ("torch", "csr")  # every dtype
+# float32/16 only: the native kernel (recall_lab/native), where it built
+FP32_BACKENDS = CPU_BACKENDS + (("native",) if native.available() else ())
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -59,6 +62,62 @@ def test_values_and_gradients_match_dense_masked_softmax(backend, length, n, see
         torch.testing.assert_close(a.grad, b.grad)
 
 
+@pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
+@given(length=st.integers(1, 30), n=st.integers(1, 8), dup=st.booleans(),
+       seed=st.integers(0, 10**6))
+def test_native_float32_matches_dense_and_the_gather_reference(length, n, dup, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(2, 2, length, 5, generator=gen) for _ in range(2))
+    v = torch.randn(2, 2, length, 7, generator=gen)
+    idx = random_idx(2, 2, length, n, gen)
+    if dup:  # a key listed twice counts twice (compared with the gather reference only)
+        idx = torch.cat([idx, idx[..., :1]], -1)
+    g = torch.randn(2, 2, length, 7, generator=gen)
+    res = []
+    for backend in ("native", "torch"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = sparse_attention(*leaves, idx, scale=0.7, backend=backend)
+        out.backward(g)
+        res.append([out] + [t.grad for t in leaves])
+    if not dup:
+        torch.testing.assert_close(res[0][0], dense_reference(q, k, v, idx, 0.7),
+                                   atol=1e-5, rtol=1e-5)
+    for a, b in zip(*res, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
+def test_native_results_do_not_depend_on_the_thread_count():
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(3, 2, 40, 6, generator=gen) for _ in range(3))
+    idx = random_idx(3, 2, 40, 5, gen)
+    before, runs = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            out = sparse_attention(*leaves, idx, backend="native")
+            out.square().sum().backward()
+            runs.append([out] + [t.grad for t in leaves])
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_auto_backend_on_cpu_is_native_where_built_and_csr_for_float64():
+    want = "native" if native.available() else "csr"
+    assert sparse_mod.default_backend("cpu") == want
+    q = torch.randn(1, 1, 6, 2, dtype=torch.float64)
+    idx = torch.zeros(1, 1, 6, 1, dtype=torch.int32)
+    # float64 never reaches the float32 kernel: auto gives csr's float64 result
+    torch.testing.assert_close(sparse_attention(q, q, q, idx),
+                               sparse_attention(q, q, q, idx, backend="csr"))
+    if native.available():
+        with pytest.raises(RecallLabError):
+            sparse_attention(q, q, q, idx, backend="native")
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_gradcheck_float64(backend):
     gen = torch.Generator().manual_seed(1)
@@ -72,7 +131,7 @@ def test_gradcheck_float64(backend):
         fast_mode=backend == "csr")
 
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("backend", FP32_BACKENDS)
 def test_empty_rows_output_zero_and_get_no_gradient(backend):
     q = torch.randn(1, 1, 4, 2, requires_grad=True)
     k = torch.randn(1, 1, 4, 2, requires_grad=True)
@@ -103,7 +162,7 @@ def test_chunked_path_equals_single_chunk(monkeypatch):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("backend", FP32_BACKENDS)
 def test_half_precision_inputs_are_computed_in_fp32(backend):
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 20, 8, generator=gen) for _ in range(3))
@@ -122,13 +181,14 @@ def test_csr_fast_path_equals_gather_reference_on_hax_indices():
     idx, _ = make_pattern("hax", 16, dim=16).eval()(q, k)
     g = torch.randn(2, 2, 200, 24, generator=gen)
     res = []
-    for backend in CPU_BACKENDS:
+    for backend in FP32_BACKENDS:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         out = sparse_attention(*leaves, idx, backend=backend)
         out.backward(g)
         res.append([out] + [t.grad for t in leaves])
-    for a, b in zip(*res, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    for other in res[1:]:
+        for a, b in zip(res[0], other, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recall_lab.ssm import backend, backend_report, native, scan_backend
+from recall_lab import native
+from recall_lab.ssm import backend, backend_report, scan_backend
 
 
 @pytest.mark.parametrize("op", backend.OPS)
@@ -22,6 +23,6 @@ def test_report_matches_dispatch():
     rep = backend_report()
     assert set(rep["mamba_ssm"]) == set(backend.OPS)
     assert rep["cpu"] == {op: scan_backend("cpu", op) for op in backend.OPS}
-    assert rep["native_scan"] == native.load()[1]
+    assert rep["native"] == native.load()[1]
     with pytest.raises(ValueError):
         scan_backend("cpu", "attention")

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ssm_inputs import scan_inputs, ssd_inputs
 
+from recall_lab import native as kernels
 from recall_lab.ssm import (
     Mamba2Mixer,
     MambaMixer,
@@ -27,8 +28,8 @@ from recall_lab.ssm import (
 
 KEYS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
 
-pytestmark = pytest.mark.skipif(not native.available(),
-                                reason=f"native scan not built here: {native.load()[1]}")
+pytestmark = pytest.mark.skipif(not kernels.available(),
+                                reason=f"native kernels not built here: {kernels.load()[1]}")
 
 
 def _run(fn, inp, gy, glast, reset=None):
@@ -191,20 +192,20 @@ def test_dispatch_sends_float32_on_cpu_to_the_native_core():
 
 def test_loading_leaves_denormals_alone():
     # a library linked with -ffast-math would turn on flush-to-zero for the whole process
-    assert native.load()[0] is not None
+    assert kernels.load()[0] is not None
     tiny = torch.tensor([1e-38]) / 1e3
     assert tiny.item() > 0
 
 
 def test_a_failed_build_or_the_switch_falls_back_with_a_reason(tmp_path):
-    code = ("from recall_lab.ssm import backend, native; "
+    code = ("from recall_lab import native; from recall_lab.ssm import backend; "
             "print(backend.scan_backend('cpu')); print(native.load()[1])")
     env = {**os.environ, "RECALL_LAB_CACHE": str(tmp_path), "CC": "false"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out[0] == backend.TORCH_SCAN
-    assert out[1].startswith("compiling native.c failed")
-    env = {**os.environ, native.ENV_SWITCH: "0"}
+    assert out[1].startswith("compiling the native kernels failed")
+    env = {**os.environ, kernels.ENV_SWITCH: "0"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    assert out == [backend.TORCH_SCAN, f"disabled by {native.ENV_SWITCH}=0"]
+    assert out == [backend.TORCH_SCAN, f"disabled by {kernels.ENV_SWITCH}=0"]

@@ -1,0 +1,171 @@
+"""Native CPU kernels: the C files in this folder, compiled once per machine, called via ctypes.
+
+What is here: `ssm.c` (Mamba's selective scan, Mamba2's SSD as its recurrence, the mixers'
+causal conv + SiLU; their autograd functions are in recall_lab/ssm/native.py) and `attention.c`
+(the sparse-attention op's forward and backward; recall_lab/attention/native.py).
+
+Why native code: the torch paths of these ops make many element-wise passes over large
+intermediate buffers per step, which is what bounded CPU training speed; a C loop touches each
+element once or twice, with the inner loops vectorised (expf included). torch.compile was tried
+for the scan loops and was slower than the eager torch path at 1 thread, after 17-54 s of
+compilation per process; these files compile in a few seconds, once, with the C compiler that the
+Python headers already need.
+
+How they are built: `load()` compiles the C files with the system compiler (``$CC``, else ``cc``
+or ``gcc``) into one shared library in the cache directory (``$RECALL_LAB_CACHE``, else
+``$XDG_CACHE_HOME/recall-lab``, else ``~/.cache/recall-lab``), under a name that hashes the
+sources, the flags, the compiler's version and this CPU's model and flags, so a changed file or a
+different machine gets its own build; parallel processes (sweep workers) each build into a
+temporary directory and rename the result into place. ``-ffast-math`` is used when compiling only,
+never when linking: a shared library linked with it would set flush-to-zero for the whole process.
+
+When it is not used: no compiler, a failed build, or ``RECALL_LAB_NATIVE=0`` (e.g. to reproduce a
+result made before these kernels existed bit for bit). `load()` says why; every caller then takes
+its torch path, and `recall-lab info` reports the reason.
+
+Threads: `run_rows` splits the leading (batch) rows into `torch.get_num_threads()` contiguous
+ranges, one ctypes call per range on a thread pool (ctypes releases the GIL). Each kernel computes
+a row the same way whatever the split, so results are bit-identical for any thread count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c"))
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC")
+ENV_SWITCH = "RECALL_LAB_NATIVE"
+
+_P = ctypes.c_void_p
+_L = ctypes.c_long
+# argument types of every exported function (pointers, then sizes; see the C files)
+SIGNATURES: dict[str, list] = {
+    "scan_fwd": [_P] * 8 + [_L] * 6,
+    "scan_bwd": [_P] * 13 + [_L] * 6 + [_P],
+    "ssd_fwd": [_P] * 8 + [_L] * 7 + [_P],
+    "ssd_bwd": [_P] * 13 + [_L] * 7 + [_P],
+    "conv_silu_fwd": [_P, _L, _P, _P, _P] + [_L] * 5,
+    "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
+    "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,
+    "sparse_attn_bwd": [_P] * 10 + [ctypes.c_float] + [_L] * 6,
+}
+CONSTANTS = ("scan_max_state", "ssd_checkpoint")
+
+
+def cache_dir() -> Path:
+    if os.environ.get("RECALL_LAB_CACHE"):
+        return Path(os.environ["RECALL_LAB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "recall-lab"
+
+
+def _cpu_signature() -> str:
+    """Model name and feature flags (what -march=native compiles for)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine() + platform.processor()
+    keep = [ln for ln in lines if ln.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _build(cc: str, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        objs = []
+        for src in SOURCES:
+            obj = Path(tmp) / (src.stem + ".o")
+            subprocess.run([cc, *COMPILE_FLAGS, "-c", str(src), "-o", str(obj)], check=True,
+                           capture_output=True, text=True)
+            objs.append(str(obj))
+        lib = Path(tmp) / target.name
+        subprocess.run([cc, "-shared", *objs, "-o", str(lib), "-lm"], check=True,
+                       capture_output=True, text=True)
+        os.replace(lib, target)
+
+
+@functools.cache
+def load() -> tuple[ctypes.CDLL | None, str]:
+    """The compiled library, or None and why it is not available (see the module docstring)."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None, f"disabled by {ENV_SWITCH}=0"
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler found ($CC, cc, gcc)"
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                                 check=True).stdout
+        parts = [src.read_text() for src in SOURCES]
+        key = hashlib.sha256("\0".join([*parts, " ".join(COMPILE_FLAGS), version,
+                                        _cpu_signature()]).encode()).hexdigest()[:16]
+        target = cache_dir() / "native" / f"recall-lab-{key}.so"
+        if not target.exists():
+            _build(cc, target)
+        lib = ctypes.CDLL(str(target))
+    except subprocess.CalledProcessError as exc:
+        err = (exc.stderr or "").strip().splitlines()
+        return None, f"compiling the native kernels failed: {err[0] if err else exc}"
+    except OSError as exc:
+        return None, f"native kernels unavailable: {exc}"
+    for name, argtypes in SIGNATURES.items():
+        getattr(lib, name).argtypes = argtypes
+    for name in CONSTANTS:
+        getattr(lib, name).restype = _L
+    return lib, f"ok ({target})"
+
+
+def available() -> bool:
+    return load()[0] is not None
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library; raises with the reason when there is none."""
+    loaded, why = load()
+    if loaded is None:
+        raise RuntimeError(f"native kernels unavailable: {why}")
+    return loaded
+
+
+def constant(name: str) -> int:
+    return int(getattr(lib(), name)())
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def run_rows(fn: Callable, rows: int, args: Callable[[int, int], tuple]) -> None:
+    """fn(*args(r0, r1)) over torch.get_num_threads() contiguous ranges of `rows` rows."""
+    global _POOL
+    parts = min(rows, max(1, torch.get_num_threads()))
+    if parts == 0:
+        return
+    step = -(-rows // parts)
+    ranges = [(s, min(rows, s + step)) for s in range(0, rows, step)]
+    if len(ranges) == 1:
+        fn(*args(*ranges[0]))
+        return
+    if _POOL is None or _POOL[0] != os.getpid():  # a forked child has no pool threads
+        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 2))
+    for fut in [_POOL[1].submit(fn, *args(s, e)) for s, e in ranges]:
+        fut.result()
+
+
+def ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
