@@ -123,12 +123,17 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
 
 
 def versions() -> dict:
+    """Software that decides a run's numbers, written into its config.json. Runs with and without
+    the native CPU kernels differ by float rounding (recall_lab/native)."""
     import numpy as np
 
     import recall_lab
+    from recall_lab import native
 
+    loaded, why = native.load()
     return {"recall_lab": recall_lab.__version__, "torch": torch.__version__,
-            "numpy": np.__version__}
+            "numpy": np.__version__,
+            "native_kernels": "on" if loaded is not None else f"off: {why}"}
 
 
 # ---- the loop -----------------------------------------------------------------------------------

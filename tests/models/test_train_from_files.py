@@ -12,6 +12,7 @@ from generators import TaskSpec
 from generators.dataset import write_dataset
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
+from recall_lab import native
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.evaluate import evaluate
@@ -96,4 +97,7 @@ def test_cli_data_option(tmp_path, dataset):
     assert r.exit_code == 0, r.output
     cfg = json.loads((tmp_path / "r" / "config.json").read_text())
     assert cfg["train"]["data"] == str(dataset) and cfg["task"]["levels"] == [[3, 3]]
+    # whether the native CPU kernels ran: runs with and without them differ by rounding
+    loaded, why = native.load()
+    assert cfg["versions"]["native_kernels"] == ("on" if loaded is not None else f"off: {why}")
     assert np.isfinite(json.loads((tmp_path / "r" / "summary.json").read_text())["test"]["loss"])
