@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab import native
 from recall_lab.attention.seattn import OPTIONS as SEATTN_OPTIONS
 from recall_lab.attention.seattn import VARIANTS as SEATTN_VARIANTS
 from recall_lab.attention.seattn import make_seattn
@@ -147,12 +148,25 @@ def union_indices(*parts: Tensor) -> Tensor:
     """Union of index lists (OR of the masks): a key occurs once (repeats become -1 slots).
 
     Parts broadcast over their leading dims; the slot count is the sum of the parts' slot counts.
+    Each row is the sorted concatenation with repeats set to -1; on the CPU the native kernel
+    (recall_lab/native) writes the same result as the torch sort (tested equal).
     """
     if len(parts) == 1:
         return parts[0]
     lead = torch.broadcast_shapes(*(p.shape[:-1] for p in parts))
     # int32 sorts ~1.3x faster than int64 here (measured; pairwise compares were slower still).
     cat = torch.cat([p.to(torch.int32).expand(*lead, p.shape[-1]) for p in parts], dim=-1)
+    if cat.device.type == "cpu" and cat.numel() and native.available():
+        width = cat.shape[-1]
+        rows = cat.numel() // width
+        native.run_rows(native.lib().union_rows, rows,
+                        lambda r0, r1: (cat.data_ptr(), width, r0, r1))
+        return cat
+    return union_indices_torch(cat)
+
+
+def union_indices_torch(cat: Tensor) -> Tensor:
+    """The torch path of `union_indices` on the concatenated int32 lists."""
     srt = cat.sort(dim=-1).values
     dup = torch.zeros_like(srt, dtype=torch.bool)
     dup[..., 1:] = srt[..., 1:] == srt[..., :-1]
@@ -240,6 +254,24 @@ def lsh_indices(qc: Tensor, kc: Tensor, n_keys: int, planes: Tensor, rule: str =
 
 def causal_topk_indices(scores: Tensor, n: int) -> Tensor:
     """Eq. 13: for each i the positions of the top-n of ``scores[..., :i+1]`` (int32 [.., L, n]).
+
+    On the CPU the native kernel (recall_lab/native: one heap of n per row, O(L log n); ties go to
+    the earlier key) where it built, else `causal_topk_indices_torch`. The two list the same set of
+    keys per query wherever scores do not tie at the n-th place (tested); slot order differs, and
+    nothing downstream reads it (the sparse op sums over slots, the union sorts).
+    """
+    *lead, length = scores.shape
+    if scores.device.type == "cpu" and native.available() and n > 0:
+        x = scores.detach().float().reshape(-1, length).contiguous()
+        out = torch.empty(x.shape[0], length, n, dtype=torch.int32)
+        native.run_rows(native.lib().causal_topk, x.shape[0],
+                        lambda r0, r1: (x.data_ptr(), out.data_ptr(), length, n, r0, r1))
+        return out.reshape(*lead, length, n)
+    return causal_topk_indices_torch(scores, n)
+
+
+def causal_topk_indices_torch(scores: Tensor, n: int) -> Tensor:
+    """`causal_topk_indices` in torch ops (the reference of the native kernel).
 
     Block-wise running top-n: keys are cut into blocks of n; a log-depth inclusive scan of top-n
     merges gives each block the top-n of all earlier blocks; each query then takes the top-n of

@@ -4,12 +4,12 @@ What is here: `ssm.c` (Mamba's selective scan, Mamba2's SSD as its recurrence, t
 causal conv + SiLU; their autograd functions are in recall_lab/ssm/native.py) and `attention.c`
 (the sparse-attention op's forward and backward; recall_lab/attention/native.py).
 
-Why native code: the torch paths of these ops make many element-wise passes over large
-intermediate buffers per step, which is what bounded CPU training speed; a C loop touches each
-element once or twice, with the inner loops vectorised (expf included). torch.compile was tried
-for the scan loops and was slower than the eager torch path at 1 thread, after 17-54 s of
-compilation per process; these files compile in a few seconds, once, with the C compiler that the
-Python headers already need.
+Why native code: the torch paths of these ops make many element-wise passes over large intermediate
+buffers per step, which is what bounded CPU training speed; a C loop touches each element once or
+twice, with the inner loops vectorised (expf included). torch.compile was tried for the scan loops
+and was slower than the eager torch path at 1 thread, after 17-54 s of compilation per process;
+these files compile in about 5 s of CPU time, once, with the C compiler that the Python headers
+already need.
 
 How they are built: `load()` compiles the C files with the system compiler (``$CC``, else ``cc``
 or ``gcc``) into one shared library in the cache directory (``$RECALL_LAB_CACHE``, else
@@ -61,6 +61,8 @@ SIGNATURES: dict[str, list] = {
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,
     "sparse_attn_bwd": [_P] * 10 + [ctypes.c_float] + [_L] * 6,
+    "causal_topk": [_P, _P] + [_L] * 4,
+    "union_rows": [_P] + [_L] * 3,
 }
 CONSTANTS = ("scan_max_state", "ssd_checkpoint")
 

@@ -92,3 +92,78 @@ void sparse_attn_bwd(const float* q, const float* k, const float* v, const int* 
         }
     }
 }
+
+/* Causal top-n (the KS pattern, Eq. 13): for every query i of a row, the positions of the n
+ * largest scores among keys 0..i. One min-heap of n (score, position) per row, updated once per
+ * key, so O(L log n) per row plus the O(L n) output. Ties go to the earlier key (a later key
+ * enters only with a strictly larger score; the heap's root is its smallest score, and among
+ * equal smallest scores the latest position). out int32 [R, L, n]: the heap's positions in heap
+ * order, -1 in the slots beyond i + 1 keys. NaN scores are not allowed. */
+void causal_topk(const float* scores, int* out, long L, long n, long r0, long r1) {
+    float hs[n > 0 ? n : 1];
+    int hp[n > 0 ? n : 1];
+    for (long r = r0; r < r1; r++) {
+        const float* sr = scores + r * L;
+        long size = 0;
+        for (long i = 0; i < L; i++) {
+            const float s = sr[i];
+            long at;
+            if (size < n) { /* sift up: (score, -position) ordered, smallest at the root */
+                at = size++;
+                while (at > 0) {
+                    const long up = (at - 1) / 2;
+                    if (!(s < hs[up] || (s == hs[up] && (int)i > hp[up]))) break;
+                    hs[at] = hs[up];
+                    hp[at] = hp[up];
+                    at = up;
+                }
+                hs[at] = s;
+                hp[at] = (int)i;
+            } else if (n > 0 && s > hs[0]) { /* replace the root, sift down */
+                at = 0;
+                for (;;) {
+                    const long l = 2 * at + 1, rr = l + 1;
+                    long m = at;
+                    float ms = s;
+                    int mp = (int)i;
+                    if (l < n && (hs[l] < ms || (hs[l] == ms && hp[l] > mp))) {
+                        m = l; ms = hs[l]; mp = hp[l];
+                    }
+                    if (rr < n && (hs[rr] < ms || (hs[rr] == ms && hp[rr] > mp))) {
+                        m = rr; ms = hs[rr]; mp = hp[rr];
+                    }
+                    if (m == at) break;
+                    hs[at] = hs[m];
+                    hp[at] = hp[m];
+                    at = m;
+                }
+                hs[at] = s;
+                hp[at] = (int)i;
+            }
+            int* o = out + (r * L + i) * n;
+            for (long k = 0; k < size; k++) o[k] = hp[k];
+            for (long k = size; k < n; k++) o[k] = -1;
+        }
+    }
+}
+
+/* Union of index lists, in place on their concatenation x int32 [R, m]: each row sorted
+ * ascending (insertion sort: m is a few dozen), then every repeat of the value before it set to -1
+ * (so -1 slots from the inputs, which sort first, stay -1). The same result as the torch path
+ * (sort, then mark repeats). */
+void union_rows(int* x, long m, long r0, long r1) {
+    for (long r = r0; r < r1; r++) {
+        int* row = x + r * m;
+        for (long i = 1; i < m; i++) {
+            const int v = row[i];
+            long j = i - 1;
+            while (j >= 0 && row[j] > v) {
+                row[j + 1] = row[j];
+                j--;
+            }
+            row[j + 1] = v;
+        }
+        for (long i = m - 1; i > 0; i--)
+            if (row[i] == row[i - 1]) row[i] = -1;
+    }
+}

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from generators.errors import RecallLabError
+from recall_lab import native
 from recall_lab.attention import (
     PATTERNS,
     bucket_window_indices,
@@ -22,6 +23,7 @@ from recall_lab.attention import (
     sample_planes,
     union_indices,
 )
+from recall_lab.attention.patterns import causal_topk_indices_torch, union_indices_torch
 
 
 def to_mask(idx: torch.Tensor, length: int, shape=None) -> torch.Tensor:
@@ -287,6 +289,41 @@ def test_union_is_the_or_of_the_masks(length, na, nb, nc, seed):
     for p in parts:
         want |= to_mask(p, length).bool()
     assert torch.equal(to_mask(u, length), want.long())
+
+
+@pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
+@given(length=st.integers(1, 9), na=st.integers(1, 5), nb=st.integers(1, 5),
+       seed=st.integers(0, 10**6))
+def test_native_union_equals_the_torch_sort(length, na, nb, seed):
+    gen = torch.Generator().manual_seed(seed)
+    a, b = _random_part((2, 1), length, na, gen), _random_part((2, 3), length, nb, gen)
+    b[..., 0] = a[..., 0]  # some keys in both parts
+    cat = torch.cat([a.expand(2, 3, length, na), b], -1)
+    assert torch.equal(union_indices(a, b), union_indices_torch(cat))
+
+
+@pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
+@given(length=st.integers(1, 70), n=st.integers(1, 12), ties=st.booleans(),
+       seed=st.integers(0, 10**6))
+def test_native_causal_topk_selects_the_torch_paths_keys(length, n, ties, seed):
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(3, length, generator=gen)
+    if ties:  # few distinct values: any valid top-n, and the earlier key wins a tie
+        scores = scores.round()
+    got = causal_topk_indices(scores, n)
+    mask = check_invariants(got, length, n, None)
+    if ties:
+        assert_valid_topk(mask.bool(), scores, n)
+        # earlier wins: a selected key never has an unselected earlier key with the same score
+        for r in range(3):
+            for i in range(length):
+                chosen = mask[r, i, : i + 1].bool()
+                for j in range(i + 1):
+                    if chosen[j]:
+                        earlier = (scores[r, :j] == scores[r, j]) & ~chosen[:j]
+                        assert not earlier.any()
+    else:
+        assert torch.equal(mask, to_mask(causal_topk_indices_torch(scores, n), length))
 
 
 def brute_ranking_loss(scores, q, k, sel, scale):
