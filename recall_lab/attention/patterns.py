@@ -25,7 +25,7 @@ of ``d``, is fixed by the configuration):
   its own position). Planes ``[H, d, h]`` ~ N(0, 1): fresh per call in training mode, drawn from
   ``seed`` in eval mode.
 * ``ks`` (Eq. 12-17): score ``x_j = MLP([k_j, normalize(sum_{p<=j} q_p)])`` on detached inputs;
-  query ``i`` takes the top-n scores among ``x_0 .. x_i`` (ties: any of the tied keys). In
+  query ``i`` takes the top-n scores among ``x_0 .. x_i`` (ties: the earlier key wins). In
   training mode the module also returns the pairwise ranking loss on n randomly sampled keys.
 * ``hax`` (Eq. 19-20) = LSH(n - n//2) u KS(n//2); ``full``: every ``j <= i``.
 * ``seattn``, ``seattn-nomem``, ``seattn-random``, ``seattn-landmark`` (seed 001, SE-Attn): own
@@ -255,10 +255,10 @@ def lsh_indices(qc: Tensor, kc: Tensor, n_keys: int, planes: Tensor, rule: str =
 def causal_topk_indices(scores: Tensor, n: int) -> Tensor:
     """Eq. 13: for each i the positions of the top-n of ``scores[..., :i+1]`` (int32 [.., L, n]).
 
-    On the CPU the native kernel (recall_lab/native: one heap of n per row, O(L log n); ties go to
-    the earlier key) where it built, else `causal_topk_indices_torch`. The two list the same set of
-    keys per query wherever scores do not tie at the n-th place (tested); slot order differs, and
-    nothing downstream reads it (the sparse op sums over slots, the union sorts).
+    On the CPU the native kernel (recall_lab/native: one heap of n per row, O(L log n)) where it
+    built, else `causal_topk_indices_torch`. Both give ties to the earlier key, so they list the
+    same set of keys per query (tested); slot order differs, and nothing downstream reads it (the
+    sparse op sums over slots, the union sorts).
     """
     *lead, length = scores.shape
     if scores.device.type == "cpu" and native.available() and n > 0:
@@ -277,9 +277,18 @@ def causal_topk_indices_torch(scores: Tensor, n: int) -> Tensor:
     merges gives each block the top-n of all earlier blocks; each query then takes the top-n of
     those n plus the causal part of its own block. Memory O(L n), work O(L n log n) (times
     log(L/n) for the scan). Slots with fewer than n candidates hold -1. NaN scores are not allowed.
+
+    Ties: the earlier key wins. Each score is replaced by minus its rank in a stable descending
+    sort of its row; the order of two keys then depends on their two scores and positions only,
+    so query i's selection depends on neither the keys after i nor the padded length (with raw
+    tied floats, topk's choice among equal values varied with L). O(L log L) for the sort.
     """
     *lead, length = scores.shape
-    x = scores.detach().float().reshape(-1, length)
+    raw = scores.detach().float().reshape(-1, length)
+    order = raw.sort(dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(
+        -1, order, torch.arange(length, device=raw.device).expand_as(order))
+    x = -rank.to(torch.float32 if length <= 1 << 24 else torch.float64)  # exact integers
     rows = x.shape[0]
     nb = max(1, math.ceil(length / n))
     ninf = float("-inf")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 import torch
 
 from recall_lab.attention import make_pattern
@@ -164,3 +165,24 @@ def test_mamba_ks_branch_is_wired_like_the_paper():
         want = want * branch.scale
     torch.testing.assert_close(out, want, rtol=1e-6, atol=1e-9)
 
+
+@pytest.mark.parametrize("impl", ["dispatch", "torch"])
+def test_ks_selection_under_tied_scores_is_causal_and_length_free(impl):
+    """Eq. 13 leaves ties open; the project rule (DESIGN "Strict causality") does not: query i's
+    keys may not depend on the keys after i nor on the padded length. Tied scores (an untrained
+    ReLU scorer with dead units gives exactly equal scores) must therefore be broken by something
+    causal: the earlier key wins, as DeciMamba's top-P (MECHANISMS: stable sort on
+    (-score, position)). Checked against the reference on every prefix length."""
+    from recall_lab.attention.patterns import causal_topk_indices, causal_topk_indices_torch
+
+    topk = causal_topk_indices if impl == "dispatch" else causal_topk_indices_torch
+    n = 8
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randint(0, 3, (2, 1, 45), generator=g).double()  # 3 values: many ties
+        for length in (9, 17, 30, 45):
+            idx = topk(x[..., :length], n)
+            for b, i in itertools.product(range(2), range(length)):
+                order = sorted(range(i + 1), key=lambda j: (-float(x[b, 0, j]), j))
+                got = sorted(int(j) for j in idx[b, 0, i] if j >= 0)
+                assert got == sorted(order[:n]), (seed, length, b, i)
