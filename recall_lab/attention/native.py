@@ -5,7 +5,7 @@ keys, softmax, weighted sum of their values; the backward recomputes the probabi
 saved log-sum-exp and accumulates dk, dv into the keys' rows. Nothing is gathered into new
 buffers and no sparse structure is built, which is where the ``csr`` backend spent most of its
 time (index layout, the transposed pattern's argsort, copies; bench attention). Rows (batch x
-head) are split over threads by `recall_lab.native.run_rows`; each row's keys are only written by
+head) are split over torch's OpenMP threads (recall_lab/native); each row's keys are only written by
 its own queries, so the result does not depend on the thread count. Float32 only (half inputs
 are widened by the op, float64 goes to ``csr``/``torch``).
 """
@@ -28,8 +28,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float) -> tuple
     out = q.new_empty(rows, length, dv)
     lse = q.new_empty(rows, length)
     ptrs = [kernels.ptr(t) for t in (q, k, v, idx, out, lse)]
-    kernels.run_rows(lib.sparse_attn_fwd, rows,
-                     lambda r0, r1: (*ptrs, scale, length, n, d, dv, r0, r1))
+    lib.sparse_attn_fwd(*ptrs, scale, length, n, d, dv, rows, kernels.threads())
     return out, lse
 
 
@@ -42,6 +41,5 @@ def backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, lse: Ten
     n, dv = idx.shape[-1], v.shape[-1]
     dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     ptrs = [kernels.ptr(t) for t in (q, k, v, idx, out, lse, dout, dq, dk, dvv)]
-    kernels.run_rows(lib.sparse_attn_bwd, rows,
-                     lambda r0, r1: (*ptrs, scale, length, n, d, dv, r0, r1))
+    lib.sparse_attn_bwd(*ptrs, scale, length, n, d, dv, rows, kernels.threads())
     return dq, dk, dvv

@@ -159,8 +159,7 @@ def union_indices(*parts: Tensor) -> Tensor:
     if cat.device.type == "cpu" and cat.numel() and native.available():
         width = cat.shape[-1]
         rows = cat.numel() // width
-        native.run_rows(native.lib().union_rows, rows,
-                        lambda r0, r1: (cat.data_ptr(), width, r0, r1))
+        native.lib().union_rows(cat.data_ptr(), width, rows, native.threads())
         return cat
     return union_indices_torch(cat)
 
@@ -264,8 +263,8 @@ def causal_topk_indices(scores: Tensor, n: int) -> Tensor:
     if scores.device.type == "cpu" and native.available() and n > 0:
         x = scores.detach().float().reshape(-1, length).contiguous()
         out = torch.empty(x.shape[0], length, n, dtype=torch.int32)
-        native.run_rows(native.lib().causal_topk, x.shape[0],
-                        lambda r0, r1: (x.data_ptr(), out.data_ptr(), length, n, r0, r1))
+        native.lib().causal_topk(x.data_ptr(), out.data_ptr(), length, n, x.shape[0],
+                                 native.threads())
         return out.reshape(*lead, length, n)
     return causal_topk_indices_torch(scores, n)
 

@@ -23,9 +23,12 @@ When it is not used: no compiler, a failed build, or ``RECALL_LAB_NATIVE=0`` (e.
 result made before these kernels existed bit for bit). `load()` says why; every caller then takes
 its torch path, and `recall-lab info` reports the reason.
 
-Threads: `run_rows` splits the leading (batch) rows into `torch.get_num_threads()` contiguous
-ranges, one ctypes call per range on a thread pool (ctypes releases the GIL). Each kernel computes
-a row the same way whatever the split, so results are bit-identical for any thread count.
+Threads: every kernel splits its leading (batch) rows into `torch.get_num_threads()` contiguous
+ranges on OpenMP threads. The library links libgomp.so.1, which resolves to the copy torch has
+already loaded, so the kernels run on torch's own thread pool (Python threads were tried first:
+at 2 threads they ran slower than 1, competing with torch's spin-waiting OpenMP workers). Each
+kernel computes a row the same way whatever the split, so results are bit-identical for any
+thread count.
 """
 
 from __future__ import annotations
@@ -38,25 +41,25 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c"))
-COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp-simd", "-fPIC")
+COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+LINK_FLAGS = ("-shared", "-fopenmp")
 ENV_SWITCH = "RECALL_LAB_NATIVE"
 
 _P = ctypes.c_void_p
 _L = ctypes.c_long
 # argument types of every exported function (pointers, then sizes; see the C files)
+# (each ends in rows, nt[, scratch, stride]: see FOR_RANGES in the C files)
 SIGNATURES: dict[str, list] = {
     "scan_fwd": [_P] * 8 + [_L] * 6,
-    "scan_bwd": [_P] * 13 + [_L] * 6 + [_P],
-    "ssd_fwd": [_P] * 8 + [_L] * 7 + [_P],
-    "ssd_bwd": [_P] * 13 + [_L] * 7 + [_P],
+    "scan_bwd": [_P] * 13 + [_L] * 6 + [_P, _L],
+    "ssd_fwd": [_P] * 8 + [_L] * 7 + [_P, _L],
+    "ssd_bwd": [_P] * 13 + [_L] * 7 + [_P, _L],
     "conv_silu_fwd": [_P, _L, _P, _P, _P] + [_L] * 5,
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,
@@ -98,7 +101,7 @@ def _build(cc: str, target: Path) -> None:
                            capture_output=True, text=True)
             objs.append(str(obj))
         lib = Path(tmp) / target.name
-        subprocess.run([cc, "-shared", *objs, "-o", str(lib), "-lm"], check=True,
+        subprocess.run([cc, *LINK_FLAGS, *objs, "-o", str(lib), "-lm"], check=True,
                        capture_output=True, text=True)
         os.replace(lib, target)
 
@@ -115,7 +118,7 @@ def load() -> tuple[ctypes.CDLL | None, str]:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  check=True).stdout
         parts = [src.read_text() for src in SOURCES]
-        key = hashlib.sha256("\0".join([*parts, " ".join(COMPILE_FLAGS), version,
+        key = hashlib.sha256("\0".join([*parts, " ".join(COMPILE_FLAGS + LINK_FLAGS), version,
                                         _cpu_signature()]).encode()).hexdigest()[:16]
         target = cache_dir() / "native" / f"recall-lab-{key}.so"
         if not target.exists():
@@ -149,24 +152,14 @@ def constant(name: str) -> int:
     return int(getattr(lib(), name)())
 
 
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
+def threads() -> int:
+    """The thread count every kernel call passes: torch's intra-op threads."""
+    return max(1, torch.get_num_threads())
 
 
-def run_rows(fn: Callable, rows: int, args: Callable[[int, int], tuple]) -> None:
-    """fn(*args(r0, r1)) over torch.get_num_threads() contiguous ranges of `rows` rows."""
-    global _POOL
-    parts = min(rows, max(1, torch.get_num_threads()))
-    if parts == 0:
-        return
-    step = -(-rows // parts)
-    ranges = [(s, min(rows, s + step)) for s in range(0, rows, step)]
-    if len(ranges) == 1:
-        fn(*args(*ranges[0]))
-        return
-    if _POOL is None or _POOL[0] != os.getpid():  # a forked child has no pool threads
-        _POOL = (os.getpid(), ThreadPoolExecutor(max_workers=os.cpu_count() or 2))
-    for fut in [_POOL[1].submit(fn, *args(s, e)) for s, e in ranges]:
-        fut.result()
+def ranges(rows: int) -> int:
+    """How many row ranges (and scratch buffers) a call over `rows` rows uses."""
+    return max(1, min(rows, threads()))
 
 
 def ptr(t: Tensor | None) -> int | None:

@@ -10,6 +10,14 @@
  * compiled with -ffast-math, which assumes there are none). */
 #include <math.h>
 
+/* Exported entry points: parallel over rows on torch's OpenMP pool, as in ssm.c. */
+#define FOR_RANGES(rows, nt)                                                                   \
+    const long parts_ = (rows) < (nt) ? (rows) : (nt);                                         \
+    _Pragma("omp parallel for schedule(static) num_threads(parts_ > 0 ? parts_ : 1)")          \
+    for (long part = 0; part < parts_; part++)
+#define R0(rows) ((rows) * part / parts_)
+#define R1(rows) ((rows) * (part + 1) / parts_)
+
 #define ROW_EMPTY (-1e30f)
 
 static inline float dot(const float* a, const float* b, long m) {
@@ -24,7 +32,7 @@ static inline void axpy(float* y, float a, const float* x, long m) {
     for (long c = 0; c < m; c++) y[c] += a * x[c];
 }
 
-void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* idx, float* out,
+static void sparse_attn_fwd_range(const float* q, const float* k, const float* v, const int* idx, float* out,
                      float* lse, float scale, long L, long n, long d, long dv, long r0, long r1) {
     float sc[n > 0 ? n : 1];
     for (long r = r0; r < r1; r++) {
@@ -60,7 +68,7 @@ void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* 
     }
 }
 
-void sparse_attn_bwd(const float* q, const float* k, const float* v, const int* idx,
+static void sparse_attn_bwd_range(const float* q, const float* k, const float* v, const int* idx,
                      const float* out, const float* lse, const float* dout, float* dq, float* dk,
                      float* dvv, float scale, long L, long n, long d, long dv, long r0, long r1) {
     for (long r = r0; r < r1; r++) {
@@ -99,7 +107,7 @@ void sparse_attn_bwd(const float* q, const float* k, const float* v, const int* 
  * enters only with a strictly larger score; the heap's root is its smallest score, and among
  * equal smallest scores the latest position). out int32 [R, L, n]: the heap's positions in heap
  * order, -1 in the slots beyond i + 1 keys. NaN scores are not allowed. */
-void causal_topk(const float* scores, int* out, long L, long n, long r0, long r1) {
+static void causal_topk_range(const float* scores, int* out, long L, long n, long r0, long r1) {
     float hs[n > 0 ? n : 1];
     int hp[n > 0 ? n : 1];
     for (long r = r0; r < r1; r++) {
@@ -151,7 +159,7 @@ void causal_topk(const float* scores, int* out, long L, long n, long r0, long r1
  * ascending (insertion sort: m is a few dozen), then every repeat of the value before it set to -1
  * (so -1 slots from the inputs, which sort first, stay -1). The same result as the torch path
  * (sort, then mark repeats). */
-void union_rows(int* x, long m, long r0, long r1) {
+static void union_rows_range(int* x, long m, long r0, long r1) {
     for (long r = r0; r < r1; r++) {
         int* row = x + r * m;
         for (long i = 1; i < m; i++) {
@@ -166,4 +174,32 @@ void union_rows(int* x, long m, long r0, long r1) {
         for (long i = m - 1; i > 0; i--)
             if (row[i] == row[i - 1]) row[i] = -1;
     }
+}
+
+/* ---- exported, parallel over rows ---- */
+
+void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* idx, float* out,
+                     float* lse, float scale, long L, long n, long d, long dv, long rows,
+                     long nt) {
+    FOR_RANGES(rows, nt)
+    sparse_attn_fwd_range(q, k, v, idx, out, lse, scale, L, n, d, dv, R0(rows), R1(rows));
+}
+
+void sparse_attn_bwd(const float* q, const float* k, const float* v, const int* idx,
+                     const float* out, const float* lse, const float* dout, float* dq, float* dk,
+                     float* dvv, float scale, long L, long n, long d, long dv, long rows,
+                     long nt) {
+    FOR_RANGES(rows, nt)
+    sparse_attn_bwd_range(q, k, v, idx, out, lse, dout, dq, dk, dvv, scale, L, n, d, dv,
+                          R0(rows), R1(rows));
+}
+
+void causal_topk(const float* scores, int* out, long L, long n, long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    causal_topk_range(scores, out, L, n, R0(rows), R1(rows));
+}
+
+void union_rows(int* x, long m, long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    union_rows_range(x, m, R0(rows), R1(rows));
 }

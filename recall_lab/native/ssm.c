@@ -19,6 +19,17 @@
 #include <math.h>
 #include <stddef.h>
 
+/* Exported entry points take (rows, nt) and split the rows into min(rows, nt) contiguous ranges
+ * on OpenMP threads: the libgomp that torch has already loaded, so these calls share torch's
+ * thread pool instead of competing with its spinning workers. Scratch buffers come one per range,
+ * `stride` floats apart. */
+#define FOR_RANGES(rows, nt)                                                                   \
+    const long parts_ = (rows) < (nt) ? (rows) : (nt);                                         \
+    _Pragma("omp parallel for schedule(static) num_threads(parts_ > 0 ? parts_ : 1)")          \
+    for (long part = 0; part < parts_; part++)
+#define R0(rows) ((rows) * part / parts_)
+#define R1(rows) ((rows) * (part + 1) / parts_)
+
 #define MAX_STATE 256
 
 #define DEFINE_SCAN(SUFFIX, NCONST)                                                            \
@@ -136,7 +147,7 @@ DEFINE_SCAN(64, 64)
 
 long scan_max_state(void) { return MAX_STATE; }
 
-void scan_fwd(const float* u, const float* delta, const float* A, const float* Bm,
+static void scan_fwd_range(const float* u, const float* delta, const float* A, const float* Bm,
               const float* Cm, const float* keep, float* y, float* last, long D, long L, long N,
               long G, long b0, long b1) {
     switch (N) {
@@ -149,7 +160,7 @@ void scan_fwd(const float* u, const float* delta, const float* A, const float* B
     }
 }
 
-void scan_bwd(const float* u, const float* delta, const float* A, const float* Bm,
+static void scan_bwd_range(const float* u, const float* delta, const float* A, const float* Bm,
               const float* Cm, const float* keep, const float* gy, const float* glast, float* gu,
               float* gdelta, float* gA_part, float* gB, float* gC, long D, long L, long N,
               long G, long b0, long b1, float* scratch) {
@@ -309,7 +320,7 @@ DEFINE_SSD(128, 128)
 
 long ssd_checkpoint(void) { return SSD_CKPT; }
 
-void ssd_fwd(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
+static void ssd_fwd_range(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
              const float* keep, float* y, float* final, long L, long H, long P, long N, long G,
              long b0, long b1, float* scratch) {
 #define SSD_FWD_ARGS x, dt, A, Bm, Cm, keep, y, final, L, H, P, N, G, b0, b1, scratch
@@ -323,7 +334,7 @@ void ssd_fwd(const float* x, const float* dt, const float* A, const float* Bm, c
 #undef SSD_FWD_ARGS
 }
 
-void ssd_bwd(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
+static void ssd_bwd_range(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
              const float* keep, const float* gy, const float* gfinal, float* gx, float* gdt,
              float* gA_part, float* gB, float* gC, long L, long H, long P, long N, long G,
              long b0, long b1, float* scratch) {
@@ -359,7 +370,7 @@ static void conv_pre_row(const float* x, long xs, const float* wT, const float* 
     }
 }
 
-void conv_silu_fwd(const float* x, long xs, const float* wT, const float* bias, float* y,
+static void conv_silu_fwd_range(const float* x, long xs, const float* wT, const float* bias, float* y,
                    long L, long C, long K, long b0, long b1) {
     for (long b = b0; b < b1; b++) {
         for (long t = 0; t < L; t++) {
@@ -371,7 +382,7 @@ void conv_silu_fwd(const float* x, long xs, const float* wT, const float* bias, 
     }
 }
 
-void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, const float* gy,
+static void conv_silu_bwd_range(const float* x, long xs, const float* wT, const float* bias, const float* gy,
                    float* gx, float* gw_part, float* gb_part, long L, long C, long K, long b0,
                    long b1) {
     float g[C];
@@ -405,4 +416,52 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
             }
         }
     }
+}
+
+/* ---- exported, parallel over batch rows (see FOR_RANGES) ---- */
+
+void scan_fwd(const float* u, const float* delta, const float* A, const float* Bm,
+              const float* Cm, const float* keep, float* y, float* last, long D, long L, long N,
+              long G, long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    scan_fwd_range(u, delta, A, Bm, Cm, keep, y, last, D, L, N, G, R0(rows), R1(rows));
+}
+
+void scan_bwd(const float* u, const float* delta, const float* A, const float* Bm,
+              const float* Cm, const float* keep, const float* gy, const float* glast, float* gu,
+              float* gdelta, float* gA_part, float* gB, float* gC, long D, long L, long N,
+              long G, long rows, long nt, float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    scan_bwd_range(u, delta, A, Bm, Cm, keep, gy, glast, gu, gdelta, gA_part, gB, gC, D, L, N, G,
+                   R0(rows), R1(rows), scratch + part * stride);
+}
+
+void ssd_fwd(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
+             const float* keep, float* y, float* final, long L, long H, long P, long N, long G,
+             long rows, long nt, float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    ssd_fwd_range(x, dt, A, Bm, Cm, keep, y, final, L, H, P, N, G, R0(rows), R1(rows),
+                  scratch + part * stride);
+}
+
+void ssd_bwd(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
+             const float* keep, const float* gy, const float* gfinal, float* gx, float* gdt,
+             float* gA_part, float* gB, float* gC, long L, long H, long P, long N, long G,
+             long rows, long nt, float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    ssd_bwd_range(x, dt, A, Bm, Cm, keep, gy, gfinal, gx, gdt, gA_part, gB, gC, L, H, P, N, G,
+                  R0(rows), R1(rows), scratch + part * stride);
+}
+
+void conv_silu_fwd(const float* x, long xs, const float* wT, const float* bias, float* y,
+                   long L, long C, long K, long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    conv_silu_fwd_range(x, xs, wT, bias, y, L, C, K, R0(rows), R1(rows));
+}
+
+void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, const float* gy,
+                   float* gx, float* gw_part, float* gb_part, long L, long C, long K, long rows,
+                   long nt) {
+    FOR_RANGES(rows, nt)
+    conv_silu_bwd_range(x, xs, wT, bias, gy, gx, gw_part, gb_part, L, C, K, R0(rows), R1(rows));
 }

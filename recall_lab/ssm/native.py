@@ -41,7 +41,7 @@ class _NativeScanCore(torch.autograd.Function):
         y = torch.empty_like(u)
         last = u.new_empty(b, d, n)
         ptrs = [_ptr(t) for t in (u, delta, A, Bt, Ct, keep, y, last)]
-        kernels.run_rows(lib.scan_fwd, b, lambda b0, b1: (*ptrs, d, length, n, g, b0, b1))
+        lib.scan_fwd(*ptrs, d, length, n, g, b, kernels.threads())
         ctx.save_for_backward(u, delta, A, Bt, Ct, keep)
         return y, last
 
@@ -58,13 +58,9 @@ class _NativeScanCore(torch.autograd.Function):
         gB, gC = torch.zeros_like(Bt), torch.zeros_like(Ct)
         ptrs = [_ptr(t)
                 for t in (u, delta, A, Bt, Ct, keep, gy, glast, gu, gdelta, gA, gB, gC)]
-        scratch = {}
-
-        def args(b0, b1):
-            buf = scratch.setdefault(b0, u.new_empty(2 * length * n))  # per range, kept alive
-            return (*ptrs, d, length, n, g, b0, b1, buf.data_ptr())
-
-        kernels.run_rows(lib.scan_bwd, b, args)
+        per = 2 * length * n  # scratch floats per row range
+        buf = u.new_empty(kernels.ranges(b) * per)
+        lib.scan_bwd(*ptrs, d, length, n, g, b, kernels.threads(), buf.data_ptr(), per)
         return gu, gdelta, gA.sum(0), gB, gC, None
 
 
@@ -80,13 +76,8 @@ class _NativeSSDCore(torch.autograd.Function):
         y = torch.empty_like(x)
         final = x.new_empty(b, h, p, n)
         ptrs = [_ptr(t) for t in (x, dt, A, B, C, keep, y, final)]
-        scratch = {}
-
-        def args(b0, b1):
-            buf = scratch.setdefault(b0, x.new_empty(p * n))
-            return (*ptrs, length, h, p, n, g, b0, b1, buf.data_ptr())
-
-        kernels.run_rows(lib.ssd_fwd, b, args)
+        buf = x.new_empty(kernels.ranges(b) * p * n)
+        lib.ssd_fwd(*ptrs, length, h, p, n, g, b, kernels.threads(), buf.data_ptr(), p * n)
         ctx.save_for_backward(x, dt, A, B, C, keep)
         return y, final
 
@@ -103,14 +94,9 @@ class _NativeSSDCore(torch.autograd.Function):
         gB, gC = torch.zeros_like(B), torch.zeros_like(C)
         ptrs = [_ptr(t) for t in (x, dt, A, B, C, keep, gy, gfinal, gx, gdt, gA, gB, gC)]
         ck = kernels.constant("ssd_checkpoint")
-        size = (-(-length // ck) + ck + 1) * p * n
-        scratch = {}
-
-        def args(b0, b1):
-            buf = scratch.setdefault(b0, x.new_empty(size))
-            return (*ptrs, length, h, p, n, g, b0, b1, buf.data_ptr())
-
-        kernels.run_rows(lib.ssd_bwd, b, args)
+        per = (-(-length // ck) + ck + 1) * p * n
+        buf = x.new_empty(kernels.ranges(b) * per)
+        lib.ssd_bwd(*ptrs, length, h, p, n, g, b, kernels.threads(), buf.data_ptr(), per)
         return gx, gdt, gA.sum(0), gB, gC, None
 
 
@@ -129,7 +115,7 @@ class _NativeConvSilu(torch.autograd.Function):
         y = x.new_empty(b, length, c)
         ptrs = (_ptr(x), x.stride(1), _ptr(wT), _ptr(bias_c), _ptr(y))
         k = wT.shape[0]
-        kernels.run_rows(lib.conv_silu_fwd, b, lambda b0, b1: (*ptrs, length, c, k, b0, b1))
+        lib.conv_silu_fwd(*ptrs, length, c, k, b, kernels.threads())
         ctx.save_for_backward(x, wT, bias_c)
         ctx.has_bias = bias is not None
         return y
@@ -145,7 +131,7 @@ class _NativeConvSilu(torch.autograd.Function):
         gw = x.new_empty(b, k, c)
         gb = x.new_empty(b, c)
         ptrs = (_ptr(x), x.stride(1), _ptr(wT), _ptr(bias), _ptr(gy), _ptr(gx), _ptr(gw), _ptr(gb))
-        kernels.run_rows(lib.conv_silu_bwd, b, lambda b0, b1: (*ptrs, length, c, k, b0, b1))
+        lib.conv_silu_bwd(*ptrs, length, c, k, b, kernels.threads())
         gweight = gw.sum(0).t().unsqueeze(1)
         return gx, gweight, gb.sum(0) if ctx.has_bias else None
 
