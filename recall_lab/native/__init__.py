@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c"))
+HEADERS = (Path(__file__).with_name("rows.h"),)  # hashed with the sources
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 LINK_FLAGS = ("-shared", "-fopenmp")
 ENV_SWITCH = "RECALL_LAB_NATIVE"
@@ -117,7 +118,7 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  check=True).stdout
-        parts = [src.read_text() for src in SOURCES]
+        parts = [src.read_text() for src in SOURCES + HEADERS]
         key = hashlib.sha256("\0".join([*parts, " ".join(COMPILE_FLAGS + LINK_FLAGS), version,
                                         _cpu_signature()]).encode()).hexdigest()[:16]
         target = cache_dir() / "native" / f"recall-lab-{key}.so"

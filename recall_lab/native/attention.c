@@ -10,13 +10,7 @@
  * compiled with -ffast-math, which assumes there are none). */
 #include <math.h>
 
-/* Exported entry points: parallel over rows on torch's OpenMP pool, as in ssm.c. */
-#define FOR_RANGES(rows, nt)                                                                   \
-    const long parts_ = (rows) < (nt) ? (rows) : (nt);                                         \
-    _Pragma("omp parallel for schedule(static) num_threads(parts_ > 0 ? parts_ : 1)")          \
-    for (long part = 0; part < parts_; part++)
-#define R0(rows) ((rows) * part / parts_)
-#define R1(rows) ((rows) * (part + 1) / parts_)
+#include "rows.h" /* FOR_RANGES: the exported entry points run over row ranges */
 
 #define ROW_EMPTY (-1e30f)
 

@@ -19,16 +19,7 @@
 #include <math.h>
 #include <stddef.h>
 
-/* Exported entry points take (rows, nt) and split the rows into min(rows, nt) contiguous ranges
- * on OpenMP threads: the libgomp that torch has already loaded, so these calls share torch's
- * thread pool instead of competing with its spinning workers. Scratch buffers come one per range,
- * `stride` floats apart. */
-#define FOR_RANGES(rows, nt)                                                                   \
-    const long parts_ = (rows) < (nt) ? (rows) : (nt);                                         \
-    _Pragma("omp parallel for schedule(static) num_threads(parts_ > 0 ? parts_ : 1)")          \
-    for (long part = 0; part < parts_; part++)
-#define R0(rows) ((rows) * part / parts_)
-#define R1(rows) ((rows) * (part + 1) / parts_)
+#include "rows.h" /* FOR_RANGES: the exported entry points run over row ranges */
 
 #define MAX_STATE 256
 
