@@ -2,8 +2,9 @@
 
 - `selective_scan_ref`, `ssd_ref`: plain recurrences (the definitions; tests compare against them).
 - `selective_scan`, `ssd`: dispatch by device (`scan_backend`): mamba-ssm kernels on CUDA when
-  installed, else the CPU torch implementations `selective_scan_torch` (chunked, custom backward)
-  and `ssd_torch` (chunked state-space duality).
+  installed; on the CPU the native C kernels (`native.py` over recall_lab/native: the S6 scan and
+  SSD as its recurrence) where they built, for float32, else the torch implementations
+  `selective_scan_torch` (chunked, custom backward) and `ssd_torch` (chunked state-space duality).
 - `MambaMixer`, `Mamba2Mixer`: layers with a `side` hook, `return_params`, and a recurrent `step`.
 - `retain_freed_memory()`: process-wide glibc malloc setting that keeps large CPU steps from
   page-faulting their activations in again (see cpu_malloc.py for the measurement).
