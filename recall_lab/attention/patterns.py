@@ -159,7 +159,8 @@ def union_indices(*parts: Tensor) -> Tensor:
     if cat.device.type == "cpu" and cat.numel() and native.available():
         width = cat.shape[-1]
         rows = cat.numel() // width
-        native.lib().union_rows(cat.data_ptr(), width, rows, native.threads())
+        keys = int(cat.max()) + 1
+        native.lib().union_rows(cat.data_ptr(), width, keys, rows, native.threads())
         return cat
     return union_indices_torch(cat)
 
@@ -220,8 +221,26 @@ def bucket_window_indices(bin_q: Tensor, bin_k: Tensor, n: int) -> Tensor:
     ``bin_q, bin_k: int [..., L]`` (non-negative). Returns ``int32 [..., L, n]``. Keys are sorted
     by the code ``bin * L + j`` (unique, so this is the stable sort by (bin, position)); the
     entries before ``searchsorted(code_q = bin_q * L + i, right)`` that share the query's bin are
-    its candidates, newest first.
+    its candidates, newest first. On the CPU the native kernel (recall_lab/native: one ring of the
+    n latest keys per bin) writes the same lists in the same order (tested), where it built and the
+    rings fit (bins x n <= 2^24).
     """
+    bin_q, bin_k = torch.broadcast_tensors(bin_q.to(torch.int64), bin_k.to(torch.int64))
+    length = bin_q.shape[-1]
+    nbins = int(torch.max(bin_q.max(), bin_k.max())) + 1 if bin_q.numel() else 0
+    if (bin_q.device.type == "cpu" and native.available() and bin_q.numel()
+            and int(torch.min(bin_q.min(), bin_k.min())) >= 0 and nbins * n <= 1 << 24):
+        bq, bk = bin_q.contiguous(), bin_k.contiguous()
+        rows = bq.numel() // max(length, 1)
+        out = torch.empty(*bq.shape, n, dtype=torch.int32)
+        native.lib().bucket_window(bq.data_ptr(), bk.data_ptr(), out.data_ptr(), length, n, nbins,
+                                   rows, native.threads())
+        return out
+    return bucket_window_indices_torch(bin_q, bin_k, n)
+
+
+def bucket_window_indices_torch(bin_q: Tensor, bin_k: Tensor, n: int) -> Tensor:
+    """`bucket_window_indices` in torch ops (the reference of the native kernel)."""
     bin_q, bin_k = torch.broadcast_tensors(bin_q.to(torch.int64), bin_k.to(torch.int64))
     length = bin_q.shape[-1]
     pos = torch.arange(length, device=bin_q.device, dtype=torch.int64)

@@ -66,7 +66,8 @@ SIGNATURES: dict[str, list] = {
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,
     "sparse_attn_bwd": [_P] * 10 + [ctypes.c_float] + [_L] * 6,
     "causal_topk": [_P, _P] + [_L] * 4,
-    "union_rows": [_P] + [_L] * 3,
+    "union_rows": [_P] + [_L] * 4,
+    "bucket_window": [_P] * 3 + [_L] * 5,
 }
 CONSTANTS = ("scan_max_state", "ssd_checkpoint")
 

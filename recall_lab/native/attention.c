@@ -9,6 +9,7 @@
  * parallel and the split does not change the result. No infinities are used (the file is
  * compiled with -ffast-math, which assumes there are none). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "rows.h" /* FOR_RANGES: the exported entry points run over row ranges */
 
@@ -26,8 +27,9 @@ static inline void axpy(float* y, float a, const float* x, long m) {
     for (long c = 0; c < m; c++) y[c] += a * x[c];
 }
 
-static void sparse_attn_fwd_range(const float* q, const float* k, const float* v, const int* idx, float* out,
-                     float* lse, float scale, long L, long n, long d, long dv, long r0, long r1) {
+static void sparse_attn_fwd_range(const float* q, const float* k, const float* v, const int* idx,
+                                  float* out, float* lse, float scale, long L, long n, long d,
+                                  long dv, long r0, long r1) {
     float sc[n > 0 ? n : 1];
     for (long r = r0; r < r1; r++) {
         const float* qr = q + r * L * d;
@@ -149,13 +151,31 @@ static void causal_topk_range(const float* scores, int* out, long L, long n, lon
     }
 }
 
-/* Union of index lists, in place on their concatenation x int32 [R, m]: each row sorted
- * ascending (insertion sort: m is a few dozen), then every repeat of the value before it set to -1
- * (so -1 slots from the inputs, which sort first, stay -1). The same result as the torch path
- * (sort, then mark repeats). */
-static void union_rows_range(int* x, long m, long r0, long r1) {
+/* Union of index lists, in place on their concatenation x int32 [R, m] with keys in [-1, keys):
+ * each row sorted ascending, then every repeat of the value before it set to -1 (so -1 slots from
+ * the inputs, which sort first, stay -1). The same result as the torch path (sort, then mark
+ * repeats). Small key ranges (keys <= 4 m) go through counts, the rest through an insertion sort
+ * (m is a few dozen). */
+static void union_rows_range(int* x, long m, long keys, long r0, long r1) {
+    const int counting = keys <= 4 * m;
+    int* cnt = counting ? calloc((size_t)(keys > 0 ? keys : 1), sizeof(int)) : NULL;
     for (long r = r0; r < r1; r++) {
         int* row = x + r * m;
+        if (cnt) {
+            long neg = 0, w = 0;
+            for (long i = 0; i < m; i++) {
+                if (row[i] < 0) neg++;
+                else cnt[row[i]]++;
+            }
+            for (; w < neg; w++) row[w] = -1;
+            for (long v = 0; v < keys; v++) {
+                if (!cnt[v]) continue;
+                row[w++] = (int)v;
+                for (int c = 1; c < cnt[v]; c++) row[w++] = -1;
+                cnt[v] = 0;
+            }
+            continue;
+        }
         for (long i = 1; i < m; i++) {
             const int v = row[i];
             long j = i - 1;
@@ -168,9 +188,37 @@ static void union_rows_range(int* x, long m, long r0, long r1) {
         for (long i = m - 1; i > 0; i--)
             if (row[i] == row[i - 1]) row[i] = -1;
     }
+    free(cnt);
 }
 
-/* ---- exported, parallel over rows ---- */
+/* LSH buckets (Eq. 8-9): query i keeps the n most recent keys j <= i with bk[j] == bq[i], newest
+ * first, -1 in the slots beyond. One ring of the n latest positions per bin, updated once per key:
+ * O(L n) per row. bq, bk int64 [R, L] in [0, nbins); out int32 [R, L, n]. The same lists, in the
+ * same order, as the torch path (sort by bin * L + j, then search). */
+
+static void bucket_window_range(const long* bq, const long* bk, int* out, long L, long n,
+                                long nbins, long r0, long r1) {
+    int* ring = malloc(sizeof(int) * (size_t)(nbins * n > 0 ? nbins * n : 1));
+    long* count = malloc(sizeof(long) * (size_t)(nbins > 0 ? nbins : 1));
+    for (long r = r0; r < r1; r++) {
+        for (long b = 0; b < nbins; b++) count[b] = 0;
+        for (long i = 0; i < L; i++) {
+            const long kb = bk[r * L + i];
+            if (n > 0) ring[kb * n + count[kb] % n] = (int)i;
+            count[kb]++;
+            const long qb = bq[r * L + i];
+            const long have = count[qb] < n ? count[qb] : n;
+            int* o = out + (r * L + i) * n;
+            for (long s = 0; s < have; s++) o[s] = ring[qb * n + (count[qb] - 1 - s) % n];
+            for (long s = have; s < n; s++) o[s] = -1;
+        }
+    }
+    free(ring);
+    free(count);
+}
+
+
+/* ---- exported, parallel over rows (rows.h) ---- */
 
 void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* idx, float* out,
                      float* lse, float scale, long L, long n, long d, long dv, long rows,
@@ -193,7 +241,13 @@ void causal_topk(const float* scores, int* out, long L, long n, long rows, long 
     causal_topk_range(scores, out, L, n, R0(rows), R1(rows));
 }
 
-void union_rows(int* x, long m, long rows, long nt) {
+void union_rows(int* x, long m, long keys, long rows, long nt) {
     FOR_RANGES(rows, nt)
-    union_rows_range(x, m, R0(rows), R1(rows));
+    union_rows_range(x, m, keys, R0(rows), R1(rows));
+}
+
+void bucket_window(const long* bq, const long* bk, int* out, long L, long n, long nbins,
+                   long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    bucket_window_range(bq, bk, out, L, n, nbins, R0(rows), R1(rows));
 }

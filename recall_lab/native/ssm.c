@@ -311,9 +311,9 @@ DEFINE_SSD(128, 128)
 
 long ssd_checkpoint(void) { return SSD_CKPT; }
 
-static void ssd_fwd_range(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
-             const float* keep, float* y, float* final, long L, long H, long P, long N, long G,
-             long b0, long b1, float* scratch) {
+static void ssd_fwd_range(const float* x, const float* dt, const float* A, const float* Bm,
+                          const float* Cm, const float* keep, float* y, float* final, long L,
+                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
 #define SSD_FWD_ARGS x, dt, A, Bm, Cm, keep, y, final, L, H, P, N, G, b0, b1, scratch
     switch (N) {
     case 16: ssd_fwd_16(SSD_FWD_ARGS); break;
@@ -325,10 +325,10 @@ static void ssd_fwd_range(const float* x, const float* dt, const float* A, const
 #undef SSD_FWD_ARGS
 }
 
-static void ssd_bwd_range(const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
-             const float* keep, const float* gy, const float* gfinal, float* gx, float* gdt,
-             float* gA_part, float* gB, float* gC, long L, long H, long P, long N, long G,
-             long b0, long b1, float* scratch) {
+static void ssd_bwd_range(const float* x, const float* dt, const float* A, const float* Bm,
+                          const float* Cm, const float* keep, const float* gy, const float* gfinal,
+                          float* gx, float* gdt, float* gA_part, float* gB, float* gC, long L,
+                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
 #define SSD_BWD_ARGS x, dt, A, Bm, Cm, keep, gy, gfinal, gx, gdt, gA_part, gB, gC, L, H, P, N, \
                      G, b0, b1, scratch
     switch (N) {
@@ -361,8 +361,8 @@ static void conv_pre_row(const float* x, long xs, const float* wT, const float* 
     }
 }
 
-static void conv_silu_fwd_range(const float* x, long xs, const float* wT, const float* bias, float* y,
-                   long L, long C, long K, long b0, long b1) {
+static void conv_silu_fwd_range(const float* x, long xs, const float* wT, const float* bias,
+                                float* y, long L, long C, long K, long b0, long b1) {
     for (long b = b0; b < b1; b++) {
         for (long t = 0; t < L; t++) {
             float* yt = y + (b * L + t) * C;
@@ -373,9 +373,9 @@ static void conv_silu_fwd_range(const float* x, long xs, const float* wT, const 
     }
 }
 
-static void conv_silu_bwd_range(const float* x, long xs, const float* wT, const float* bias, const float* gy,
-                   float* gx, float* gw_part, float* gb_part, long L, long C, long K, long b0,
-                   long b1) {
+static void conv_silu_bwd_range(const float* x, long xs, const float* wT, const float* bias,
+                                const float* gy, float* gx, float* gw_part, float* gb_part, long L,
+                                long C, long K, long b0, long b1) {
     float g[C];
     for (long b = b0; b < b1; b++) {
         float* gw = gw_part + b * K * C;

@@ -23,7 +23,11 @@ from recall_lab.attention import (
     sample_planes,
     union_indices,
 )
-from recall_lab.attention.patterns import causal_topk_indices_torch, union_indices_torch
+from recall_lab.attention.patterns import (
+    bucket_window_indices_torch,
+    causal_topk_indices_torch,
+    union_indices_torch,
+)
 
 
 def to_mask(idx: torch.Tensor, length: int, shape=None) -> torch.Tensor:
@@ -200,6 +204,16 @@ def test_bucket_window_matches_brute_force(length, n_bins, n, seed):
     assert torch.equal(mask, most_recent(same, n))
 
 
+@pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
+@given(st.integers(1, 60), st.integers(1, 300), st.integers(1, 9), st.integers(0, 10**6))
+def test_native_bucket_window_equals_the_torch_path(length, n_bins, n, seed):
+    """Same lists in the same slot order (newest first), with broadcasting lead dims."""
+    g = torch.Generator().manual_seed(seed)
+    bq = torch.randint(0, n_bins, (2, 1, length), generator=g)
+    bk = torch.randint(0, n_bins, (1, 3, length), generator=g)
+    assert torch.equal(bucket_window_indices(bq, bk, n), bucket_window_indices_torch(bq, bk, n))
+
+
 def test_lsh_planes_fresh_in_training_fixed_in_eval():
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 2, 64, 8, generator=g), torch.randn(1, 2, 64, 8, generator=g)
@@ -292,9 +306,10 @@ def test_union_is_the_or_of_the_masks(length, na, nb, nc, seed):
 
 
 @pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
-@given(length=st.integers(1, 9), na=st.integers(1, 5), nb=st.integers(1, 5),
+@given(length=st.integers(1, 60), na=st.integers(1, 5), nb=st.integers(1, 5),
        seed=st.integers(0, 10**6))
 def test_native_union_equals_the_torch_sort(length, na, nb, seed):
+    """Both native paths: counts (keys <= 4 x slots) and the insertion sort (more keys)."""
     gen = torch.Generator().manual_seed(seed)
     a, b = _random_part((2, 1), length, na, gen), _random_part((2, 3), length, nb, gen)
     b[..., 0] = a[..., 0]  # some keys in both parts
