@@ -145,7 +145,8 @@ def run(console, quick: bool) -> dict:
     from rich.table import Table
 
     batch = 8 if quick else 32
-    steps = 3 if quick else 5
+    # Env RECALL_LAB_BENCH_STEPS: more timed steps per model where 5 are too noisy for a ratio.
+    steps = 3 if quick else int(os.environ.get("RECALL_LAB_BENCH_STEPS", "5"))
     from recall_lab.models import PAPER_MODELS
 
     # Env RECALL_LAB_BENCH_MODELS (e.g. "mamba,mamba+hax") narrows a run on a loaded machine.

@@ -13,3 +13,21 @@ def test_breakdown_times_every_part_in_a_subprocess():
 
 def test_failed_child_is_none():
     assert train._child("--no-such-option") is None  # argparse exits 2 before torch is imported
+
+
+def test_steps_and_models_come_from_the_environment(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    seen = []
+
+    def fake_spawn(name, batch, steps):
+        seen.append((name, batch, steps))
+        return None  # reported as failed; the table still prints
+
+    monkeypatch.setattr(train, "_spawn", fake_spawn)
+    monkeypatch.setenv("RECALL_LAB_BENCH_MODELS", "mamba,mamba+hax")
+    monkeypatch.setenv("RECALL_LAB_BENCH_STEPS", "17")
+    train.run(Console(file=io.StringIO(), width=200), quick=False)
+    assert seen == [("mamba", 32, 17), ("mamba+hax", 32, 17)]
