@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
+from recall_lab.experiments.claims import register
 from recall_lab.experiments.grid import Experiment, Run
 
 INDEX = "sweep.json"
@@ -308,11 +309,19 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
     # dies with its holder, so a killed sweep never blocks the next one
     with ck.RunLock(folder):
         jobs = plan(exp, root)
+        # claims first: recorded (when they changed) before any run of this sweep starts, and
+        # every run launched here carries the id of the claims in force (report --check reads it)
+        expects = exp.report.get("expect") or []
+        reg_id = register(folder, expects if isinstance(expects, list) else [expects], exp.source)
+        old = read_index(folder) or {}
+        launched_under = {e.get("name"): e.get("registration") for e in old.get("runs", [])
+                          if isinstance(e, dict)}
         entries: dict[str, dict] = {}
         for job in jobs:
             if job.action == "skip":
                 summary = ck.read_json(job.folder / ck.SUMMARY, "run summary")
                 entries[job.run.name] = _finished_entry(_entry(job, "done"), summary)
+                entries[job.run.name]["registration"] = launched_under.get(job.run.name)
             else:
                 entries[job.run.name] = _entry(job, "pending")
         index = {"experiment": exp.name, "source": str(exp.source) if exp.source else None,
@@ -333,12 +342,16 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         by_name = {j.run.name: j for j in todo}
         for j in todo:
             entries[j.run.name]["status"] = "running"
+            # a resumed run keeps the claims it was first launched under
+            entries[j.run.name]["registration"] = (launched_under.get(j.run.name)
+                                                   if j.action == "resume" else reg_id)
         if todo:
             save()
 
         def on_result(result: dict) -> None:
             job = by_name[result["name"]]
-            base = _entry(job, result["status"])
+            base = {**_entry(job, result["status"]),
+                    "registration": entries[job.run.name].get("registration")}
             if result["status"] == "done":
                 entries[job.run.name] = _finished_entry(base, result["summary"])
             else:
