@@ -111,6 +111,9 @@ def register(app: typer.Typer) -> None:
         plots: bool = typer.Option(True, help="Write the PNG figures."),
         check: bool = typer.Option(False, "--check", help="Exit 1 when a claim of the "
                                    "experiment (\\[\\[report.expect]]) does not hold."),
+        solve_at: float = typer.Option(None, "--solve-at", help="A seed counts as solved when "
+                                       "its test metric reaches this (default: the experiment's "
+                                       "\\[report] solve_at, else 0.95)."),
     ) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
@@ -119,6 +122,9 @@ def register(app: typer.Typer) -> None:
         def _run() -> int:
             from generators.errors import RecallLabError
             from recall_lab.config import read_toml
+            from rich.markup import escape
+
+            from recall_lab import checkpoint as ck
             from recall_lab.experiments.report import build_report, write_report
 
             dest = out
@@ -126,14 +132,21 @@ def register(app: typer.Typer) -> None:
                 if len(runs) != 1:
                     raise RecallLabError("several runs folders: pass --out for the report")
                 dest = runs[0]
+                if (dest / ck.CONFIG).is_file():  # a run folder holds the run's files only
+                    raise RecallLabError(f"{dest} is a single run's folder: pass --out for the "
+                                         "report")
             exp = read_toml(experiment) if experiment is not None else None
             fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
-            rep = build_report(runs, by=fields, metric=metric, experiment=exp)
+            rep = build_report(runs, by=fields, metric=metric, experiment=exp,
+                                solve_at=solve_at)
             paths = write_report(rep, dest, plots=plots)
             console.print(report_table(rep))
             for c in rep["checks"]:
                 mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
-                console.print(f"{mark} {c['claim']}: {c['detail']}", highlight=False,
+                console.print(f"{mark} {escape(c['claim'])}: {escape(c['detail'])}",
+                              highlight=False, soft_wrap=True)
+                console.print(f"     {c['registered']['status']}: "
+                              f"{escape(c['registered']['text'])}", highlight=False,
                               soft_wrap=True)
             console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
                           soft_wrap=True)
@@ -150,13 +163,15 @@ def report_table(rep: dict):
     from rich.table import Table
 
     table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
-    for col in [*rep["by"], "best lr", "valid", "mean +/- std", "per seed", "seeds", "missing",
-                "failed", *(["reference"] if rep["reference"].get("values") else [])]:
+    for col in [*rep["by"], "best lr", "valid", "solved [95% CI]", "steps to solve",
+                "mean +/- std", "per seed", "seeds", "missing", "failed",
+                *(["reference"] if rep["reference"].get("values") else [])]:
         table.add_column(col, justify="left" if col in rep["by"] else "right")
     for row in rep["rows"]:
         cells = [str(row[f]) for f in rep["by"]]
         cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}",
                   "-" if row["valid"] is None else f"{row['valid']:.4f}",
+                  row["solved"], row["steps_to_solve"],
                   ("-" if row["mean"] is None else f"{row['mean']:.4f}")
                   + (f" +/- {row['std']:.4f}" if row["std"] is not None else ""),
                   " / ".join("-" if x is None else f"{x:.3f}" for x in row["per_seed"]) or "-",

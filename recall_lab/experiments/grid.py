@@ -147,10 +147,10 @@ def _axis(values: Any, path: str, where: str) -> list:
     return values
 
 
-def _fmt(value: Any) -> str:
+def format_value(value: Any) -> str:
     if isinstance(value, dict):  # a whole-table value: its name first, then key + value
-        parts = [_fmt(value["name"])] if "name" in value else []
-        parts += [f"{k.rsplit('.', 1)[-1]}{_fmt(v)}" for k, v in flatten(
+        parts = [format_value(value["name"])] if "name" in value else []
+        parts += [f"{k.rsplit('.', 1)[-1]}{format_value(v)}" for k, v in flatten(
             {k: v for k, v in value.items() if k != "name"}).items()]
         return "-".join(parts)
     if isinstance(value, bool):
@@ -162,7 +162,7 @@ def _fmt(value: Any) -> str:
             return f"{value[0]}-{value[1]}"  # a (lo, hi) size range
         if len(value) == 2 and all(isinstance(v, int) for v in value):
             return str(value[0])
-        return "x".join(_fmt(v) for v in value)
+        return "x".join(format_value(v) for v in value)
     return str(value)
 
 
@@ -171,7 +171,7 @@ def run_label(values: dict[str, Any]) -> str:
     parts = []
     for path, value in values.items():
         prefix = SHORT.get(path, path.rsplit(".", 1)[-1] if "." in path else "")
-        parts.append(f"{prefix}{_fmt(value)}")
+        parts.append(f"{prefix}{format_value(value)}")
     return re.sub(r"[^A-Za-z0-9+._=-]", "_", "-".join(p for p in parts if p))
 
 
@@ -308,6 +308,21 @@ def expand(data: dict, name: str, source: Path | None = None) -> Experiment:
 def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     return expand(read_toml(path), path.stem, path)
+
+
+def numeric(field: str, value: Any) -> float | None:
+    """A field's value as a number for axes and max/min: numbers themselves; `task.levels` as
+    the table size, the product of the levels' upper sizes (entries of the largest table)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if field == "task.levels" and isinstance(value, (list, tuple)):
+        size = 1
+        for level in value:
+            size *= level[1] if isinstance(level, (list, tuple)) else level
+        return float(size)
+    return None
 
 
 def train_tokens(cfg: RunConfig) -> int:

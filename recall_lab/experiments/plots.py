@@ -1,6 +1,9 @@
 """The report's figures (matplotlib, Agg): bars per group with the reference numbers beside ours,
-the metric against each numeric grouping field with a std band, and the validation curves of the
-runs each group's best lr selected."""
+the metric against each numeric grouping field with a std band, the validation curves of the
+runs each group's best lr selected, and the solve-rate figures: seeds solved against each numeric
+field (Wilson 95% band), survival (fraction of seeds solved against training samples), the
+learning-rate window (solve rate against lr, one line per group), and the frontier (largest table
+solved in >= half the seeds) against state size."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from recall_lab import checkpoint as ck  # noqa: E402
 from recall_lab.analysis.plots import save_figure  # noqa: E402
-from recall_lab.experiments.report import numeric  # noqa: E402
+from recall_lab.experiments import stats  # noqa: E402
+from recall_lab.experiments.grid import numeric  # noqa: E402
 
 
 def plot_bars(rep: dict, path: Path) -> Path:
@@ -89,14 +93,134 @@ def plot_curves(rep: dict, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def _line_name(rep: dict, g, axis: str | None) -> str:
+    others = [f for f in rep["by"] if f != axis]
+    name = " / ".join(str(g.values[f]) for f in others) or "all"
+    if axis == "task.levels":  # MQAR (w = 1) and MQJR (w = 2) tables are separate curves
+        name = f"{name} / w={len(g.values[axis])}"
+    return name
+
+
+def plot_solved_axis(rep: dict, axis: str, path: Path) -> Path:
+    """Seeds solved against one numeric grouping field, with the Wilson 95% interval shaded."""
+    lines: dict[str, list] = {}
+    for g in rep["groups"]:
+        if g.solved.n:
+            lines.setdefault(_line_name(rep, g, axis), []).append(
+                (numeric(axis, g.values[axis]), g.solved))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, pts in lines.items():
+        pts.sort(key=lambda p: p[0])
+        x = [p[0] for p in pts]
+        (line,) = ax.plot(x, [p[1].k / p[1].n for p in pts], marker="o", label=name)
+        ax.fill_between(x, [p[1].lo for p in pts], [p[1].hi for p in pts],
+                        color=line.get_color(), alpha=0.15)
+    ax.set_xlabel(f"{axis} (table size: entries)" if axis == "task.levels" else axis)
+    if axis in ("task.levels", "model.d_state"):
+        ax.set_xscale("log", base=2)
+    ax.set_ylabel(f"seeds solved ({rep['metric']} >= {rep['solve_at']:g})")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"solve rate vs {axis} (band: Wilson 95%)")
+    return save_figure(fig, path)
+
+
+def plot_survival(rep: dict, path: Path) -> Path:
+    """Fraction of each group's seeds solved by each number of training samples (steps x
+    batch): speed and reliability in one picture."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for g in rep["groups"]:
+        if not g.selected:
+            continue
+        samples = [None if s is None else s * int(r.config.get("train.batch_size") or 1)
+                   for s, r in zip(g.solve_steps, g.selected, strict=True)]
+        budget = max(int(r.config.get("train.steps") or 0)
+                     * int(r.config.get("train.batch_size") or 1) for r in g.selected)
+        grid = sorted({0, budget, *[s for s in samples if s is not None]})
+        ax.step(grid, stats.survival(samples, grid), where="post",
+                label=f"{g.label} ({g.solved.k}/{g.solved.n})")
+    ax.set_xlabel("training samples (steps x batch)")
+    ax.set_ylabel("fraction of seeds solved")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(f"survival: seeds solved ({rep['metric']} >= {rep['solve_at']:g}) by samples")
+    return save_figure(fig, path)
+
+
+def plot_window(rep: dict, path: Path) -> Path:
+    """Solve rate against the learning rate, one line per group (every lr's seeds), Wilson 95%
+    error bars: the learnability window."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for g in rep["groups"]:
+        pts = sorted((lr, r) for lr, r in g.lr_solved.items() if r.n)
+        if not pts:
+            continue
+        x = [p[0] for p in pts]
+        y = [p[1].k / p[1].n for p in pts]
+        err = [[yy - p[1].lo for yy, p in zip(y, pts, strict=True)],
+               [p[1].hi - yy for yy, p in zip(y, pts, strict=True)]]
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=g.label)
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("seeds solved")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("learning-rate window (Wilson 95% bars)")
+    return save_figure(fig, path)
+
+
+def state_numbers(values: dict, config: dict) -> float | None:
+    """Recurrent state per layer in numbers (d_model x expand x d_state) of an SSM run."""
+    if config.get("model.arch") not in ("mamba", "mamba2") or not config.get("model.d_state"):
+        return None
+    return float(config["model.d_model"] * config["model.expand"] * config["model.d_state"])
+
+
+def plot_frontier(rep: dict, path: Path) -> Path:
+    """The largest table solved in >= half the seeds against the state size in numbers per
+    layer, one line per model (SSM groups that sweep task.levels)."""
+    lines: dict[str, dict[float, list]] = {}
+    for g in rep["groups"]:
+        if not g.selected or not g.solved.n:
+            continue
+        numbers = state_numbers(g.values, g.selected[0].config)
+        size = numeric("task.levels", g.values["task.levels"])
+        if numbers is None or size is None:
+            continue
+        name = str(g.values.get("model.name", g.label))
+        lines.setdefault(name, {}).setdefault(numbers, []).append((size, g.solved))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, by_state in lines.items():
+        xs = sorted(by_state)
+        ax.plot(xs, [stats.frontier(by_state[x]) or 0.0 for x in xs], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("state per layer (numbers: d_model x expand x d_state)")
+    ax.set_ylabel("frontier: largest table solved in >= 50% of seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("capacity frontier vs state size (0: no table solved)")
+    return save_figure(fig, path)
+
+
 def report_figures(rep: dict, out: Path) -> list[Path]:
     paths = [plot_bars(rep, out / "report-bars.png")]
+    numeric_axes = []
     for axis in rep["by"]:
         vals = [g.values[axis] for g in rep["groups"]]
         nums = [numeric(axis, v) for v in vals]
         if None not in nums and len(set(nums)) > 1:
+            numeric_axes.append(axis)
             safe = axis.replace(".", "_")
             paths.append(plot_axis(rep, axis, out / f"report-{safe}.png"))
+            paths.append(plot_solved_axis(rep, axis, out / f"report-solved-{safe}.png"))
     if any((r.folder / ck.METRICS).is_file() for g in rep["groups"] for r in g.selected):
         paths.append(plot_curves(rep, out / "report-curves.png"))
+        paths.append(plot_survival(rep, out / "report-survival.png"))
+    if any(len(g.lr_solved) > 1 for g in rep["groups"]):
+        paths.append(plot_window(rep, out / "report-window.png"))
+    if "task.levels" in numeric_axes and "model.d_state" in rep["by"]:
+        paths.append(plot_frontier(rep, out / "report-frontier.png"))
     return paths

@@ -39,11 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import run_tables
+from recall_lab.experiments import claims as prereg
+from recall_lab.experiments import stats
 from recall_lab.experiments.engine import INDEX
-from recall_lab.experiments.grid import _fmt, flatten
+from recall_lab.experiments.grid import format_value, flatten, numeric
+from recall_lab.experiments.plots import report_figures
 
 SKIP_FIELDS = ("train.lr", "train.seed")
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -57,6 +62,7 @@ class RunRecord:
     config: dict[str, Any]  # flat: "model.name" -> value
     summary: dict | None = None
     error: str | None = None
+    registration: str | None = None  # the claims in force when the sweep launched it
 
     def metric(self, path: str) -> float | None:
         node: Any = self.summary
@@ -79,6 +85,13 @@ class Group:
     mean: float | None = None
     std: float | None = None
     valid_mean: float | None = None
+    solved: stats.SolveRate = field(default_factory=lambda: stats.wilson(0, 0))
+    solve_steps: list[int | None] = field(default_factory=list)  # per selected seed
+    lr_solved: dict[float, stats.SolveRate] = field(default_factory=dict)  # every lr's seeds
+
+    @property
+    def steps_q(self) -> tuple[float, float, float] | None:
+        return stats.quantiles([s for s in self.solve_steps if s is not None])
 
     @property
     def counts(self) -> dict[str, int]:
@@ -97,25 +110,11 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def numeric(field: str, value: Any) -> float | None:
-    """A field's value as a number for axes and max/min: numbers themselves; `task.levels` as
-    the table size, the product of the levels' upper sizes (entries of the largest table)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if field == "task.levels" and isinstance(value, (list, tuple)):
-        size = 1
-        for level in value:
-            size *= level[1] if isinstance(level, (list, tuple)) else level
-        return float(size)
-    return None
-
-
 def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
     """Every run under `dirs` and the experiment tables found in their sweep.json files."""
     runs: list[RunRecord] = []
-    meta: dict = {"report": {}, "reference": {}, "experiments": []}
+    meta: dict = {"report": {}, "reference": {}, "experiments": [],
+                  "registry": {"registrations": []}}
     for d in map(Path, dirs):
         if not d.is_dir():
             raise RecallLabError(f"runs folder {d} does not exist")
@@ -125,6 +124,7 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
             meta["experiments"].append(data.get("experiment"))
             meta["report"] = meta["report"] or data.get("report") or {}
             meta["reference"] = meta["reference"] or data.get("reference") or {}
+            meta["registry"]["registrations"] += prereg.read_registry(d)["registrations"]
             for e in data.get("runs", []):
                 folder = d / e["name"]
                 summary = (ck.read_json(folder / ck.SUMMARY, "run summary")
@@ -132,7 +132,7 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
                 status = "done" if summary else ("failed" if e.get("status") == "failed"
                                                  else "missing")
                 runs.append(RunRecord(e["name"], folder, status, _flat_config(e["config"]),
-                                      summary, e.get("error")))
+                                      summary, e.get("error"), e.get("registration")))
             continue
         folders = [d] if (d / ck.CONFIG).is_file() else sorted(
             p for p in d.iterdir() if (p / ck.CONFIG).is_file())
@@ -167,7 +167,7 @@ def group_fields(runs: list[RunRecord]) -> list[str]:
 
 
 def group_label(values: dict[str, Any]) -> str:
-    parts = [_fmt(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={_fmt(v)}"
+    parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
              for f, v in values.items() if v is not None]  # None: a field the model lacks
     return " / ".join(parts) or "all"
 
@@ -181,12 +181,28 @@ def _mean_std(xs: list[float]) -> tuple[float | None, float | None]:
     return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def aggregate(runs: list[RunRecord], by: list[str] | None = None,
-              metric: str = "test.acc") -> tuple[list[str], list[Group]]:
-    """Groups with their best lr (on the validation twin of `metric`) and test mean/std."""
+def check_metric(runs: list[RunRecord], metric: str) -> None:
+    """A metric is test.X or valid.X that at least one finished run has (else one error line
+    naming what the runs do have)."""
     split, _, leaf = metric.partition(".")
     if split not in ("test", "valid") or not leaf:
         raise RecallLabError(f"metric must be test.X or valid.X (e.g. test.acc), got {metric!r}")
+    done = [r for r in runs if r.status == "done"]
+    if done and all(r.metric(metric) is None for r in done):
+        have = sorted({f"{sp}.{k}" for r in done for sp in ("test", "valid")
+                       for k, v in ((r.summary or {}).get(sp) or {}).items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        raise RecallLabError(f"unknown metric {metric!r}: no finished run has it (they have "
+                             f"{', '.join(have) or 'none'})")
+
+
+def aggregate(runs: list[RunRecord], by: list[str] | None = None,
+              metric: str = "test.acc",
+              solve_at: float = stats.SOLVE_AT) -> tuple[list[str], list[Group]]:
+    """Groups with their best lr (on the validation twin of `metric`), test mean/std, seeds
+    solved (metric >= solve_at; <= for a loss) with a Wilson interval, and steps to solve."""
+    check_metric(runs, metric)
+    split, _, leaf = metric.partition(".")
     select = f"valid.{leaf}"
     better = operator.lt if leaf == "loss" else operator.gt
     fields = list(by) if by else group_fields(runs)
@@ -213,11 +229,48 @@ def aggregate(runs: list[RunRecord], by: list[str] | None = None,
         for lr, mean in g.lrs.items():
             if mean is not None and (g.valid_mean is None or better(mean, g.valid_mean)):
                 g.best_lr, g.valid_mean = lr, mean
+        lower = leaf == "loss"
+        for lr, rs in by_lr.items():
+            g.lr_solved[lr] = stats.wilson(
+                sum(stats.is_solved(r.metric(metric), solve_at, lower) for r in rs), len(rs))
         if g.best_lr is not None:
             g.selected = sorted(by_lr[g.best_lr], key=lambda r: r.config.get("train.seed", 0))
             xs = [r.metric(metric) for r in g.selected if r.metric(metric) is not None]
             g.mean, g.std = _mean_std(xs)
+            g.solved = g.lr_solved[g.best_lr]
+            g.solve_steps = [
+                stats.steps_to_solve(r.folder, solve_at, (r.summary or {}).get("best_step"))
+                if stats.is_solved(r.metric(metric), solve_at, lower) else None
+                for r in g.selected]
     return fields, list(groups.values())
+
+
+def runs_frame(dirs: list[str | Path], solve_at: float = stats.SOLVE_AT,
+               metric: str = "test.acc") -> pd.DataFrame:
+    """Every run under `dirs` as one row of a pandas DataFrame: name, status, the flattened
+    config (dotted columns), the summary's valid.* / test.* numbers, `solved` (metric >=
+    solve_at, <= for a loss) and `steps_to_solve` / `samples_to_solve` (None when not solved)."""
+    runs, _ = load_runs(dirs)
+    lower = metric.endswith(".loss")
+    rows = []
+    for r in runs:
+        row: dict[str, Any] = {"name": r.name, "status": r.status, "folder": str(r.folder)}
+        row.update({f: (_key(v) if isinstance(v, (list, dict)) else v)
+                    for f, v in r.config.items()})
+        for split in ("valid", "test"):
+            for k, v in ((r.summary or {}).get(split) or {}).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    row[f"{split}.{k}"] = float(v)
+        for k in ("best_step", "stopped", "stopped_at"):
+            row[k] = (r.summary or {}).get(k)
+        solved = r.status == "done" and stats.is_solved(r.metric(metric), solve_at, lower)
+        step = (stats.steps_to_solve(r.folder, solve_at, row["best_step"]) if solved else None)
+        row.update({"solved": solved, "steps_to_solve": step,
+                    "samples_to_solve": (step * r.config["train.batch_size"]
+                                         if step is not None
+                                         and r.config.get("train.batch_size") else None)})
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 # ---- claims -------------------------------------------------------------------------------------
@@ -231,47 +284,137 @@ def _select(groups: list[Group], selector: dict, what: str) -> Group:
     return found[0]
 
 
-def check_expectations(groups: list[Group], expects: list[dict]) -> list[dict]:
-    """One result per claim: {"claim", "ok", "detail"}; a claim that cannot be evaluated (no
-    such group, no finished run) fails."""
+STATS = ("mean", "solved", "frontier")
+TESTS = {">": "greater", ">=": "greater", "<": "less", "<=": "less", "~": "two-sided"}
+
+
+def _restrict(groups: list[Group], at: dict) -> list[Group]:
+    pool = groups
+    for f, want in flatten(at or {}).items():
+        vals = [g.runs[0].config.get(f) for g in pool]
+        if want in ("max", "min"):  # by size for task.levels (the largest table)
+            ranked = [v for v in vals if numeric(f, v) is not None]
+            if not ranked:
+                raise RecallLabError(f"at: {f} has no numeric values for {want}")
+            want = (max if want == "max" else min)(ranked, key=lambda v: numeric(f, v))
+        pool = [g for g, v in zip(pool, vals, strict=True) if _key(v) == _key(want)]
+    return pool
+
+
+def _finished(g: Group) -> Group:
+    if g.mean is None:
+        raise RecallLabError(f"{g.label} has no finished run")
+    return g
+
+
+def _check_mean(pool: list[Group], e: dict, op: str) -> tuple[bool, str, list[Group]]:
+    a = _finished(_select(pool, e["a"], "a"))
+    margin = float(e.get("margin", 0.0))
+    if "b" in e:
+        b = _finished(_select(pool, e["b"], "b"))
+        rhs, rhs_text, used = b.mean + margin, f"{b.label} {b.mean:.4f}", [a, b]
+    else:
+        rhs, rhs_text, used = float(e["value"]) + margin, f"{float(e['value']):.4f}", [a]
+    detail = f"{a.label} {a.mean:.4f} {op} {rhs_text}" + (f" + {margin:g}" if margin else "")
+    return OPS[op](a.mean, rhs), detail, used
+
+
+def _check_solved(pool: list[Group], e: dict, op: str,
+                  level: float) -> tuple[bool, str, list[Group]]:
+    """Solve-rate claims: against a value on the Wilson interval (>=: its lower bound reaches
+    the value; <=: its upper bound stays below), against a group by Fisher's exact test at
+    `level` (>, >=: a solves more; <, <=: fewer; ~: no difference detected, two-sided)."""
+    if "margin" in e:
+        raise RecallLabError("margin has no meaning for stat = 'solved' (the test decides)")
+    a = _finished(_select(pool, e["a"], "a"))
+    ra = a.solved
+    if "value" in e:
+        value = float(e["value"])
+        if op in (">=", ">"):
+            ok, bound = ra.lo >= value if op == ">=" else ra.lo > value, f"lower {ra.lo:.3f}"
+        elif op in ("<=", "<"):
+            ok, bound = ra.hi <= value if op == "<=" else ra.hi < value, f"upper {ra.hi:.3f}"
+        else:
+            raise RecallLabError("op '~' needs b (a group), not value")
+        return ok, (f"{a.label} solved {ra.text()} (Wilson {ra.confidence:.0%}): {bound} "
+                    f"{op} {value:g}"), [a]
+    b = _finished(_select(pool, e["b"], "b"))
+    rb = b.solved
+    p = stats.fisher(ra, rb, TESTS[op])
+    if op == "~":
+        ok, verdict = p >= level, f"no difference detected: p = {p:.3g} >= {level:g}"
+    else:
+        word = "more" if TESTS[op] == "greater" else "fewer"
+        ok = p < level
+        verdict = f"{word}: Fisher one-sided p = {p:.3g} {'<' if ok else '>='} {level:g}"
+    return ok, f"{a.label} {ra.text()} vs {b.label} {rb.text()}; {verdict}", [a, b]
+
+
+def _frontier_of(pool: list[Group], selector: dict, what: str) -> tuple[float, list[Group]]:
+    sel = flatten(selector)
+    found = [g for g in pool if g.mean is not None
+             and all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
+             and numeric("task.levels", g.values.get("task.levels")) is not None]
+    if not found:
+        raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
+    pts = [(numeric("task.levels", g.values["task.levels"]), g.solved) for g in found]
+    return stats.frontier(pts) or 0.0, found
+
+
+def _check_frontier(pool: list[Group], e: dict, op: str) -> tuple[bool, str, list[Group]]:
+    """Frontier claims: the largest table (entries) solved in >= half the seeds, over the groups
+    that `a` (and `b`) select across task.levels; 0 when none is."""
+    fa, used = _frontier_of(pool, e["a"], "a")
+    margin = float(e.get("margin", 0.0))
+    if "b" in e:
+        fb, used_b = _frontier_of(pool, e["b"], "b")
+        used = used + used_b
+        rhs, rhs_text = fb + margin, f"frontier of {flatten(e['b'])} {fb:g}"
+    else:
+        rhs, rhs_text = float(e["value"]) + margin, f"{float(e['value']):g}"
+    detail = (f"frontier of {flatten(e['a'])} {fa:g} {op} {rhs_text}"
+              + (f" + {margin:g}" if margin else ""))
+    return OPS[op](fa, rhs), detail, used
+
+
+def check_expectations(groups: list[Group], expects: list[dict],
+                       registry: dict | None = None) -> list[dict]:
+    """One result per claim: {"claim", "ok", "detail", "stat", "registered"}; a claim that
+    cannot be evaluated (no such group, no finished run) fails. `stat` is "mean" (default: the
+    test mean, optionally + margin), "solved" (seeds solved; Wilson interval or Fisher test) or
+    "frontier" (largest table solved in >= half the seeds)."""
     results = []
     for i, e in enumerate(expects):
         claim = e.get("claim") or f"expectation {i + 1}"
+        used: list[Group] = []
         try:
-            unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at"}
+            unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at", "stat",
+                                "level"}
             if unknown:
                 raise RecallLabError(f"unknown key {sorted(unknown)[0]!r}")
             if ("b" in e) == ("value" in e):
                 raise RecallLabError("give b (a group) or value (a number), not both")
+            stat = e.get("stat", "mean")
+            if stat not in STATS:
+                raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
             op = e.get("op", ">=")
-            if op not in OPS:
-                raise RecallLabError(f"op must be one of {', '.join(OPS)}, got {op!r}")
-            pool = groups
-            for f, want in flatten(e.get("at") or {}).items():
-                vals = [g.runs[0].config.get(f) for g in pool]
-                if want in ("max", "min"):  # by size for task.levels (the largest table)
-                    ranked = [v for v in vals if numeric(f, v) is not None]
-                    if not ranked:
-                        raise RecallLabError(f"at: {f} has no numeric values for {want}")
-                    want = (max if want == "max" else min)(ranked, key=lambda v: numeric(f, v))
-                pool = [g for g, v in zip(pool, vals, strict=True) if _key(v) == _key(want)]
-            a = _select(pool, e["a"], "a")
-            if a.mean is None:
-                raise RecallLabError(f"{a.label} has no finished run")
-            margin = float(e.get("margin", 0.0))
-            if "b" in e:
-                b = _select(pool, e["b"], "b")
-                if b.mean is None:
-                    raise RecallLabError(f"{b.label} has no finished run")
-                rhs, rhs_text = b.mean + margin, f"{b.label} {b.mean:.4f}"
+            if op not in OPS and not (stat == "solved" and op == "~"):
+                raise RecallLabError(f"op must be one of {', '.join(OPS)}"
+                                     f"{' or ~' if stat == 'solved' else ''}, got {op!r}")
+            level = float(e.get("level", stats.LEVEL))
+            pool = _restrict(groups, e.get("at") or {})
+            if stat == "solved":
+                ok, detail, used = _check_solved(pool, e, op, level)
+            elif stat == "frontier":
+                ok, detail, used = _check_frontier(pool, e, op)
             else:
-                rhs, rhs_text = float(e["value"]) + margin, f"{float(e['value']):.4f}"
-            ok = OPS[op](a.mean, rhs)
-            detail = (f"{a.label} {a.mean:.4f} {op} {rhs_text}"
-                      + (f" + {margin:g}" if margin else ""))
+                ok, detail, used = _check_mean(pool, e, op)
         except (RecallLabError, KeyError, TypeError, ValueError) as exc:
             ok, detail = False, f"cannot check: {exc}"
-        results.append({"claim": claim, "ok": bool(ok), "detail": detail})
+        launched = [r.registration for g in used for r in g.runs if r.status == "done"]
+        results.append({"claim": claim, "ok": bool(ok), "detail": detail,
+                        "stat": e.get("stat", "mean"),
+                        "registered": prereg.status(e, launched, registry or {})})
     return results
 
 
@@ -281,21 +424,30 @@ def _num(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _steps_text(q: tuple[float, float, float] | None) -> str:
+    return "-" if q is None else f"{q[1]:g} [{q[0]:g}, {q[2]:g}]"
+
+
 def table_rows(fields: list[str], groups: list[Group], reference: dict,
                metric: str = "test.acc") -> list[dict]:
     ref = (reference or {}).get("values") or {}
     rows = []
     for g in groups:
-        c = g.counts
-        rows.append({**{f: _fmt(v) for f, v in g.values.items()}, "label": g.label,
+        c, q = g.counts, g.steps_q
+        rows.append({**{f: format_value(v) for f, v in g.values.items()}, "label": g.label,
                      "best_lr": g.best_lr, "valid": g.valid_mean, "mean": g.mean, "std": g.std,
                      "per_seed": [r.metric(metric) for r in g.selected],
-                     **c, "reference": ref.get(g.label)})
+                     "solved": g.solved.text(), "solved_k": g.solved.k, "solved_n": g.solved.n,
+                     "solved_lo": g.solved.lo, "solved_hi": g.solved.hi,
+                     "steps_to_solve": _steps_text(q),
+                     "steps_median": None if q is None else q[1],
+                     "solve_steps": g.solve_steps, **c, "reference": ref.get(g.label)})
     return rows
 
 
 def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
-                 metric: str | None = None, experiment: dict | None = None) -> dict:
+                 metric: str | None = None, experiment: dict | None = None,
+                 solve_at: float | None = None) -> dict:
     """Everything the report shows, as data (what report.json holds)."""
     runs, meta = load_runs(dirs)
     if experiment is not None:
@@ -303,30 +455,46 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
         meta["reference"] = experiment.get("reference") or {}
     metric = metric or meta["report"].get("metric") or "test.acc"
     by = by or meta["report"].get("by")
-    fields, groups = aggregate(runs, by, metric)
+    if solve_at is None:
+        solve_at = meta["report"].get("solve_at", stats.SOLVE_AT)
+    if isinstance(solve_at, bool) or not isinstance(solve_at, (int, float)) \
+            or not math.isfinite(solve_at):
+        raise RecallLabError(f"solve_at must be a finite number, got {solve_at!r}")
+    fields, groups = aggregate(runs, by, metric, float(solve_at))
     expects = meta["report"].get("expect") or []
-    checks = check_expectations(groups, expects if isinstance(expects, list) else [expects])
+    checks = check_expectations(groups, expects if isinstance(expects, list) else [expects],
+                                meta["registry"])
     return {"metric": metric, "by": fields, "experiments": meta["experiments"],
-            "reference": meta["reference"], "groups": groups,
+            "reference": meta["reference"], "groups": groups, "solve_at": float(solve_at),
             "rows": table_rows(fields, groups, meta["reference"], metric), "checks": checks,
             "runs": len(runs)}
+
+
+def _claim_lines(checks: list[dict]) -> list[str]:
+    return [f"- {'PASS' if c['ok'] else 'FAIL'}: {c['claim']} ({c['detail']}); "
+            f"{c['registered']['status']}: {c['registered']['text']}" for c in checks]
 
 
 def _markdown(rep: dict) -> str:
     fields, metric = rep["by"], rep["metric"]
     ref = rep["reference"] or {}
-    head = [*fields, "best lr", f"valid.{metric.split('.', 1)[1]}", f"{metric} mean +/- std",
-            "per seed", "seeds", "missing", "failed"]
+    head = [*fields, "best lr", f"valid.{metric.split('.', 1)[1]}", "solved [95% CI]",
+            "steps to solve: median [IQR]", f"{metric} mean +/- std", "per seed", "seeds",
+            "missing", "failed"]
     if ref.get("values"):
         head.append(f"reference ({ref.get('source', 'reference')})")
     lines = [f"# Report: {', '.join(e for e in rep['experiments'] if e) or 'runs'}", "",
              f"{rep['runs']} runs; grouped by {', '.join(fields) or 'nothing'}; best lr per "
-             f"group by the mean validation metric; {metric} as mean +/- sample std over "
-             "seeds at that lr.", "",
+             f"group by the mean validation metric. At that lr: seeds solved ({metric} "
+             f"{'<=' if metric.endswith('.loss') else '>='} {rep['solve_at']:g}) out of seeds "
+             "run with a Wilson 95% interval; steps to solve (first evaluation whose held-out "
+             "accuracy reached the threshold) over the solved seeds; "
+             f"{metric} as mean +/- sample std over seeds.", "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rep["rows"]:
         cells = [row[f] for f in fields]
         cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}", _num(row["valid"]),
+                  row["solved"], row["steps_to_solve"],
                   f"{_num(row['mean'])} +/- {_num(row['std'])}",
                   " / ".join(_num(x) for x in row["per_seed"]) or "-", str(row["seeds"]),
                   str(row["missing"]), str(row["failed"])]
@@ -335,8 +503,7 @@ def _markdown(rep: dict) -> str:
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     if rep["checks"]:
         lines += ["", "## Claims", ""]
-        lines += [f"- {'PASS' if c['ok'] else 'FAIL'}: {c['claim']} ({c['detail']})"
-                  for c in rep["checks"]]
+        lines += _claim_lines(rep["checks"])
     if rep.get("figures"):
         lines += ["", "## Figures", ""]
         lines += [f"![{Path(p).stem}]({Path(p).name})" for p in rep["figures"]]
@@ -345,14 +512,19 @@ def _markdown(rep: dict) -> str:
 
 def _csv(rep: dict) -> str:
     buf = io.StringIO()
-    cols = [*rep["by"], "label", "best_lr", "valid", "mean", "std", "per_seed", "seeds",
+    cols = [*rep["by"], "label", "best_lr", "valid", "solved_k", "solved_n", "solved_lo",
+            "solved_hi", "steps_median", "solve_steps", "mean", "std", "per_seed", "seeds",
             "missing", "failed", "reference"]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rep["rows"]:
-        w.writerow({k: ("" if v is None else " ".join(f"{x:g}" for x in v if x is not None)
-                        if k == "per_seed" else v) for k, v in row.items()})
+        w.writerow({k: ("" if v is None else " ".join("-" if x is None else f"{x:g}" for x in v)
+                        if k in ("per_seed", "solve_steps") else v) for k, v in row.items()})
     return buf.getvalue()
+
+
+def _rate(r: stats.SolveRate) -> dict:
+    return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "confidence": r.confidence}
 
 
 def _json(rep: dict) -> dict:
@@ -361,13 +533,16 @@ def _json(rep: dict) -> dict:
         groups.append({"label": g.label, "values": g.values, "best_lr": g.best_lr,
                        "valid_by_lr": {str(k): v for k, v in g.lrs.items()},
                        "valid": g.valid_mean, "mean": g.mean, "std": g.std, **g.counts,
+                       "solved": _rate(g.solved),
+                       "solved_by_lr": {str(k): _rate(v) for k, v in g.lr_solved.items()},
+                       "solve_steps": g.solve_steps,
                        "selected": [r.name for r in g.selected],
                        "per_seed": [r.metric(rep["metric"]) for r in g.selected],
                        "failed_runs": {r.name: r.error for r in g.runs if r.status == "failed"},
                        "missing_runs": [r.name for r in g.runs if r.status == "missing"]})
     return {"metric": rep["metric"], "by": rep["by"], "experiments": rep["experiments"],
-            "runs": rep["runs"], "reference": rep["reference"], "groups": groups,
-            "checks": rep["checks"], "figures": rep.get("figures", [])}
+            "runs": rep["runs"], "solve_at": rep["solve_at"], "reference": rep["reference"],
+            "groups": groups, "checks": rep["checks"], "figures": rep.get("figures", [])}
 
 
 def write_report(rep: dict, out: str | Path, plots: bool = True) -> list[Path]:
@@ -377,8 +552,6 @@ def write_report(rep: dict, out: str | Path, plots: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     rep["figures"] = []
     if plots:
-        from recall_lab.experiments.plots import report_figures
-
         rep["figures"] = [str(p) for p in report_figures(rep, out)]
     paths = [out / "report.md", out / "report.csv", out / "report.json"]
     for path, text in zip(paths, (_markdown(rep), _csv(rep),

@@ -1,0 +1,241 @@
+"""Solve-rate statistics against values worked out by hand (Wilson interval from its formula,
+Fisher's exact test from the hypergeometric sum), steps to solve from metrics.jsonl, survival,
+the frontier, solve-rate and frontier claims, the runs DataFrame, pre-registered claims, and the
+report's refusals (unknown metric, a single run's folder without --out)."""
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from recall_lab import checkpoint as ck
+from recall_lab.cli import app
+from recall_lab.experiments import claims, stats
+from recall_lab.experiments.engine import read_index, run_sweep
+from recall_lab.experiments.grid import expand
+from recall_lab.experiments.report import build_report, runs_frame, write_report
+
+from tests.cli_checks import snapshot
+
+Z = 1.959963984540054  # the 97.5% normal quantile
+
+
+def wilson_by_hand(k, n):
+    p = k / n
+    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
+    half = Z * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n)) / (1 + Z * Z / n)
+    return centre - half, centre + half
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (9, 10), (10, 10), (1, 3), (5, 12)])
+def test_wilson_interval_matches_the_formula(k, n):
+    r = stats.wilson(k, n)
+    lo, hi = wilson_by_hand(k, n)
+    assert (r.k, r.n) == (k, n)
+    assert r.lo == pytest.approx(max(lo, 0.0), abs=1e-9)
+    assert r.hi == pytest.approx(min(hi, 1.0), abs=1e-9)
+
+
+def test_wilson_known_values_and_empty():
+    # 9 of 10: [0.596, 0.982]; 10 of 10: lower bound n / (n + z^2) = 10 / 13.84 = 0.722
+    assert stats.wilson(9, 10).text() == "9/10 [0.60, 0.98]"
+    assert stats.wilson(10, 10).lo == pytest.approx(10 / (10 + Z * Z))
+    assert stats.wilson(0, 0).text() == "0/0" and stats.wilson(0, 0).lo is None
+
+
+def fisher_greater_by_hand(a, n1, b, n2):
+    """P(X >= a) for X ~ hypergeometric(n1 + n2 balls, a + b solved, n1 drawn)."""
+    total, solved = n1 + n2, a + b
+    denom = math.comb(total, n1)
+    return sum(math.comb(solved, x) * math.comb(total - solved, n1 - x)
+               for x in range(a, min(solved, n1) + 1)) / denom
+
+
+@pytest.mark.parametrize("a,n1,b,n2", [(9, 10, 3, 10), (5, 10, 5, 10), (3, 12, 0, 12),
+                                       (10, 10, 0, 10)])
+def test_fisher_one_sided_matches_the_hypergeometric_sum(a, n1, b, n2):
+    ra, rb = stats.wilson(a, n1), stats.wilson(b, n2)
+    assert stats.fisher(ra, rb) == pytest.approx(fisher_greater_by_hand(a, n1, b, n2))
+    # "less" is the mirror image
+    assert stats.fisher(rb, ra, "less") == pytest.approx(fisher_greater_by_hand(a, n1, b, n2))
+
+
+def test_steps_to_solve_survival_quantiles_frontier(tmp_path):
+    rows = [{"step": 100, "split": "train", "acc": 0.99},  # train rows do not count
+            {"step": 100, "split": "valid", "acc": 0.40},
+            {"step": 200, "split": "valid", "acc": 0.96},
+            {"step": 300, "split": "valid", "acc": 0.99}]
+    (tmp_path / ck.METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert stats.steps_to_solve(tmp_path, 0.95) == 200
+    assert stats.steps_to_solve(tmp_path, 0.99) == 300
+    assert stats.steps_to_solve(tmp_path, 0.999, fallback=250) == 250
+    assert stats.survival([100, None, 300, 200], [0, 150, 300, 1000]) == [0, 0.25, 0.75, 0.75]
+    assert stats.quantiles([100, 200, 300, 400]) == (175.0, 250.0, 325.0)
+    w = stats.wilson
+    assert stats.frontier([(4, w(10, 10)), (8, w(5, 10)), (16, w(4, 10)), (32, w(6, 10))]) == 32
+    assert stats.frontier([(4, w(4, 10)), (8, w(0, 10))]) is None
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+# model -> table entries -> per-seed test accuracies (3 seeds) and the step each reached 0.95
+ACC = {"mamba": {4: [0.99, 0.97, 0.42], 8: [0.43, 0.41, 0.97]},
+       "mamba+hax": {4: [0.99, 0.99, 0.99], 8: [0.99, 0.98, 0.96]}}
+STEP = {0.99: 300, 0.98: 200, 0.97: 400, 0.96: 500}
+
+
+@pytest.fixture
+def table_sweep(tmp_path, tiny):
+    tiny["grid"] = {"model.name": ["mamba", "mamba+hax"], "task.levels": [[[4, 4]], [[8, 8]]],
+                    "train.seed": [0, 1, 2]}
+    tiny["report"] = {"solve_at": 0.95, "expect": [
+        {"claim": "hax solves the 8-table", "stat": "solved", "a": {"model.name": "mamba+hax"},
+         "value": 0.4, "at": {"task.levels": [[8, 8]]}},
+        {"claim": "hax beats mamba at 8", "stat": "solved", "a": {"model.name": "mamba+hax"},
+         "b": {"model.name": "mamba"}, "op": ">", "at": {"task.levels": [[8, 8]]}},
+        {"claim": "hax frontier beyond mamba's", "stat": "frontier",
+         "a": {"model.name": "mamba+hax"}, "b": {"model.name": "mamba"}, "op": ">"},
+    ]}
+    exp = expand(tiny, "x")
+    root = tmp_path / "x"
+    entries = []
+    for run in exp.runs:
+        size = run.config.task.levels[0][1]
+        acc = ACC[run.config.model.name][size][run.config.train.seed]
+        folder = root / run.name
+        folder.mkdir(parents=True)
+        ck.write_json(folder / ck.CONFIG, run.config.to_json())
+        solved_at = STEP.get(acc)
+        curve = [{"step": s, "split": "valid", "acc": 0.96 if solved_at and s >= solved_at
+                  else 0.4} for s in (100, 200, 300, 400, 500)]
+        (folder / ck.METRICS).write_text("".join(json.dumps(r) + "\n" for r in curve))
+        ck.write_json(folder / ck.SUMMARY, {"best_step": 500, "valid": {"acc": acc, "loss": 0},
+                                            "test": {"acc": acc, "loss": 0}})
+        entries.append({"name": run.name, "status": "done", "config": run.config.to_json(),
+                        "registration": None})
+    ck.write_json(root / "sweep.json", {"experiment": "x", "report": exp.report, "runs": entries})
+    return root
+
+
+def test_report_counts_seeds_solved_with_intervals_and_steps(table_sweep):
+    rep = build_report([table_sweep])
+    g = {g.label: g for g in rep["groups"]}
+    m8 = g["mamba / levels=8"]
+    assert (m8.solved.k, m8.solved.n) == (1, 3) and m8.solve_steps == [None, None, 400]
+    h8 = g["mamba+hax / levels=8"]
+    assert (h8.solved.k, h8.solved.n) == (3, 3) and h8.solve_steps == [300, 200, 500]
+    assert h8.steps_q == (250.0, 300.0, 400.0)
+    lo, hi = wilson_by_hand(1, 3)
+    assert (m8.solved.lo, m8.solved.hi) == pytest.approx((lo, hi))
+    # claims: 3/3 has a Wilson lower bound 3 / (3 + z^2) = 0.438 >= 0.4; Fisher 3/3 vs 1/3:
+    # p = C(4,3) C(2,0) / C(6,3) = 4 / 20 = 0.2, not < 0.05; frontiers: hax 8 > mamba 4
+    checks = rep["checks"]
+    assert [c["ok"] for c in checks] == [True, False, True], checks
+    assert "p = 0.2" in checks[1]["detail"]
+    assert "frontier" in checks[2]["detail"] and " 8 > " in checks[2]["detail"]
+    # a higher threshold: mamba's 0.97 seed no longer counts
+    rep = build_report([table_sweep], solve_at=0.98)
+    assert {g.label: g.solved.k for g in rep["groups"]}["mamba / levels=8"] == 0
+
+
+def test_report_files_carry_the_solve_rates(table_sweep, tmp_path):
+    rep = build_report([table_sweep])
+    paths = write_report(rep, tmp_path / "out")
+    names = {p.name for p in paths}
+    assert {"report-survival.png", "report-solved-task_levels.png"} <= names
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| mamba+hax | 8 |" in md and "3/3 [0.44, 1.00] | 300 [250, 400] |" in md
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert data["groups"][0]["solved"]["k"] == 2 and data["solve_at"] == 0.95
+
+
+def test_runs_frame_one_row_per_run(table_sweep):
+    df = runs_frame([table_sweep])
+    assert len(df) == 12
+    assert {"model.name", "train.seed", "test.acc", "solved", "steps_to_solve",
+            "samples_to_solve"} <= set(df.columns)
+    # pandas and the report agree on the counts
+    solved = df.groupby(["model.name", "task.levels"])["solved"].sum().to_dict()
+    assert solved[("mamba", "[[8, 8]]")] == 1 and solved[("mamba+hax", "[[4, 4]]")] == 3
+    row = df[(df["model.name"] == "mamba") & (df["test.acc"] == 0.97)].iloc[0]
+    assert row["steps_to_solve"] == 400 and row["samples_to_solve"] == 400 * 4
+
+
+def test_bad_stat_claims_cannot_be_checked(table_sweep):
+    bad = [{"stat": "median", "a": {"model.name": "mamba"}, "value": 0.5},
+           {"stat": "solved", "a": {"model.name": "mamba"}, "value": 0.5, "margin": 0.1,
+            "at": {"task.levels": [[4, 4]]}},
+           {"stat": "mean", "a": {"model.name": "mamba"}, "b": {"model.name": "mamba+hax"},
+            "op": "~", "at": {"task.levels": [[4, 4]]}}]
+    checks = build_report([table_sweep], experiment={"report": {"expect": bad}})["checks"]
+    assert [c["ok"] for c in checks] == [False, False, False]
+    assert all(c["detail"].startswith("cannot check") for c in checks), checks
+
+
+# ---- pre-registration ---------------------------------------------------------------------------
+
+def test_registry_status_by_hand(tmp_path):
+    spec = {"claim": "a beats b", "a": {"model.name": "a"}, "b": {"model.name": "b"}}
+    first = claims.register(tmp_path, [spec])
+    assert claims.register(tmp_path, [spec]) == first  # unchanged claims: no new entry
+    registry = claims.read_registry(tmp_path)
+    assert len(registry["registrations"]) == 1
+    assert claims.status(spec, [first, first], registry)["status"] == "pre-registered"
+    assert claims.status(spec, [None, None], registry)["status"] == "not recorded"
+    edited = {**spec, "margin": 0.1}
+    second = claims.register(tmp_path, [edited])
+    registry = claims.read_registry(tmp_path)
+    st = claims.status(edited, [first, second], registry)
+    assert st["status"] == "after runs" and "1 of its 2" in st["text"] and st["changed"]
+    assert claims.status(edited, [second], registry)["status"] == "pre-registered"
+
+
+def test_sweep_registers_claims_before_its_runs(tmp_path, tiny):
+    tiny["grid"] = {"train.seed": [0, 1]}
+    tiny["report"] = {"expect": [{"claim": "mamba learns something", "a": {},
+                                  "value": 0.0}]}
+    exp = expand(tiny, "x")
+    run_sweep(exp, tmp_path)
+    folder = tmp_path / exp.name
+    registry = claims.read_registry(folder)
+    (reg,) = registry["registrations"]
+    index = read_index(folder)
+    assert {e["registration"] for e in index["runs"]} == {reg["id"]}
+    assert reg["claims"][0]["claim"] == "mamba learns something"
+    # the registration is older than every run's files
+    first = min(p.stat().st_mtime for p in folder.rglob(ck.CONFIG))
+    assert (folder / claims.CLAIMS).stat().st_mtime <= first
+    rep = build_report([folder])
+    assert rep["checks"][0]["registered"]["status"] == "pre-registered"
+    # the claim edited after the runs: the report says so (and the claim still checks)
+    edited = {"report": {"expect": [{"claim": "mamba learns something", "a": {},
+                                     "value": 0.01}]}}
+    claims.register(folder, edited["report"]["expect"])
+    rep = build_report([folder], experiment=edited)
+    st = rep["checks"][0]["registered"]
+    assert st["status"] == "after runs" and st["changed"]
+
+
+# ---- the report's refusals (CLI) ----------------------------------------------------------------
+
+def test_unknown_metric_is_refused_and_nothing_written(table_sweep):
+    before = snapshot(table_sweep)
+    r = CliRunner().invoke(app, ["report", str(table_sweep), "--metric", "test.nope"])
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "unknown metric 'test.nope'" in lines[0], lines
+    assert "test.acc" in lines[0]
+    assert snapshot(table_sweep) == before
+
+
+def test_single_run_folder_needs_out(table_sweep, tmp_path):
+    run = next(p for p in table_sweep.iterdir() if (p / ck.CONFIG).is_file())
+    before = snapshot(run)
+    r = CliRunner().invoke(app, ["report", str(run)])
+    assert r.exit_code == 2 and "single run's folder: pass --out" in r.stderr, r.output
+    assert snapshot(run) == before
+    r = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "one"),
+                                 "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "one" / "report.md").is_file() and snapshot(run) == before
