@@ -15,7 +15,10 @@ from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.report import build_report
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-SHIPPED = ["capacity", "mini-table1", "leak-audit", "attamba-jr", "ks-ablation"]
+SHIPPED = ["capacity", "recipe", "mini-table1", "leak-audit", "attamba-jr", "ks-ablation"]
+# seeds per cell: 10 for the experiments re-measured to the solve-rate standard (issue 24: a
+# solve rate needs 10+ seeds for an interval that separates 0.9 from 0.3), 3 for the others
+SEEDS = {"capacity": set(range(10)), "recipe": set(range(10))}
 
 
 def miniature(data: dict) -> dict:
@@ -37,7 +40,7 @@ def test_shipped_experiment_is_valid(name):
     exp = load_experiment(EXPERIMENTS / f"{name}.toml")
     assert exp.name == name and exp.runs
     seeds = {r.config.train.seed for r in exp.runs}
-    assert seeds == {0, 1, 2}  # the issue's protocol: 3 seeds
+    assert seeds == SEEDS.get(name, {0, 1, 2})
     assert exp.report.get("expect"), "claims must be declared so that --check tests them"
 
 

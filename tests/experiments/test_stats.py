@@ -239,3 +239,24 @@ def test_single_run_folder_needs_out(table_sweep, tmp_path):
                                  "--no-plots"])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "one" / "report.md").is_file() and snapshot(run) == before
+
+
+def test_fisher_power_exact_against_simulation_and_science_md():
+    import numpy as np
+    from scipy.stats import fisher_exact
+
+    rng = np.random.default_rng(0)
+    n, sims, hits = 10, 2000, 0
+    for _ in range(sims):
+        a, b = rng.binomial(n, 0.9), rng.binomial(n, 0.3)
+        hits += fisher_exact([[a, n - a], [b, n - b]], alternative="greater").pvalue < 0.05
+    exact = stats.fisher_power(0.9, 0.3, n)
+    assert abs(exact - hits / sims) < 3 * math.sqrt(exact * (1 - exact) / sims)
+    # SCIENCE.md's simulated figures are for the two-sided test: 68% (10 seeds), 89% (15)
+    assert stats.fisher_power(0.9, 0.3, 10, alternative="two-sided") == pytest.approx(0.68,
+                                                                                      abs=0.02)
+    assert stats.fisher_power(0.9, 0.3, 15, alternative="two-sided") == pytest.approx(0.89,
+                                                                                      abs=0.02)
+    assert stats.fisher_power(0.5, 0.5, 10) < 0.05  # no difference: at most the level
+    n80 = stats.seeds_for_power(0.9, 0.3, 0.8)
+    assert stats.fisher_power(0.9, 0.3, n80) >= 0.8 > stats.fisher_power(0.9, 0.3, n80 - 1)
