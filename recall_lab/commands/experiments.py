@@ -1,4 +1,5 @@
-"""CLI of the experiment layer: `sweep` (run a grid) and `report` (aggregate run folders).
+"""CLI of the experiment layer: `sweep` (run a grid), `report` (aggregate run folders) and
+`power` (how many seeds a solve-rate difference needs, before the runs).
 
 Bodies only parse, call `recall_lab.experiments` and print."""
 
@@ -156,6 +157,52 @@ def register(app: typer.Typer) -> None:
         code = _run()
         if code:
             raise typer.Exit(code)
+
+    @app.command()
+    def power(
+        rate_a: float = typer.Argument(..., help="Solve rate you expect for A (0-1)."),
+        rate_b: float = typer.Argument(..., help="Solve rate you expect for B (0-1)."),
+        seeds: str = typer.Option("3,5,10,15,20,30", help="Seeds per arm to evaluate, "
+                                  "comma-separated."),
+        level: float = typer.Option(0.05, help="Significance level of the test."),
+        target: float = typer.Option(0.8, help="Power for the 'seeds needed' line."),
+    ) -> None:
+        """Exact power of Fisher's test that A solves more seeds than B (one-sided, as report
+        claims with stat = "solved" test it; two-sided beside it), per number of seeds, and
+        the seeds per arm the target power needs: choose the seeds before the runs."""
+
+        @guarded
+        def _run() -> None:
+            from generators.errors import RecallLabError
+            from rich.table import Table
+
+            from recall_lab.experiments import stats
+
+            for name, v in (("rate_a", rate_a), ("rate_b", rate_b), ("level", level),
+                            ("target", target)):
+                if not 0.0 <= v <= 1.0:
+                    raise RecallLabError(f"{name} must be in [0, 1], got {v:g}")
+            try:
+                ns = [int(x) for x in seeds.split(",") if x.strip()]
+            except ValueError:
+                raise RecallLabError(f"--seeds must be comma-separated integers, got "
+                                     f"{seeds!r}") from None
+            if not ns or min(ns) < 1 or max(ns) > 500:
+                raise RecallLabError(f"--seeds must be between 1 and 500, got {seeds!r}")
+            table = Table(title=f"power of Fisher's test at {level:g}: A {rate_a:g} vs "
+                                f"B {rate_b:g}")
+            for col in ("seeds per arm", "one-sided (A > B)", "two-sided"):
+                table.add_column(col, justify="right")
+            for n in ns:
+                one = stats.fisher_power(rate_a, rate_b, n, level=level)
+                two = stats.fisher_power(rate_a, rate_b, n, level=level, alternative="two-sided")
+                table.add_row(str(n), f"{one:.3f}", f"{two:.3f}")
+            console.print(table)
+            need = stats.seeds_for_power(rate_a, rate_b, target, level, max_seeds=200)
+            console.print(f"seeds per arm for {target:.0%} power (one-sided): "
+                          f"{need if need is not None else 'more than 200'}", highlight=False)
+
+        _run()
 
 
 def report_table(rep: dict):

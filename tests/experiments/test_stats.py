@@ -260,3 +260,16 @@ def test_fisher_power_exact_against_simulation_and_science_md():
     assert stats.fisher_power(0.5, 0.5, 10) < 0.05  # no difference: at most the level
     n80 = stats.seeds_for_power(0.9, 0.3, 0.8)
     assert stats.fisher_power(0.9, 0.3, n80) >= 0.8 > stats.fisher_power(0.9, 0.3, n80 - 1)
+
+
+def test_power_command_prints_the_exact_power_and_refuses_bad_rates():
+    r = CliRunner().invoke(app, ["power", "0.9", "0.3", "--seeds", "3,10"])
+    assert r.exit_code == 0, r.output
+    # 3 seeds per arm can never reach 5% (the best table, 3/3 vs 0/3, gives p = 0.05)
+    assert "│             3 │             0.000 │     0.000 │" in r.stdout
+    assert f"{stats.fisher_power(0.9, 0.3, 10):.3f}" in r.stdout
+    assert "seeds per arm for 80% power (one-sided): 10" in r.stdout
+    for bad, needle in ((["0.9", "1.3"], "rate_b must be in [0, 1]"),
+                        (["0.9", "0.3", "--seeds", "1,x"], "comma-separated integers")):
+        r = CliRunner().invoke(app, ["power", *bad])
+        assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output
