@@ -6,8 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
+DOCS := $(VENV)/.docs
 
-.PHONY: demo test bench lint clean-venv
+.PHONY: demo test bench lint docs clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +34,8 @@ $(ORACLE): $(STAMP)
 	-$(BIN)/python -m pip install --quiet "ray>=2.9" "tensorboard>=2.14" "wandb>=0.16"
 	# pandas and HF datasets read the dataset shards in a test (neither depends on torch)
 	-$(BIN)/python -m pip install --quiet "pandas>=2" "datasets>=2.19"
+	# the [docs] extra, so tests/test_docs.py builds the site (none of it depends on torch)
+	-$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $(ORACLE)
 
 test: $(ORACLE)
@@ -43,6 +46,15 @@ test: $(ORACLE)
 bench: $(STAMP)
 	-$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/recall-lab bench --json runs/bench-$$(date -u +%Y%m%d-%H%M%S).json
+
+# the documentation site, offline, into site/; strict: a broken link or a page missing from the
+# nav fails the build
+$(DOCS): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS)
+
+docs: $(DOCS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
