@@ -1,5 +1,6 @@
-"""CLI of the experiment layer: `sweep` (run a grid), `report` (aggregate run folders) and
-`power` (how many seeds a solve-rate difference needs, before the runs).
+"""CLI of the experiment layer: `sweep` (run a grid), `report` (aggregate run folders),
+`archive` (a sweep's records without weights) and `power` (how many seeds a solve-rate
+difference needs, before the runs).
 
 Bodies only parse, call `recall_lab.experiments` and print."""
 
@@ -157,6 +158,27 @@ def register(app: typer.Typer) -> None:
         code = _run()
         if code:
             raise typer.Exit(code)
+
+    @app.command()
+    def archive(
+        sweep_dir: Path = typer.Argument(..., metavar="SWEEP", help="A sweep folder "
+                                         "(runs/EXPERIMENT)."),
+        dest: Path = typer.Argument(..., help="Folder for the records, e.g. "
+                                    "docs/results/EXPERIMENT/runs."),
+    ) -> None:
+        """Copy a sweep's records without weights (sweep.json, claims.json, each finished run's
+        config, summary and metrics) to DEST: `report DEST` rebuilds the report, and copying
+        DEST back under runs/ lets `sweep` train only the runs still missing."""
+
+        @guarded
+        def _run() -> None:
+            from recall_lab.experiments.archive import archive_runs
+
+            n = archive_runs(sweep_dir, dest)
+            console.print(f"archived {n} finished runs of {sweep_dir} to {dest}",
+                          highlight=False, soft_wrap=True)
+
+        _run()
 
     @app.command()
     def power(

@@ -273,3 +273,25 @@ def test_power_command_prints_the_exact_power_and_refuses_bad_rates():
                         (["0.9", "0.3", "--seeds", "1,x"], "comma-separated integers")):
         r = CliRunner().invoke(app, ["power", *bad])
         assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output
+
+
+def test_archive_rebuilds_the_report_and_resumes_the_sweep(tmp_path, tiny):
+    import shutil
+
+    from recall_lab.experiments.archive import archive_runs
+
+    tiny["grid"] = {"train.seed": [0, 1]}
+    exp = expand(tiny, "x")
+    run_sweep(exp, tmp_path / "runs")
+    sweep = tmp_path / "runs" / exp.name
+    n = archive_runs(sweep, tmp_path / "archive")
+    assert n == 2 and not list((tmp_path / "archive").rglob("*.safetensors"))
+    a = build_report([sweep])
+    b = build_report([tmp_path / "archive"])
+    assert a["rows"] == b["rows"]
+    # the archive copied back: the sweep finds every run finished and trains nothing
+    shutil.copytree(tmp_path / "archive", tmp_path / "again" / exp.name)
+    index = run_sweep(exp, tmp_path / "again")
+    assert index["counts"]["ran"] == 0 and index["counts"]["done"] == 2
+    r = CliRunner().invoke(app, ["archive", str(tmp_path / "nope"), str(tmp_path / "z")])
+    assert r.exit_code == 2 and "not a sweep folder" in r.stderr
