@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 
-.PHONY: demo test bench lint clean-venv
+.PHONY: demo test bench lint clean-venv gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ test: $(ORACLE)
 bench: $(STAMP)
 	-$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/recall-lab bench --json runs/bench-$$(date -u +%Y%m%d-%H%M%S).json
+
+# On a CUDA machine: the [cuda] extra (mamba-ssm's kernels, built against the torch already in
+# .venv; pick a CUDA torch with TORCH_SPEC), then the CUDA-marked tests and the benches on the
+# device: one JSON in runs/ and a one-screen summary (recall_lab/bench/gpu_check.py). The
+# stdlib-only preflight comes first, so a machine without a GPU stops with one line before
+# anything is installed.
+gpu-check:
+	@$(PYTHON) -m recall_lab.bench.gpu_check preflight
+	$(MAKE) $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev,bench,cuda]'
+	$(BIN)/python -m recall_lab.bench.gpu_check run
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
