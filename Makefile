@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test bench lint docs clean-venv
+.PHONY: demo test bench lint docs clean-venv gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,17 @@ $(DOCS): $(STAMP)
 
 docs: $(DOCS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# On a CUDA machine: the [cuda] extra (mamba-ssm's kernels, built against the torch already in
+# .venv; pick a CUDA torch with TORCH_SPEC), then the CUDA-marked tests and the benches on the
+# device: one JSON in runs/ and a one-screen summary (recall_lab/bench/gpu_check.py). The
+# stdlib-only preflight comes first, so a machine without a GPU stops with one line before
+# anything is installed.
+gpu-check:
+	@$(PYTHON) -m recall_lab.bench.gpu_check preflight
+	$(MAKE) $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev,bench,cuda]'
+	$(BIN)/python -m recall_lab.bench.gpu_check run
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -4,6 +4,10 @@ shards, and the held-out sets; `DataSource` is the one object train and evaluate
 Streaming is resumable by construction: batch number `step` is drawn from
 `SeedSequence(seed, spawn_key=(STREAM_KEY, step))`, so a run restarted at step s sees exactly the
 batches it would have seen.
+
+Outside training, `open_dataset(path, split, format="pandas" | "datasets")` (from
+generators/interop.py, re-exported here) gives a dataset folder's rows as a pandas DataFrame or
+an HF `datasets.Dataset` with `input_ids` and `labels` decoded to lists of int.
 """
 
 from __future__ import annotations
@@ -26,7 +30,11 @@ from generators.dataset import (
     verify_split,
 )
 from generators.errors import RecallLabError
+from generators.interop import open_dataset
 from generators.joint_recall import smallest_dtype, targets_for
+
+__all__ = ["DataSource", "DatasetReader", "batch_at", "held_out", "open_dataset",
+           "stream_batches", "stream_overlap"]
 
 STREAM_KEY = 7  # keeps streamed batches apart from the dataset files' seed streams
 VALID_KEY, TEST_KEY = 1, 2  # spawn keys of the streamed runs' held-out sets

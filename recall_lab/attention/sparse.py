@@ -15,8 +15,10 @@ Two backends behind one autograd function:
   Half/bfloat16 inputs are computed in float32.
 * ``triton`` (CUDA default when Triton imports): one program per (query, batch*head) with an
   online softmax over tiles of slots; the backward scatters dk, dv with fp32 atomics (so GPU
-  gradients are not bit-deterministic). Tested against the torch backend under
-  ``TRITON_INTERPRET=1`` on CPU.
+  gradients are not bit-deterministic; tests/gpu/ measures how far two runs differ). Tested
+  against the torch backend under ``TRITON_INTERPRET=1`` on CPU and compiled in tests/gpu/.
+  Before ``auto`` first dispatches to it, one small case is checked against ``torch``
+  (:func:`check_triton`, recall_lab/kernel_check.py); if it differs, ``auto`` runs ``torch``.
 
 * ``native`` (CPU default where the native kernels build, recall_lab/native): the gather math one
   query at a time in C, nothing gathered or re-laid out (attention/native.py). Float32; tested
@@ -39,10 +41,11 @@ import torch
 from torch import Tensor
 
 from generators.errors import RecallLabError
+from recall_lab import kernel_check
 from recall_lab import native as kernels
 from recall_lab.attention import native
 
-__all__ = ["sparse_attention", "triton_available", "BACKENDS"]
+__all__ = ["sparse_attention", "triton_available", "check_triton", "BACKENDS"]
 
 BACKENDS = ("auto", "torch", "csr", "native", "triton")
 # Elements of one gathered chunk [BH, C, n, width]; 2^22 fp32 = 16 MiB.
@@ -286,6 +289,40 @@ def default_backend(device: torch.device | str) -> str:
     return "native" if kernels.available() else "csr"
 
 
+TRITON_CHECK = "triton sparse attention"
+# fp32 kernel without tl.dot: measured errors are ~1e-7 (order of sums, atomics); a wrong kernel
+# is off by O(1)
+_TRITON_TOL = 1e-3
+
+
+def _triton_case(device: torch.device | str) -> tuple[dict[str, Tensor], Tensor]:
+    """One small case that covers the kernel's branches: two 64-slot tiles (n = 70), empty
+    slots, an empty row, a key listed twice, dims that are not powers of two."""
+    gen = torch.Generator().manual_seed(0)
+    b, h, length, d, dv, n = 1, 2, 37, 12, 20, 70
+    qkv = {name: torch.randn(b, h, length, w, generator=gen).to(device)
+           for name, w in (("q", d), ("k", d), ("v", dv))}
+    pos = torch.arange(length)[:, None]
+    idx = torch.randint(0, length, (b, h, length, n), generator=gen) % (pos + 1)
+    idx = idx.masked_fill(torch.rand(idx.shape, generator=gen) < 0.4, -1)
+    idx[..., 5, :] = -1  # an empty row: output 0
+    idx[..., 9, :2] = 3  # a duplicate key
+    return qkv, idx.to(torch.int32).to(device)
+
+
+def check_triton(device: torch.device | str = "cuda") -> bool:
+    """Whether ``auto`` may dispatch to the Triton kernels on `device`: on the first call in the
+    process, :data:`TRITON_CHECK` runs :func:`_triton_case` through ``triton`` and ``torch``
+    (output and every gradient) and records the verdict (recall_lab/kernel_check.py)."""
+    def check() -> float:
+        qkv, idx = _triton_case(device)
+        return kernel_check.compare(
+            lambda **t: sparse_attention(**t, idx=idx, backend="triton"),
+            lambda **t: sparse_attention(**t, idx=idx, backend="torch"), qkv)
+
+    return kernel_check.checked(TRITON_CHECK, check, _TRITON_TOL, fallback="torch")
+
+
 def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float | None = None,
                      *, backend: str = "auto") -> Tensor:
     """Attention of each query over its listed keys only; see the module docstring.
@@ -315,6 +352,8 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float 
         raise RecallLabError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if backend == "auto":
         backend = default_backend(q.device)
+        if backend == "triton" and not check_triton(q.device):
+            backend = "torch"
         if backend == "native" and torch.float64 in (q.dtype, k.dtype, v.dtype):
             backend = "csr"  # the native kernel computes in float32
     elif backend == "triton" and not triton_available():

@@ -6,6 +6,9 @@ returns JSON-serialisable results, and optionally `PEERS`: the distributions it 
 (their versions go into the machine record). `--json FILE` writes
 `{"machine": record.machine_info(peers), "<name>": results, ...}`; timed cases use
 `record.summarise` (median, p20, p80, reps).
+
+`--device cuda` (DEVICE_BENCHES only) runs `cuda.run` instead: our GPU paths beside the GPU
+peers (FlexAttention with its backward, dense SDPA, mamba-ssm); on the CPU nothing changes.
 """
 
 from __future__ import annotations
@@ -14,10 +17,17 @@ import importlib
 from typing import Any
 
 BENCHES = ("generate", "ssm", "attention", "train", "analysis")
+DEVICE_BENCHES = ("ssm", "attention", "train")
 
 
-def run_bench(name: str, console: Any, quick: bool) -> dict:
+def run_bench(name: str, console: Any, quick: bool, device: str = "cpu") -> dict:
+    if device != "cpu":
+        from recall_lab.bench import cuda
+
+        return cuda.run(name, console, quick, device)
     mod = importlib.import_module(f"recall_lab.bench.{name}")
+    if name == "train":  # its subprocesses would take a visible GPU: tell them the device
+        return mod.run(console, quick, device="cpu")
     return mod.run(console, quick)
 
 

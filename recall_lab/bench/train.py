@@ -79,19 +79,21 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
             "device": str(device), "loadavg_after": os.getloadavg()[0]}
 
 
-def _child(*args: object) -> dict | None:
+def _child(*args: object, device: str = "auto") -> dict | None:
     """Run ``python -m recall_lab.bench.train ARGS`` with one thread; its last stdout line (JSON).
-    Its stderr (torch.profiler's start/stop lines among others) stays out of the printed tables."""
+    Its stderr (torch.profiler's start/stop lines among others) stays out of the printed tables.
+    The child trains on a GPU when it sees one: ``device="cpu"`` hides any."""
     cmd = [sys.executable, "-m", "recall_lab.bench.train", *map(str, args)]
+    hide = {"CUDA_VISIBLE_DEVICES": ""} if device == "cpu" else {}
     res = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1", **hide})
     if res.returncode != 0:
         return None
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def _spawn(name: str, batch: int, steps: int) -> dict | None:
-    out = _child("--case", name, batch, steps)
+def _spawn(name: str, batch: int, steps: int, device: str = "auto") -> dict | None:
+    out = _child("--case", name, batch, steps, device=device)
     if out is not None:
         out["wall_s"], out["cpu_s"] = summarise(out["wall_s"]), summarise(out["cpu_s"])
     return out
@@ -140,7 +142,9 @@ def branch_breakdown(batch: int, length: int, d_qk: int, d_v: int = 128, reps: i
             "ms": {p: ms.get(p) for p in PARTS}}
 
 
-def run(console, quick: bool) -> dict:
+def run(console, quick: bool, device: str = "auto") -> dict:
+    """``device``: "cpu" (`bench train`, hides any GPU from the cases), "cuda" (`--device
+    cuda`) or "auto" (a GPU when the cases see one)."""
     import torch
     from rich.table import Table
 
@@ -156,7 +160,7 @@ def run(console, quick: bool) -> dict:
     with console.status("timing training steps") as status:
         for name in names:
             status.update(f"timing {name}")
-            r = _spawn(name, batch, steps)
+            r = _spawn(name, batch, steps, device=device)
             rows.append(r if r is not None else {"model": name, "failed": True})
     ok = [r for r in rows if not r.get("failed")]
     base = next((r for r in ok if r["model"] == "mamba"), None)
@@ -182,9 +186,9 @@ def run(console, quick: bool) -> dict:
                       "-" if r["vs_mamba_cpu"] is None else f"{r['vs_mamba_cpu']:.2f}x")
     console.print(table)
     breakdown = []
-    if length is not None and not torch.cuda.is_available():
+    if length is not None and (device == "cpu" or not torch.cuda.is_available()):
         for d_qk, label in ((16, "mamba+hax"), (64, "mamba2+hax")):
-            b = _child("--breakdown", batch, length, d_qk) or {
+            b = _child("--breakdown", batch, length, d_qk, device="cpu") or {
                 "batch": batch, "length": length, "d_qk": d_qk, "ms": dict.fromkeys(PARTS)}
             b["model"] = label
             breakdown.append(b)

@@ -385,4 +385,28 @@ def info_rows() -> list[tuple[str, str]]:
         rows.append(("attention backend", f"{default_backend(dev)} ({dev})"))
     except ImportError as exc:
         rows.append(("attention backend", f"unavailable ({exc})"))
+    return rows + _self_check_rows()
+
+
+def _self_check_rows() -> list[tuple[str, str]]:
+    """The GPU kernels' first-call self-checks (recall_lab/kernel_check.py): run here on CUDA, as
+    the first dispatch would, so `info` says whether each kernel is trusted."""
+    import torch
+
+    from recall_lab import kernel_check
+
+    if torch.cuda.is_available():
+        from recall_lab.attention import default_backend
+        from recall_lab.attention.sparse import check_triton
+        from recall_lab.ssm import backend
+
+        if default_backend("cuda") == "triton":
+            check_triton("cuda")
+        for op in backend.OPS:
+            if backend.scan_backend("cuda", op) in (backend.MAMBA_SCAN, backend.MAMBA_SSD):
+                backend.check_mamba(op, "cuda")
+    rows = kernel_check.describe()
+    if not rows:
+        why = "no GPU kernel in use" if torch.cuda.is_available() else "no CUDA device"
+        rows = [("GPU kernel self-checks", f"none run ({why})")]
     return rows

@@ -9,7 +9,13 @@ and why the native core is not used where it is not (for `recall-lab info`).
 
 `reset` (chunk starts, reference.py): mamba-ssm's SSD takes it as `seq_idx` (segment ids, the
 running count of resets); its selective_scan_fn has no such input, so a reset S6 scan always runs
-the torch implementation on CUDA (on the CPU the native core takes resets).
+the torch implementation on CUDA (on the CPU the native core takes resets). tests/gpu/ checks
+the seq_idx path against the reference where CUDA is.
+
+Self-check: the first time a process would run a mamba-ssm kernel, `check_mamba(op)` runs one
+small case (gated, output and every gradient) through it and through the torch implementation;
+if they differ, that op runs the torch implementation for the rest of the process, with one
+warning line (recall_lab/kernel_check.py; `recall-lab info` shows the verdicts).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from recall_lab import kernel_check
 from recall_lab import native as kernels
 from recall_lab.ssm import native
 from recall_lab.ssm.scan import selective_scan_torch
@@ -34,6 +41,9 @@ TORCH_SSD = "torch-ssd-chunked"
 MAMBA_SCAN = "mamba_ssm.selective_scan_fn"
 MAMBA_SSD = "mamba_ssm.mamba_chunk_scan_combined"
 OPS = ("selective_scan", "ssd")
+# mamba-ssm's SSD multiplies with tl.dot (TF32 on Ampere and later: ~1e-3 relative); a wrong
+# kernel is off by O(1)
+_MAMBA_TOL = 1e-2
 
 
 @functools.cache
@@ -76,6 +86,41 @@ def backend_report() -> dict:
     return report
 
 
+def _check_case(op: str, device: torch.device | str) -> tuple[Callable, Callable, dict]:
+    """(kernel, torch implementation, inputs) of one small gated case of `op` on `device`."""
+    gen = torch.Generator().manual_seed(0)
+
+    def r(*shape: int, scale: float = 1.0) -> Tensor:
+        return (torch.randn(*shape, generator=gen) * scale).to(device)
+
+    fn = _mamba_kernel(op)[0]
+    if op == "selective_scan":
+        b, d, n, length = 2, 8, 4, 33
+        inp = dict(u=r(b, d, length), delta=r(b, d, length), A=-(r(d, n).abs() + 0.1),
+                   B=r(b, n, length), C=r(b, n, length), D=r(d), z=r(b, d, length),
+                   delta_bias=r(d, scale=0.5))
+        return (lambda **t: fn(**t, delta_softplus=True),
+                lambda **t: selective_scan_torch(**t, delta_softplus=True), inp)
+    b, length, h, p, g, n, chunk = 2, 48, 2, 16, 1, 16, 16
+    inp = dict(x=r(b, length, h, p), dt=r(b, length, h), A=-(r(h).abs() + 0.1),
+               B=r(b, length, g, n), C=r(b, length, g, n), D=r(h), z=r(b, length, h, p),
+               dt_bias=r(h, scale=0.5))
+    return (lambda x, dt, A, B, C, **kw: fn(x, dt, A, B, C, chunk, dt_softplus=True, **kw),
+            lambda x, dt, A, B, C, **kw: ssd_torch(x, dt, A, B, C, chunk, dt_softplus=True, **kw),
+            inp)
+
+
+def check_mamba(op: str, device: torch.device | str = "cuda") -> bool:
+    """Whether the dispatch may run mamba-ssm's kernel for `op`: checked on its first call in
+    the process against the torch implementation (module docstring)."""
+    name = MAMBA_SCAN if op == "selective_scan" else MAMBA_SSD
+
+    def check() -> float:
+        return kernel_check.compare(*_check_case(op, device))
+
+    return kernel_check.checked(name, check, _MAMBA_TOL, fallback="the torch implementation")
+
+
 def selective_scan(
     u: Tensor,
     delta: Tensor,
@@ -96,7 +141,7 @@ def selective_scan(
     inputs (gradient checks) run the torch implementation.
     """
     backend = scan_backend(u.device, "selective_scan")
-    if reset is None and backend == MAMBA_SCAN:
+    if reset is None and backend == MAMBA_SCAN and check_mamba("selective_scan", u.device):
         fn = _mamba_kernel("selective_scan")[0]
         return fn(u, delta, A, B, C, D=D, z=z, delta_bias=delta_bias,
                   delta_softplus=delta_softplus, return_last_state=return_last_state)
@@ -129,10 +174,10 @@ def ssd(
     the CPU, float64 inputs and initial states run the torch implementation.
     """
     backend = scan_backend(x.device, "ssd")
-    if backend == MAMBA_SSD:
+    if backend == MAMBA_SSD and check_mamba("ssd", x.device):
         fn = _mamba_kernel("ssd")[0]
         kw = {}
-        if reset is not None:  # untested here (no CUDA): mamba-ssm's segment ids
+        if reset is not None:  # mamba-ssm's segment ids (tests/gpu/test_gpu_ssm.py)
             rst = torch.as_tensor(reset, device=x.device).expand(x.shape[0], x.shape[1])
             kw["seq_idx"] = rst.to(torch.int32).cumsum(-1).to(torch.int32).contiguous()
         return fn(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,

@@ -22,7 +22,7 @@ def test_steps_and_models_come_from_the_environment(monkeypatch):
 
     seen = []
 
-    def fake_spawn(name, batch, steps):
+    def fake_spawn(name, batch, steps, device="auto"):
         seen.append((name, batch, steps))
         return None  # reported as failed; the table still prints
 
