@@ -23,15 +23,24 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
+import recall_lab
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
-from recall_lab.checkpoint import drop_stub, load_run_config, prepare_run_dir  # noqa: F401
+from recall_lab import native
 from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
-from recall_lab.device import resolve_device  # noqa: F401 - also imported from here
-from recall_lab.evaluate import batch_metrics, evaluate
+from recall_lab.device import resolve_device
+from recall_lab.evaluate import batch_metrics, evaluate, length_tests
+from recall_lab.runs import (
+    build_run_model,
+    drop_stub,
+    load_run_config,
+    prepare_run_dir,
+    resolve_base_run,
+)
 from recall_lab.tracking import Trackers
 
 Progress = Callable[[dict], None]
@@ -125,11 +134,6 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
 def versions() -> dict:
     """Software that decides a run's numbers, written into its config.json. Runs with and without
     the native CPU kernels differ by float rounding (recall_lab/native)."""
-    import numpy as np
-
-    import recall_lab
-    from recall_lab import native
-
     loaded, why = native.load()
     return {"recall_lab": recall_lab.__version__, "torch": torch.__version__,
             "numpy": np.__version__,
@@ -178,8 +182,6 @@ def train_run(
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None,
                   log: tuple[str, ...] = ()) -> dict:
-    from recall_lab.finetune import build_run_model, length_tests, resolve_base_run
-
     if resume:
         saved = load_run_config(out)
         lock.acquire()

@@ -11,49 +11,6 @@ from pathlib import Path
 import typer
 
 
-def _run_config(model, task, config, k, d_model, train_over: dict, decimate=None):
-    """RunConfig from an optional TOML file, then flags (flags win)."""
-    from generators import PRESETS
-    from generators.errors import RecallLabError
-    from recall_lab.config import read_toml, resolve_task, run_config_from_tables, run_tables
-
-    data = read_toml(config) if config is not None else {}
-    run_tables(data, str(config))  # [model], [train], [task] are tables, before any is read
-    tables = {**data, **{t: dict(data.get(t) or {}) for t in ("model", "train", "task")}}
-    if model is not None:
-        tables["model"]["name"] = model
-    tables["model"].update({a: b for a, b in (("k", k), ("d_model", d_model)) if b is not None})
-    tables["train"].update({a: b for a, b in train_over.items() if b is not None})
-    if task is not None:
-        if tables["train"].get("data") is not None:
-            raise RecallLabError("give --task or --data, not both: the dataset fixes the task")
-        tables["task"] = ({"preset": task} if task in PRESETS
-                          else resolve_task(task)[0].model_dump(mode="json"))
-    if decimate is not None:
-        from recall_lab.models.decimation import parse_decimate
-
-        given = parse_decimate(decimate).model_dump(exclude_unset=True)
-        tables["model"]["decimation"] = {**dict(tables["model"].get("decimation") or {}), **given}
-    return run_config_from_tables(tables, str(config) if config is not None else "flags")
-
-
-def _summary_table(rows: list[dict], title: str):
-    from rich.table import Table
-
-    table = Table(title=title, caption="best = step of the best held-out accuracy; test = that "
-                  "checkpoint on the test set (exact = whole table right)")
-    for col in ("model", "params", "best", "valid", "test acc", "exact", "loss", "tok/s"):
-        table.add_column(col, justify="left" if col == "model" else "right",
-                         no_wrap=col == "model")
-    for s in rows:
-        table.add_row(
-            s["model"], f"{s['n_params']:,}", str(s["best_step"]), f"{s['valid']['acc']:.3f}",
-            f"{s['test']['acc']:.3f}", f"{s['test']['exact']:.3f}", f"{s['test']['loss']:.3f}",
-            f"{s['tokens_per_s_this_session']:,.0f}",
-        )
-    return table
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -98,13 +55,20 @@ def register(app: typer.Typer) -> None:
         @guarded
         def _run() -> None:
             from generators.errors import RecallLabError
-            from recall_lab.checkpoint import load_run_config, refuse_existing
             from recall_lab.commands.progress import TrainProgress
+            from recall_lab.commands.training import set_threads, summary_table, warn_overlap
             from recall_lab.device import resolve_device
+            from recall_lab.runs import (
+                load_run_config,
+                refuse_overwrite,
+                resume_step,
+                run_config_from_flags,
+                run_dir_name,
+            )
             from recall_lab.tracking import parse_log
             from recall_lab.train import check_run, train_run
 
-            _set_threads(threads)
+            set_threads(threads)
             kinds = parse_log(log)
             over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
                     "data_seed": data_seed, "eval_every": eval_every,
@@ -120,12 +84,11 @@ def register(app: typer.Typer) -> None:
                 if steps is not None:
                     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
                         update={"steps": steps})})
-                run_dir, start = out, _resume_step(out)
+                run_dir, start = out, resume_step(out)
             else:
-                cfg = _run_config(model, task, config, k, d_model, over, decimate)
-                run_dir = out or Path("runs") / (
-                    f"{cfg.model.name}-{cfg.task_name or 'task'}-s{cfg.train.seed}")
-                refuse_existing(run_dir, force)
+                cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate)
+                run_dir = out or run_dir_name(cfg)
+                refuse_overwrite(run_dir, force, folder=True, resume=True)
                 start = 0
             check_run(cfg, resolve_device(cfg.train.device))
             console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
@@ -133,8 +96,8 @@ def register(app: typer.Typer) -> None:
             with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
                 summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
                                     log=kinds)
-            console.print(_summary_table([summary], "best checkpoint on the test set"))
-            _warn_overlap(console, summary)
+            console.print(summary_table([summary], "best checkpoint on the test set"))
+            warn_overlap(console, summary)
             if summary["stopped"] != "steps":
                 why = {"stop_at": f"held-out accuracy reached {cfg.train.stop_at}",
                        "patience": f"{cfg.train.patience} evaluations without a better "
@@ -176,9 +139,10 @@ def register(app: typer.Typer) -> None:
             from rich.table import Table
 
             from generators.errors import RecallLabError
-            from recall_lab.checkpoint import load_run_config, write_json
+            from recall_lab.checkpoint import write_json
             from recall_lab.config import resolve_task
             from recall_lab.evaluate import evaluate_run
+            from recall_lab.runs import load_run_config, refuse_overwrite
 
             if n < 1:
                 raise RecallLabError(f"--n must be >= 1, got {n}")
@@ -198,8 +162,7 @@ def register(app: typer.Typer) -> None:
             if attention is not None:
                 label += f"-attn-{attention}"
             dest = out or run / f"eval-{label}-n{n}-s{data_seed}-{checkpoint}.json"
-            if dest.exists() and not force:
-                raise RecallLabError(f"{dest} exists; pass --force to overwrite it")
+            refuse_overwrite(dest, force)
             res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
                                attention)
             table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
@@ -287,9 +250,10 @@ def register(app: typer.Typer) -> None:
         def _run() -> None:
             from recall_lab.commands.experiments import report_table
             from recall_lab.commands.progress import SweepProgress
+            from recall_lab.commands.training import set_threads
             from recall_lab.experiments.demo import DEMO_EXPERIMENT, run_demo
 
-            _set_threads(None)
+            set_threads(None)
             t = DEMO_EXPERIMENT["train"]
             console.print(f"demo: {', '.join(DEMO_EXPERIMENT['grid']['model.name'])} on MQAR "
                           f"with 2 / 4 / 8 pairs, {steps or t['steps']} steps each, "
@@ -306,40 +270,6 @@ def register(app: typer.Typer) -> None:
                           f"report {res['out'] / 'report.md'}", highlight=False, soft_wrap=True)
 
         _run()
-
-
-def _warn_overlap(console, summary: dict) -> None:
-    """A tiny task's streamed held-out sets repeat training rows: say so next to the numbers."""
-    seen = summary.get("held_out_in_training") or {}
-    if seen.get("valid", 0) > 0 or seen.get("test", 0) > 0:
-        console.print(f"[yellow]warning:[/] {seen.get('valid', 0):.0%} of the valid and "
-                      f"{seen.get('test', 0):.0%} of the test samples also occur in the first "
-                      f"{seen['train_rows_checked']:,} training samples (a task with few distinct "
-                      "samples): held-out accuracy includes memorisation")
-
-
-def _set_threads(threads: int | None) -> None:
-    """CPU set-up of a training process: thread count, and glibc keeps freed memory (training
-    steps otherwise page-fault their activations in again: 1.6-3.6x slower at B=64, L=1058)."""
-    from recall_lab.ssm import retain_freed_memory
-
-    retain_freed_memory()
-    if threads is None:
-        return
-    from generators.errors import RecallLabError
-
-    if threads < 1:
-        raise RecallLabError(f"--threads must be >= 1, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def _resume_step(out: Path) -> int:
-    from recall_lab.checkpoint import RESUME, load_tensors
-
-    _, meta = load_tensors(out / RESUME, "resume checkpoint")
-    return int((meta or {}).get("step", 0))
 
 
 # ---- info ---------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ from typing import Any
 
 from generators.errors import RecallLabError
 from recall_lab.checkpoint import write_json
+from recall_lab.experiments.engine import run_sweep
+from recall_lab.experiments.grid import expand
+from recall_lab.experiments.report import build_report, write_report
 
 DEMO_PAIRS = (2, 4, 8)
 DEMO_MODELS = ("transformer", "mamba")
@@ -88,10 +91,6 @@ def run_demo(out: Path | None, steps: int | None, force: bool, *, workers: int =
     """Train the demo grid into OUT/<run>/ (normal run folders, OUT/sweep.json), write the
     report (report.md/.csv/.json, PNGs) and OUT/demo.json; returns the report plus the sentence
     and the wall time."""
-    from recall_lab.experiments.engine import run_sweep
-    from recall_lab.experiments.grid import expand
-    from recall_lab.experiments.report import build_report, write_report
-
     out = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     _clear(out, force)
     data = dict(DEMO_EXPERIMENT)

@@ -25,6 +25,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from recall_lab.attention import make_pattern, sparse_attention
+from recall_lab.attention.patterns import KSPattern
+from recall_lab.attention.release_reference import release_sparse_attention
+
 
 def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
                         max_len: int | None = None, layer: int = 0) -> nn.Module:
@@ -33,8 +37,6 @@ def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
     gap fixed by `max_len` (the config's, never the batch's length). The LSH evaluation planes
     are seeded with `seed + layer`, so layers hash with different planes in evaluation too, as
     they do in training (where every call draws fresh ones)."""
-    from recall_lab.attention import make_pattern
-
     opts = dict(opts)
     if name in ("d", "sw+d") and max_len is not None:
         opts.setdefault("max_len", max_len)
@@ -79,8 +81,6 @@ class SparseBranch(nn.Module):
         self.max_len = max_len or 2048
 
     def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:
-        from recall_lab.attention import sparse_attention
-
         b, length, d_inner = xc.shape
         h = self.n_heads
         q, k = self.qk(xc).view(b, length, 2, h, self.d_qk).permute(2, 0, 3, 1, 4)
@@ -97,9 +97,6 @@ class SparseBranch(nn.Module):
     def _release(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """The same q, k, v and KS scorer through the release's dense-mask semantics (it divides
         k by sqrt(d) itself, the scale our op applies)."""
-        from recall_lab.attention.patterns import KSPattern
-        from recall_lab.attention.release_reference import release_sparse_attention
-
         ks = next((m for m in self.pattern.modules() if isinstance(m, KSPattern)), None)
         return release_sparse_attention(
             q, k, v, self.pattern_name, self.k, score_mlp=ks.mlp if ks is not None else None,

@@ -14,12 +14,19 @@ keys/values and the chunk pattern; options in `ModelConfig.attamba`), `mamba+att
 own hybrid: the Mamba branch reads chunk-reset S6 keys with the attamba pattern; `kv="proj"` is
 its projected-key control) and `transformer+sw` (a sliding-window Transformer, window k: the
 iso-KV-cache baseline of paper 003 Fig. 7).
+
+Attention swaps (`with_attention`, for fine-tuning and evaluation), for a branch model
+(`mamba2+full`, ...) and for the layer hybrid (`mamba2-attn`): `full`, `sw`, `se` (SE-Attn,
+causal prefix scoring), `se-paper` (the paper's chunk-level scoring, not causal), `se-nomem`,
+`se-random`; `keep` leaves it. Every pattern is parameter-free, so a model's weights fit the
+swapped model unchanged.
 """
 
 from __future__ import annotations
 
 from generators.errors import RecallLabError
-from recall_lab.config import ModelConfig
+from recall_lab.attention import PATTERNS
+from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.models.lm import RecallLM
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
@@ -54,10 +61,6 @@ DECI_MODELS: tuple[str, ...] = ("mamba+deci", "mamba2+deci")
 
 
 def _known_patterns() -> tuple[str, ...]:
-    try:
-        from recall_lab.attention import PATTERNS
-    except ImportError:  # attention package not importable: accept the paper's names
-        return PAPER_PATTERNS
     return tuple(PATTERNS)
 
 
@@ -125,3 +128,35 @@ def _unknown(name: str) -> str:
         f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "
         "or mamba+deci / mamba2+deci)"
     )
+
+
+ATTENTIONS = ("keep", "full", "sw", "se", "se-paper", "se-nomem", "se-random")
+_BRANCH = {"full": "full", "sw": "sw", "se": "seattn", "se-paper": "seattn",
+           "se-nomem": "seattn-nomem", "se-random": "seattn-random"}
+
+
+def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
+    """`m` with its attention replaced (see the module docstring); the name follows."""
+    if attention not in ATTENTIONS:
+        raise RecallLabError(f"unknown attention {attention!r}; choose from "
+                             f"{', '.join(ATTENTIONS)}")
+    if attention == "keep":
+        return m
+    se = m.seattn or SEAttnConfig()
+    se = se.model_copy(update={"scoring": "chunk" if attention == "se-paper" else "prefix"})
+    if m.arch == "mamba2-attn":
+        retrieval = {"se-nomem": "none", "se-random": "random"}.get(attention)
+        kind = "se" if attention.startswith("se") else attention
+        layers = m.attention_layers.model_copy(update={"attention": kind})
+        name = "mamba2-attn" + ("" if kind == "full" else f"-{kind}")
+        update = {"attn_layers": layers, "name": name}
+        if kind == "se":
+            update["seattn"] = se.model_copy(update={"retrieval": retrieval})
+        return ModelConfig.model_validate({**m.model_dump(), **update})
+    if m.arch not in ("mamba", "mamba2") or m.pattern is None:
+        raise RecallLabError(f"{m.name} has no attention to swap (a hybrid branch model such as "
+                             "mamba2+full, or mamba2-attn)")
+    pattern = _BRANCH[attention]
+    update = {"pattern": pattern, "name": f"{m.arch}+{pattern}",
+              "seattn": se if pattern.startswith("seattn") else m.seattn}
+    return ModelConfig.model_validate({**m.model_dump(), **update})
