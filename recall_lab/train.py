@@ -34,6 +34,7 @@ from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
 from recall_lab.device import resolve_device
 from recall_lab.evaluate import batch_metrics, evaluate, length_tests
+from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.runs import (
     build_run_model,
     drop_stub,
@@ -93,21 +94,14 @@ def estimate_train_bytes(cfg: RunConfig) -> int:
     estimate gives 0.40, 0.80 and 0.20 GiB: on the high side, by up to ~2x.
 
     Per token and layer it counts the mixer's activations (~32 * d_inner), one scan state
-    (d_inner * d_state) and the sparse branch's index list and q/k (k + 4 * d_state); plus logits.
+    (d_inner * d_state) and the sparse branch's index list and q/k (k + 4 * d_state) (each
+    architecture's rule: `models/archs.ARCH_TABLE`); plus logits.
     The torch scan and sparse-attention backends work chunk by chunk, so this is an order of
     magnitude, not a measurement; it only turns hopeless batch sizes into a clear message instead
     of the OOM killer.
     """
     m, task = cfg.model, cfg.task
-    d_inner = m.expand * m.d_model
-    d_state = m.d_state or (64 if m.arch == "mamba2" else 16)
-    per_layer = 32 * d_inner + d_inner * d_state
-    if m.pattern is not None or m.arch == "samba":
-        per_layer += min(m.k, task.max_len) + 4 * d_state
-    if m.arch == "transformer":
-        per_layer = 48 * m.d_model  # SDPA does not keep L x L scores
-    layers = m.n_layers * (3 if m.arch == "samba" else 1)
-    per_token = layers * per_layer + 3 * m.vocab_size
+    per_token = ARCH_TABLE[m.arch].activations(m, task.max_len) + 3 * m.vocab_size  # + logits
     return int(per_token * 4 * cfg.train.batch_size * task.max_len)
 
 

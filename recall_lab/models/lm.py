@@ -2,7 +2,8 @@
 RMSNorm, output projection (untied by default), and the model's own initialisation and
 weight-decay rule.
 
-Block kinds (models/blocks.py): `SSMBlock` (Mamba / Mamba2 mixer, optionally with a sparse
+The blocks of each architecture come from its row of `models/archs.ARCH_TABLE`. Block kinds
+(models/blocks.py): `SSMBlock` (Mamba / Mamba2 mixer, optionally with a sparse
 branch), `AttentionBlock`, `MLPBlock`; `AttambaBlock` (models/attamba.py): the Transformer block
 with chunk-reset SSM keys/values.
 """
@@ -15,38 +16,9 @@ import torch
 from torch import nn
 
 from recall_lab.config import ModelConfig
-from recall_lab.models.attamba import attamba_blocks
-from recall_lab.models.blocks import (
-    AttentionBlock,
-    LMOutput,
-    MLPBlock,
-    SSMBlock,
-    attention_layer,
-)
+from recall_lab.models.archs import ARCH_TABLE
+from recall_lab.models.blocks import LMOutput
 from recall_lab.models.decimation import decimated_forward
-
-
-def _blocks(cfg: ModelConfig) -> list[nn.Module]:
-    if cfg.arch in ("mamba", "mamba2"):
-        return [SSMBlock(cfg, layer=i) for i in range(cfg.n_layers)]
-    if cfg.arch == "mamba2-attn":  # seed 001's Mamba-2-Hybrid shape, scaled down
-        out = []
-        for i in range(cfg.n_layers):
-            out.append(SSMBlock(cfg, with_branch=False))
-            if i in cfg.attention_layers.after:
-                out.append(attention_layer(cfg))
-        return out
-    if cfg.arch == "transformer":  # pattern "sw": the sliding-window Transformer (window k)
-        window = cfg.k if cfg.pattern == "sw" else None
-        return [AttentionBlock(cfg, window) for _ in range(cfg.n_layers)]
-    if cfg.arch == "attamba":
-        return attamba_blocks(cfg)
-    # Samba (seed 004 App. D.1: 2 Mamba + 2 SWA layers, window k): units of
-    # Mamba, MLP, SWA+MLP, as in the Samba paper's layer layout.
-    out: list[nn.Module] = []
-    for _ in range(cfg.n_layers):
-        out += [SSMBlock(cfg, with_branch=False), MLPBlock(cfg), AttentionBlock(cfg, cfg.k)]
-    return out
 
 
 class RecallLM(nn.Module):
@@ -73,7 +45,7 @@ class RecallLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(_blocks(cfg))
+        self.blocks = nn.ModuleList(ARCH_TABLE[cfg.arch].blocks(cfg))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
         # DeciMamba; may be replaced on a built model for zero-shot evaluation (`--decimate`)
         self.decimation = cfg.decimation
