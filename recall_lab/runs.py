@@ -199,6 +199,43 @@ def resume_step(out: Path) -> int:
     return int((meta or {}).get("step", 0))
 
 
+def resume_config(out: Path | None, model: str | None, steps: int | None
+                  ) -> tuple[RunConfig, Path, int]:
+    """(config, folder, start step) of `train --resume --out OUT`: the run's own config; a
+    --model other than the run's is refused, --steps may change the step count."""
+    if out is None:
+        raise RecallLabError("--resume needs --out RUN_DIR")
+    cfg = load_run_config(out)
+    if model is not None and model != cfg.model.name:
+        raise RecallLabError(f"{out} is a run of {cfg.model.name!r}, not {model!r}")
+    if steps is not None:
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+    return cfg, out, resume_step(out)
+
+
+def eval_target(run: Path, task: str | None, n: int, batch_size: int, length_factor: int,
+                decimate: str | None, attention: str | None) -> tuple[RunConfig, Any, str, Any]:
+    """What `recall-lab eval RUN` evaluates: (the run's config, the task spec, its label for
+    the result file's name, the DeciMamba setting or None). The task is the run's own unless
+    given; `length_factor` lengthens it with filler."""
+    if n < 1:
+        raise RecallLabError(f"--n must be >= 1, got {n}")
+    if batch_size < 1:
+        raise RecallLabError(f"--batch-size must be >= 1, got {batch_size}")
+    cfg = load_run_config(run)
+    spec, name = resolve_task(task) if task is not None else (cfg.task, cfg.task_name)
+    label = name or (Path(task).stem if task else "task")
+    if length_factor != 1:
+        spec, label = spec.at_length(length_factor), f"{label}-x{length_factor}"
+    deci = None
+    if decimate is not None:
+        deci = "off" if decimate == "off" else parse_decimate(decimate)
+        label += "-deci-" + decimate.replace(",", "-")
+    if attention is not None:
+        label += f"-attn-{attention}"
+    return cfg, spec, label, deci
+
+
 # ---- a run's model ------------------------------------------------------------------------------
 
 def weights_path(run: Path, which: str, option: str = "--checkpoint") -> Path:

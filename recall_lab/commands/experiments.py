@@ -8,6 +8,12 @@ from pathlib import Path
 
 import typer
 
+from generators.errors import RecallLabError
+from recall_lab.commands.progress import SweepProgress
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import read_toml
+from recall_lab.tracking import parse_log
+
 MAX_EXIT = 100  # the exit code is the number of failed runs, capped here
 
 
@@ -18,9 +24,7 @@ def _fmt_tokens(n: float) -> str:
     return f"{n:.0f}"
 
 
-def register(app: typer.Typer) -> None:
-    from recall_lab.cli import console, guarded
-
+def register(app: GuardedApp) -> None:
     @app.command()
     def sweep(
         experiment: Path = typer.Argument(..., help="Experiment TOML: a base run config plus a "
@@ -39,61 +43,52 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every run of an experiment grid: finished runs are skipped, interrupted ones
         resumed, failures recorded; the exit code is the number of failed runs."""
+        from rich.table import Table
 
-        @guarded
-        def _run() -> int:
-            from rich.table import Table
+        from recall_lab.experiments.engine import outside_grid, plan, run_sweep
+        from recall_lab.experiments.grid import load_experiment, train_tokens
 
-            from recall_lab.experiments.engine import outside_grid, plan, run_sweep
-            from recall_lab.experiments.grid import load_experiment, train_tokens
-            from recall_lab.tracking import parse_log
+        kinds = parse_log(log)
+        exp = load_experiment(experiment)
+        others = outside_grid(exp, out)
+        if others:
+            console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
+                          f"this grid (left alone), e.g. {others[0]}", highlight=False,
+                          soft_wrap=True)
+        if dry_run:
+            jobs = plan(exp, out)
+            table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",
+                          caption="tokens = steps x batch x longest sample (padding "
+                                  "included: an upper bound)")
+            table.add_column("run", no_wrap=True)
+            table.add_column("action")
+            for axis in exp.axes:
+                table.add_column(axis, justify="right")
+            table.add_column("tokens", justify="right")
+            total = 0
+            for job in jobs:
+                tokens = train_tokens(job.run.config)
+                if job.action != "skip":
+                    total += tokens
+                table.add_row(job.run.name, job.action,
+                              *(str(job.run.values[a]) for a in exp.axes),
+                              _fmt_tokens(tokens))
+            console.print(table)
+            console.print(f"to train: {sum(j.action != 'skip' for j in jobs)} runs, "
+                          f"{_fmt_tokens(total)} tokens", highlight=False)
+            return 0
 
-            kinds = parse_log(log)
-            exp = load_experiment(experiment)
-            others = outside_grid(exp, out)
-            if others:
-                console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
-                              f"this grid (left alone), e.g. {others[0]}", highlight=False,
-                              soft_wrap=True)
-            if dry_run:
-                jobs = plan(exp, out)
-                table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",
-                              caption="tokens = steps x batch x longest sample (padding "
-                                      "included: an upper bound)")
-                table.add_column("run", no_wrap=True)
-                table.add_column("action")
-                for axis in exp.axes:
-                    table.add_column(axis, justify="right")
-                table.add_column("tokens", justify="right")
-                total = 0
-                for job in jobs:
-                    tokens = train_tokens(job.run.config)
-                    if job.action != "skip":
-                        total += tokens
-                    table.add_row(job.run.name, job.action,
-                                  *(str(job.run.values[a]) for a in exp.axes),
-                                  _fmt_tokens(tokens))
-                console.print(table)
-                console.print(f"to train: {sum(j.action != 'skip' for j in jobs)} runs, "
-                              f"{_fmt_tokens(total)} tokens", highlight=False)
-                return 0
-            from recall_lab.commands.progress import SweepProgress
-
-            monitor = SweepProgress(console, exp.name)
-            try:
-                index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
-                                  address=address, monitor=monitor, log=kinds)
-            finally:
-                monitor.close()
-            c = index["counts"]
-            console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
-                          f"({c['skipped']} were already), {c['failed']} failed; "
-                          f"index {out / exp.name / 'sweep.json'}", highlight=False)
-            return min(c["failed"], MAX_EXIT)
-
-        code = _run()
-        if code:
-            raise typer.Exit(code)
+        monitor = SweepProgress(console, exp.name)
+        try:
+            index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
+                              address=address, monitor=monitor, log=kinds)
+        finally:
+            monitor.close()
+        c = index["counts"]
+        console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
+                      f"({c['skipped']} were already), {c['failed']} failed; "
+                      f"index {out / exp.name / 'sweep.json'}", highlight=False)
+        return min(c["failed"], MAX_EXIT)
 
     @app.command()
     def report(
@@ -114,35 +109,26 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
+        from recall_lab.experiments.report import build_report, write_report
 
-        @guarded
-        def _run() -> int:
-            from generators.errors import RecallLabError
-            from recall_lab.config import read_toml
-            from recall_lab.experiments.report import build_report, write_report
-
-            dest = out
-            if dest is None:
-                if len(runs) != 1:
-                    raise RecallLabError("several runs folders: pass --out for the report")
-                dest = runs[0]
-            exp = read_toml(experiment) if experiment is not None else None
-            fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
-            rep = build_report(runs, by=fields, metric=metric, experiment=exp)
-            paths = write_report(rep, dest, plots=plots)
-            console.print(report_table(rep))
-            for c in rep["checks"]:
-                mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
-                console.print(f"{mark} {c['claim']}: {c['detail']}", highlight=False,
-                              soft_wrap=True)
-            console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
+        dest = out
+        if dest is None:
+            if len(runs) != 1:
+                raise RecallLabError("several runs folders: pass --out for the report")
+            dest = runs[0]
+        exp = read_toml(experiment) if experiment is not None else None
+        fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
+        rep = build_report(runs, by=fields, metric=metric, experiment=exp)
+        paths = write_report(rep, dest, plots=plots)
+        console.print(report_table(rep))
+        for c in rep["checks"]:
+            mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
+            console.print(f"{mark} {c['claim']}: {c['detail']}", highlight=False,
                           soft_wrap=True)
-            failed = sum(not c["ok"] for c in rep["checks"])
-            return 1 if (check and failed) else 0
-
-        code = _run()
-        if code:
-            raise typer.Exit(code)
+        console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
+                      soft_wrap=True)
+        failed = sum(not c["ok"] for c in rep["checks"])
+        return 1 if (check and failed) else 0
 
 
 def report_table(rep: dict):

@@ -25,6 +25,17 @@ def summary_table(rows: list[dict], title: str):
     return table
 
 
+def print_summary(console, summary: dict, cfg) -> None:
+    """A finished `train` run: its table, the overlap warning, and why it stopped early."""
+    console.print(summary_table([summary], "best checkpoint on the test set"))
+    warn_overlap(console, summary)
+    if summary["stopped"] != "steps":
+        why = {"stop_at": f"held-out accuracy reached {cfg.train.stop_at}",
+               "patience": f"{cfg.train.patience} evaluations without a better "
+                           "checkpoint"}[summary["stopped"]]
+        console.print(f"stopped early after step {summary['stopped_at']}: {why}")
+
+
 def warn_overlap(console, summary: dict) -> None:
     """A tiny task's streamed held-out sets repeat training rows: say so next to the numbers."""
     seen = summary.get("held_out_in_training") or {}
