@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from generators import PRESETS, TaskSpec, get_preset_entry
+from generators import generate as generate_samples  # `generate` is also the command below
 from generators.dataset import write_dataset
 from generators.errors import RecallLabError
 from generators.render import render_sample
@@ -148,7 +149,7 @@ def register(app: GuardedApp) -> None:
         elif source in PRESETS or source.endswith(".toml") or Path(source).is_file():
             # the task forms `train --task` accepts: a preset or a TOML task file
             spec, _ = resolve_task(source)
-            rows = list(generate(spec, index + count, seed).inputs[index:])
+            rows = list(generate_samples(spec, index + count, seed).inputs[index:])
             title = f"{source} (seed {seed})"
         else:
             raise RecallLabError(f"{source!r} is neither a dataset folder nor a preset "
