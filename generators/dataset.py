@@ -43,11 +43,11 @@ from generators.errors import RecallLabError
 from generators.joint_recall import (
     GENERATOR_VERSION,
     IGNORE,
-    _rows,
-    _targets,
+    build_rows,
     row_lengths,
     sep_positions,
     smallest_dtype,
+    value_targets,
 )
 from generators.spec import TaskSpec
 
@@ -162,9 +162,9 @@ def _rows_and_targets(
     spec: TaskSpec, n: int, ss: np.random.SeedSequence, dtype: np.dtype,
     label_dtype: np.dtype | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    inputs, sizes, targets = _rows(spec, n, ss, dtype, label_dtype)
+    inputs, sizes, targets = build_rows(spec, n, ss, dtype, label_dtype)
     if label_dtype is not None and targets is None:  # filler: targets from the final rows
-        targets = _targets(inputs, sep_positions(inputs), spec.vocab(), label_dtype)
+        targets = value_targets(inputs, sep_positions(inputs), spec.vocab(), label_dtype)
     return inputs, sizes, targets
 
 
@@ -334,7 +334,7 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
     return removed
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Pool-worker initializer: the worker dies with the process that started it, kill -9
     included (otherwise it waits forever on a queue nobody writes to). Linux: the kernel sends
     SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG); elsewhere a thread polls the parent."""
@@ -443,7 +443,7 @@ def _write_into(spec: TaskSpec, out: Path, tmp: Path, counts: dict[str, int], se
                 on_shard(results[-1])
     else:
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                 initializer=_die_with_parent,
+                                 initializer=die_with_parent,
                                  initargs=(os.getpid(),)) as ex:
             # each submit starts one worker: they spawn and import while the held-out hashes
             # are drawn here (about a second each, otherwise one after the other)

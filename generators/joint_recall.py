@@ -161,9 +161,11 @@ def _fixed_size_samples(
     _component(out[:, 2 + comp :], tokens, values, rng, inquiry_targets)
 
 
-def _targets(
+def value_targets(
     inputs: np.ndarray, sep_pos: np.ndarray, vocab: Vocab, dtype: type = np.int64
 ) -> np.ndarray:
+    """The next token at every position after `sep_pos` whose next token is a value, IGNORE
+    elsewhere (the dataset writer calls it with the separators it already found)."""
     nxt = np.zeros(inputs.shape, dtype=inputs.dtype)  # PAD past the end
     nxt[:, :-1] = inputs[:, 1:]
     keep = np.arange(inputs.shape[1])[None, :] > sep_pos[:, None]
@@ -176,7 +178,7 @@ def _targets(
 def targets_for(inputs: np.ndarray, vocab: Vocab) -> np.ndarray:
     """Targets of padded inputs: the next token at every inquiry position followed by a value."""
     inputs = np.asarray(inputs)
-    return _targets(inputs, sep_positions(inputs), vocab)
+    return value_targets(inputs, sep_positions(inputs), vocab)
 
 
 def smallest_dtype(vocab: Vocab) -> np.dtype:
@@ -194,11 +196,11 @@ def generate_rows(
     dtype: np.dtype | type = np.int64,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Padded inputs [n, width] in `dtype` and level sizes [n, w]; the core of `generate`."""
-    inputs, sizes, _ = _rows(spec, n, seed, np.dtype(dtype), None)
+    inputs, sizes, _ = build_rows(spec, n, seed, np.dtype(dtype), None)
     return inputs, sizes
 
 
-def _rows(
+def build_rows(
     spec: TaskSpec, n: int, seed: int | np.random.Generator | np.random.SeedSequence,
     dtype: np.dtype, target_dtype: np.dtype | None, out_dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -311,7 +313,7 @@ def generate(
     # built in the narrowest dtype (8x less memory traffic for small vocabularies), widened once;
     # targets are written with the inquiry (or derived from the inputs after filler insertion)
     int64 = np.dtype(np.int64)
-    inputs, sizes, targets = _rows(spec, n, seed, smallest_dtype(vocab), int64, int64)
+    inputs, sizes, targets = build_rows(spec, n, seed, smallest_dtype(vocab), int64, int64)
     if targets is None:
-        targets = _targets(inputs, sep_positions(inputs), vocab, np.int64)
+        targets = value_targets(inputs, sep_positions(inputs), vocab, np.int64)
     return Batch(inputs=inputs.astype(np.int64, copy=False), targets=targets, sizes=sizes)

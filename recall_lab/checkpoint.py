@@ -1,4 +1,7 @@
-"""Run directories and checkpoints: safetensors for tensors, JSON for everything else.
+"""Run-directory files and checkpoints: safetensors for tensors, JSON for everything else.
+
+File handling only: what a run is (its config, its model, creating and naming its folder) is the
+run layer's (`recall_lab.runs`).
 
 Nothing is ever unpickled: weights, optimizer moments and RNG states are safetensors; optimizer
 hyper-parameters, the step counter and bookkeeping are JSON (in the safetensors metadata of the
@@ -30,16 +33,13 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
 from generators.errors import RecallLabError
-
-if TYPE_CHECKING:  # config imports nothing from here; the name is only an annotation
-    from recall_lab.config import RunConfig
 
 CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
     "config.json", "metrics.jsonl", "model.safetensors", "best.safetensors",
@@ -293,61 +293,3 @@ def load_resume(
         if cuda:
             torch.cuda.set_rng_state_all(cuda)
     return meta
-
-
-# ---- run folders: config, creation ---------------------------------------------------------------
-
-def load_run_config(run: Path) -> RunConfig:
-    from recall_lab.config import run_config_from_json
-
-    run = Path(run)
-    if not run.is_dir():
-        raise RecallLabError(f"run directory {run} does not exist")
-    return run_config_from_json(read_json(run / CONFIG, "run config"), run / CONFIG)
-
-
-def refuse_existing(out: Path, force: bool) -> None:
-    """Fail early (before any progress is shown) when `out` holds something and no --force."""
-    if out.exists() and any(out.iterdir()) and not force:
-        raise RecallLabError(f"{out} already exists; pass --force to overwrite it or --resume "
-                             "to continue")
-
-
-def prepare_run_dir(out: Path, force: bool, lock: RunLock | None = None) -> None:
-    """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
-    without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes
-    stay) and only in a folder that holds a run. Call it after every input has been checked."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise RecallLabError(f"{out} exists and is not a folder")
-
-    def replaceable() -> bool:
-        if not out.is_dir() or not any(e.name != LOCK for e in out.iterdir()):
-            return False
-        if not force:
-            raise RecallLabError(
-                f"{out} already exists; pass --force to overwrite it or --resume to continue"
-            )
-        if not (out / CONFIG).is_file():
-            raise RecallLabError(
-                f"{out} is not empty and is not a recall-lab run; refusing to delete it"
-            )
-        return True
-
-    replaceable()  # refuse before creating anything (no lock file in a user's folder)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RecallLabError(f"cannot create {out}: {exc.strerror or exc}") from None
-    if lock is not None:
-        lock.acquire()
-    if replaceable():  # checked again under the lock: another process may have written meanwhile
-        clear_run(out)
-
-
-def drop_stub(out: Path) -> None:
-    """Remove what a new run wrote before its first checkpoint, so no stub run is left."""
-    clear_run(out)
-    if [e.name for e in out.iterdir()] == [LOCK]:
-        (out / LOCK).unlink()
-        out.rmdir()

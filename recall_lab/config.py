@@ -1,8 +1,9 @@
-"""Validated model and training configuration (pydantic v2), loadable from TOML or flags.
+"""Validated model and training configuration (pydantic v2): data models only.
 
 The task is described by `generators.TaskSpec` (owned by `generators`); this module only adds
 `ModelConfig`, `TrainConfig` and `RunConfig` (model + train + task), and the helpers that read a
-task given as a preset name or a TOML file.
+task given as a preset name or a TOML file. Building a `RunConfig` from a model name (which needs
+the model registry) is the run layer's job: `recall_lab.runs`.
 
 TOML layout of a run config (see `experiments/`):
 
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from generators import PRESETS, TaskSpec, get_preset
 from generators.errors import RecallLabError
 
 # Branch patterns the original HAX release implements (attention/release_reference.py's
@@ -310,8 +312,6 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _task_is_spec(self) -> RunConfig:
-        from generators import TaskSpec
-
         if not isinstance(self.task, TaskSpec):
             object.__setattr__(self, "task", TaskSpec.model_validate(self.task))
         if self.model.max_len is None:  # fixed once, from the training task (also old runs)
@@ -369,35 +369,8 @@ def run_tables(data: Any, where: str) -> dict[str, dict]:
     return out
 
 
-def run_config_from_json(data: Any, path: Path) -> RunConfig:
-    """A run's config.json -> RunConfig: shape checked, and the model's name checked against the
-    rest of its config (a hand-edited name would label one model's weights as another's)."""
-    from pydantic import ValidationError
-
-    from recall_lab.models.registry import check_model_name
-
-    tables = run_tables(data, f"corrupt run config {path}")
-    missing = [k for k in RUN_TABLES if k not in tables]
-    if missing:
-        raise RecallLabError(f"corrupt run config: {path} lacks '{missing[0]}'")
-    if "tie_embeddings" not in tables["model"]:
-        # written before round two's initialisation: its weights are a tied-output model
-        tables["model"] = {**tables["model"], "tie_embeddings": True, "embed_std": 0.02,
-                           "rescale_residual": False}
-    try:
-        cfg = RunConfig.model_validate({**tables, "task_name": data.get("task_name")})
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        raise RecallLabError(f"corrupt run config {path}: {loc}: {e['msg']}") from None
-    check_model_name(cfg.model, str(path))
-    return cfg
-
-
 def task_from_table(table: dict) -> tuple[Any, str | None]:
     """A TOML `[task]` table -> (TaskSpec, preset name or None); `preset` may be overridden."""
-    from generators import TaskSpec, get_preset
-
     if not isinstance(table, dict):
         raise RecallLabError(f"a task must be a table of fields ([task]), got "
                              f"{type(table).__name__} {table!r}")
@@ -414,8 +387,6 @@ def task_from_table(table: dict) -> tuple[Any, str | None]:
 
 def resolve_task(task: str) -> tuple[Any, str | None]:
     """A task given on the command line: a preset name or a TOML file (`[task]` table or bare)."""
-    from generators import PRESETS
-
     if task in PRESETS:
         return task_from_table({"preset": task})
     path = Path(task)
@@ -425,38 +396,3 @@ def resolve_task(task: str) -> tuple[Any, str | None]:
     raise RecallLabError(
         f"unknown task {task!r}: not a preset ({', '.join(PRESETS)}) and not a TOML file"
     )
-
-
-def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
-    """RunConfig from the `[model]`, `[train]`, `[task]` tables of a run config (a TOML file's
-    content, with command-line flags already merged in). `train.data` (a dataset folder) fixes
-    the task: a `[task]` table beside it must describe the same task. `where` names the source
-    in error messages."""
-    from generators.dataset import manifest_spec, read_manifest
-    from recall_lab.models.registry import model_config
-
-    unknown = set(data) - set(RUN_TABLES)
-    if unknown:
-        raise RecallLabError(f"{where}: unknown table [{sorted(unknown)[0]}]; "
-                             "expected [model], [train], [task]")
-    run_tables(data, where)  # each one a table, before any field is read
-    model_tab = dict(data.get("model") or {})
-    name = model_tab.pop("name", None)
-    if name is None:
-        raise RecallLabError(f"{where}: no model given: set model.name or pass --model NAME "
-                             "(see `recall-lab models`)")
-    train_tab = dict(data.get("train") or {})
-    if train_tab.get("data") is not None:
-        manifest = read_manifest(Path(train_tab["data"]))
-        spec, task_name = manifest_spec(manifest), manifest.get("preset")
-        if data.get("task") and task_from_table(data["task"])[0] != spec:
-            raise RecallLabError(f"{where}: its [task] is not the task of dataset "
-                                 f"{train_tab['data']}")
-    elif data.get("task"):
-        spec, task_name = task_from_table(data["task"])
-    else:
-        raise RecallLabError(f"{where}: no task given: a [task] table, --task PRESET_OR_TOML "
-                             "or --data DATASET_DIR")
-    mcfg = model_config(name, spec.vocab().size, **model_tab)
-    return RunConfig(model=mcfg, train=TrainConfig.model_validate(train_tab), task=spec,
-                     task_name=task_name)

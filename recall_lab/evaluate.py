@@ -16,11 +16,21 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from generators import IGNORE
+from generators import IGNORE, TaskSpec
 from generators.errors import RecallLabError
-from recall_lab.checkpoint import load_run_config
+from generators.joint_recall import sep_positions
+from recall_lab.config import RunConfig
 from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
 from recall_lab.device import resolve_device
+from recall_lab.models.decimation import resolve_auto_layers
+from recall_lab.models.registry import with_attention
+from recall_lab.runs import (
+    base_task,
+    build_run_model,
+    load_run_config,
+    load_run_model,
+    weights_path,
+)
 
 
 def batch_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -91,26 +101,20 @@ def evaluate_run(
     (seed 002 Sec. 4); "auto" layers are chosen by Mamba Mean Distance on 16 validation samples of
     the run's own task.
 
-    `attention` (`recall_lab.finetune.ATTENTIONS`): evaluate with another attention than the
+    `attention` (`recall_lab.models.registry.ATTENTIONS`): evaluate with another attention than the
     run's, e.g. "full" after SE-Attn fine-tuning (seed 001 App. A, E.4)."""
-    from recall_lab.checkpoint import BEST, MODEL, load_weights
-    from recall_lab.finetune import build_run_model, with_attention
-
     run = Path(run)
     check_batch_size(batch_size)
     cfg = load_run_config(run)
     if attention is not None:
         cfg = cfg.model_copy(update={"model": with_attention(cfg.model, attention)})
     spec = fit_vocab(spec, cfg.task)
-    if which not in ("best", "last"):
-        raise RecallLabError(f"--checkpoint must be 'best' or 'last', got {which!r}")
+    weights_path(run, which)  # a bad `which` is reported before the device is looked at
     dev = resolve_device(device)
-    model = build_run_model(cfg, load_base=False)
-    load_weights(run / (BEST if which == "best" else MODEL), model)
-    model.to(dev)
+    model = load_run_model(run, which, cfg).to(dev)
     extra: dict = {}
     if decimate is not None:
-        extra = _set_decimation(model, decimate, cfg, data_seed, dev)
+        extra = set_decimation(model, decimate, cfg, data_seed, dev)
     x, y = DataSource(spec, data_seed).held_out("test", n)
     metrics = evaluate(model, x, y, batch_size, dev, autocast=_bf16(dev))
     if model.decimation is not None:
@@ -122,9 +126,9 @@ def evaluate_run(
             "max_len": spec.max_len, "data_seed": data_seed, **metrics, **extra}
 
 
-def _set_decimation(model, decimate, cfg, data_seed: int, dev) -> dict:
-    from recall_lab.models.decimation import resolve_auto_layers
-
+def set_decimation(model, decimate, cfg, data_seed: int, dev) -> dict:
+    """Put DeciMamba settings `decimate` (a `DecimationConfig`, or "off") on a trained model;
+    "auto" layers are chosen on 16 validation samples of the run's task."""
     if decimate == "off":  # a mamba+deci run evaluated without its decimation
         model.decimation = None
         return {"decimation": None}
@@ -141,8 +145,6 @@ def _set_decimation(model, decimate, cfg, data_seed: int, dev) -> dict:
 def kept_non_filler(model, inputs: np.ndarray, spec, device) -> float:
     """DeciMamba's lab metric: the share of non-filler context tokens (before the first SEP)
     that survive every decimating layer, on these inputs."""
-    from generators.joint_recall import sep_positions
-
     was_training = model.training
     model.eval()
     try:
@@ -161,8 +163,6 @@ def kept_non_filler(model, inputs: np.ndarray, spec, device) -> float:
 def fit_vocab(spec, train_spec):
     """`spec` re-expressed in the training task's vocabulary (same id pools), so a model can be
     evaluated on other table sizes and lengths; an error when the tokens cannot be named."""
-    from generators import TaskSpec
-
     if spec.vocab() == train_spec.vocab():
         return spec
     if spec.values != train_spec.values or spec.n_levels != train_spec.n_levels:
@@ -182,3 +182,34 @@ def fit_vocab(spec, train_spec):
 
 def _bf16(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def length_tests(model: torch.nn.Module, cfg: RunConfig, batch_size: int, device: torch.device,
+                 autocast: bool) -> tuple[dict, dict]:
+    """`train.test_length_factors` (see `TrainConfig`): (valid, test) dicts keyed "x{f}" and
+    "x{f}-full", each the held-out metrics of `model`'s current weights at that length."""
+    t = cfg.train
+    valid: dict = {}
+    test: dict = {}
+    if not t.test_length_factors:
+        return valid, test
+    models = {"": model}
+    try:
+        full_cfg = cfg.model_copy(update={"model": with_attention(cfg.model, "full")})
+    except RecallLabError:  # no attention to swap (plain SSM, Samba, ...)
+        full_cfg = None
+    if full_cfg is not None and full_cfg.model != cfg.model:
+        full = build_run_model(full_cfg, load_base=False).to(device)
+        full.load_state_dict(model.state_dict())
+        models["-full"] = full
+    elif full_cfg is not None:  # already full attention: "-full" is the run's own
+        models["-full"] = model
+    base = base_task(cfg)
+    for f in t.test_length_factors:
+        spec = fit_vocab(base.at_length(f), cfg.task)
+        sets = {"valid": held_out(spec, t.eval_samples, t.data_seed, "valid"),
+                "test": held_out(spec, t.test_samples, t.data_seed, "test")}
+        for suffix, m in models.items():
+            for split, out in (("valid", valid), ("test", test)):
+                out[f"x{f}{suffix}"] = evaluate(m, *sets[split], batch_size, device, autocast)
+    return valid, test

@@ -23,15 +23,25 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
+import recall_lab
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
-from recall_lab.checkpoint import drop_stub, load_run_config, prepare_run_dir  # noqa: F401
+from recall_lab import native
 from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
-from recall_lab.device import resolve_device  # noqa: F401 - also imported from here
-from recall_lab.evaluate import batch_metrics, evaluate
+from recall_lab.device import resolve_device
+from recall_lab.evaluate import batch_metrics, evaluate, length_tests
+from recall_lab.models.archs import ARCH_TABLE
+from recall_lab.runs import (
+    build_run_model,
+    drop_stub,
+    load_run_config,
+    prepare_run_dir,
+    resolve_base_run,
+)
 from recall_lab.tracking import Trackers
 
 Progress = Callable[[dict], None]
@@ -84,21 +94,14 @@ def estimate_train_bytes(cfg: RunConfig) -> int:
     estimate gives 0.40, 0.80 and 0.20 GiB: on the high side, by up to ~2x.
 
     Per token and layer it counts the mixer's activations (~32 * d_inner), one scan state
-    (d_inner * d_state) and the sparse branch's index list and q/k (k + 4 * d_state); plus logits.
+    (d_inner * d_state) and the sparse branch's index list and q/k (k + 4 * d_state) (each
+    architecture's rule: `models/archs.ARCH_TABLE`); plus logits.
     The torch scan and sparse-attention backends work chunk by chunk, so this is an order of
     magnitude, not a measurement; it only turns hopeless batch sizes into a clear message instead
     of the OOM killer.
     """
     m, task = cfg.model, cfg.task
-    d_inner = m.expand * m.d_model
-    d_state = m.d_state or (64 if m.arch == "mamba2" else 16)
-    per_layer = 32 * d_inner + d_inner * d_state
-    if m.pattern is not None or m.arch == "samba":
-        per_layer += min(m.k, task.max_len) + 4 * d_state
-    if m.arch == "transformer":
-        per_layer = 48 * m.d_model  # SDPA does not keep L x L scores
-    layers = m.n_layers * (3 if m.arch == "samba" else 1)
-    per_token = layers * per_layer + 3 * m.vocab_size
+    per_token = ARCH_TABLE[m.arch].activations(m, task.max_len) + 3 * m.vocab_size  # + logits
     return int(per_token * 4 * cfg.train.batch_size * task.max_len)
 
 
@@ -125,11 +128,6 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
 def versions() -> dict:
     """Software that decides a run's numbers, written into its config.json. Runs with and without
     the native CPU kernels differ by float rounding (recall_lab/native)."""
-    import numpy as np
-
-    import recall_lab
-    from recall_lab import native
-
     loaded, why = native.load()
     return {"recall_lab": recall_lab.__version__, "torch": torch.__version__,
             "numpy": np.__version__,
@@ -178,8 +176,6 @@ def train_run(
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None,
                   log: tuple[str, ...] = ()) -> dict:
-    from recall_lab.finetune import build_run_model, length_tests, resolve_base_run
-
     if resume:
         saved = load_run_config(out)
         lock.acquire()

@@ -1,4 +1,4 @@
-"""What the analysis reads from a trained model: run loading, evaluation inputs of a given length,
+"""What the analysis reads from a trained model: evaluation inputs of a given length,
 one forward pass that returns every SSM layer's SSMParams and every sparse branch's (q, k, idx),
 and the per-length mean-distance table of both memories of a hybrid.
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from generators import TaskSpec, generate
 from generators.errors import RecallLabError
 from recall_lab.analysis.mean_distance import (
     attention_mean_distance,
@@ -27,23 +27,6 @@ from recall_lab.analysis.mean_distance import (
 )
 
 
-def load_run(run: str | Path, which: str = "last") -> tuple[torch.nn.Module, Any]:
-    """(model in eval mode, RunConfig) of a run directory; which = "last" or "best" weights."""
-    from recall_lab import checkpoint as ck
-    from recall_lab.checkpoint import load_run_config
-    from recall_lab.finetune import build_run_model
-    from recall_lab.models.adapters import merge_adapters
-
-    run = Path(run)
-    cfg = load_run_config(run)
-    if which not in ("last", "best"):
-        raise RecallLabError(f"weights must be 'last' or 'best', got {which!r}")
-    model = build_run_model(cfg, load_base=False)  # a fine-tune run: base + adapters
-    ck.load_weights(run / (ck.MODEL if which == "last" else ck.BEST), model)
-    merge_adapters(model).eval()
-    return model, cfg
-
-
 def training_length(spec: Any) -> int:
     """Length of the training sequences of a task: its padded length, else its longest sample."""
     return int(spec.seq_len or spec.max_len)
@@ -51,8 +34,6 @@ def training_length(spec: Any) -> int:
 
 def spec_for_length(spec: Any, length: int) -> tuple[Any, int]:
     """(fixed-size TaskSpec with the same vocabulary, samples to concatenate) for `length`."""
-    from generators import TaskSpec
-
     if length < 2:
         raise RecallLabError(f"evaluation length must be >= 2, got {length}")
     upper = [hi for _, hi in spec.levels[:-1]]
@@ -70,8 +51,6 @@ def spec_for_length(spec: Any, length: int) -> tuple[Any, int]:
 
 def eval_inputs(spec: Any, length: int, n: int, seed: int = 0) -> torch.Tensor:
     """n sequences of exactly `length` tokens from `spec` (see module docstring), int64 [n, L]."""
-    from generators import generate
-
     if n < 1:
         raise RecallLabError(f"need at least one sample, got {n}")
     fixed, repeat = spec_for_length(spec, length)

@@ -14,19 +14,28 @@ from generators.errors import RecallLabError
 from recall_lab.analysis.collect import (
     capture,
     eval_inputs,
-    load_run,
     mean_distance_table,
     training_length,
 )
 from recall_lab.analysis.hidden_attention import hidden_attention
 from recall_lab.analysis.mean_distance import mean_distance
 from recall_lab.analysis.plots import plot_attention_map, plot_mean_distance
+from recall_lab.checkpoint import write_json
+from recall_lab.config import resolve_task
+from recall_lab.evaluate import fit_vocab
+from recall_lab.runs import load_run_config, load_run_model, refuse_overwrite
+
+
+def load_run(run: str | Path, which: str = "last") -> tuple[torch.nn.Module, Any]:
+    """(model in eval mode with adapters merged, RunConfig) of a run directory; which = "last"
+    or "best" weights."""
+    cfg = load_run_config(Path(run))
+    return load_run_model(Path(run), which, cfg, option="weights", merge=True), cfg
 
 
 def _refuse_existing(paths: Sequence[Path], force: bool) -> None:
     for p in paths:
-        if p.exists() and not force:
-            raise RecallLabError(f"{p} exists; pass --force to overwrite it")
+        refuse_overwrite(p, force)
 
 
 def default_lengths(train_len: int) -> list[int]:
@@ -37,9 +46,6 @@ def default_lengths(train_len: int) -> list[int]:
 def _task(cfg: Any, task: str | None) -> Any:
     if task is None:
         return cfg.task
-    from recall_lab.config import resolve_task
-    from recall_lab.evaluate import fit_vocab
-
     spec, _ = resolve_task(task)
     return fit_vocab(spec, cfg.task)
 
@@ -77,8 +83,6 @@ def run_mean_distance(run: str | Path, *, lengths: Sequence[int] | None = None,
               "task": spec.model_dump(mode="json"), "train_length": train_len,
               "samples": samples, "seed": seed, "lengths": list(lengths), "rows": rows,
               "png": str(png_path)}
-    from recall_lab.checkpoint import write_json
-
     write_json(json_path, result)
     result["json"] = str(json_path)
     return result

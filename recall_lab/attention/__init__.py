@@ -1,5 +1,9 @@
 """Sparse attention: patterns that return key indices, and the op that consumes them.
 
+One file per pattern family (fixed.py, lsh.py, ks.py, hax.py, seattn.py, attamba.py; shared
+parts in base.py), one registry table (patterns.py: `PATTERN_TABLE`, `make_pattern`), native
+kernel calls only in native.py.
+
 ```python
 from recall_lab.attention import sparse_attention, make_pattern, PATTERNS
 pattern = make_pattern("hax", 64, dim=16)      # nn.Module
@@ -17,8 +21,10 @@ for comparison only). Nothing here imports Triton at import time.
 from recall_lab.attention.attamba import AttambaPattern, attamba_indices, chunk_starts
 from recall_lab.attention.patterns import (
     LSH_RULES,
+    PATTERN_TABLE,
     PATTERNS,
     Pattern,
+    PatternRow,
     bucket_window_indices,
     causal_center,
     causal_topk_indices,
@@ -29,6 +35,7 @@ from recall_lab.attention.patterns import (
     lsh_bins,
     lsh_indices,
     make_pattern,
+    register_pattern,
     sample_planes,
     sink_indices,
     sliding_window_indices,
@@ -44,7 +51,9 @@ __all__ = [
     "default_backend",
     "LSH_RULES",
     "PATTERNS",
+    "PATTERN_TABLE",
     "Pattern",
+    "PatternRow",
     "SEAttnPattern",
     "bucket_window_indices",
     "causal_center",
@@ -56,6 +65,7 @@ __all__ = [
     "lsh_bins",
     "lsh_indices",
     "make_pattern",
+    "register_pattern",
     "sample_planes",
     "seattn_indices",
     "sink_indices",

@@ -32,12 +32,8 @@ import torch
 from torch import Tensor
 
 from generators.errors import RecallLabError
-from recall_lab.attention.patterns import (
-    Pattern,
-    _check_qk,
-    sliding_window_indices,
-    union_indices,
-)
+from recall_lab.attention.base import Pattern, check_qk, union_indices
+from recall_lab.attention.fixed import sliding_window_indices
 
 CHUNKINGS = ("uniform", "cyclic", "random")
 _RANDOM_BLOCK = 256  # sizes drawn per generator call: the stream's prefix is length-independent
@@ -189,7 +185,7 @@ class AttambaPattern(Pattern):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None]:
-        length = _check_qk(q, k)
+        length = check_qk(q, k)
         return self.indices_for(self.ends(length, q.device)), None
 
     def extra_repr(self) -> str:

@@ -1,4 +1,9 @@
-"""The sparse-attention op's ``native`` backend: recall_lab/native/attention.c via ctypes.
+"""Every call from `recall_lab/attention/` into the native CPU kernels (recall_lab/native, via
+ctypes): the sparse-attention op's ``native`` backend, and the index kernels of the patterns
+(union of index lists, LSH bucket windows, causal top-n). Callers check `available()` and keep a
+torch path beside each (tested equal).
+
+The op: recall_lab/native/attention.c.
 
 Same math as the ``torch`` gather reference (sparse.py), one query at a time: scores of the listed
 keys, softmax, weighted sum of their values; the backward recomputes the probabilities from the
@@ -43,3 +48,41 @@ def backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, lse: Ten
     ptrs = [kernels.ptr(t) for t in (q, k, v, idx, out, lse, dout, dq, dk, dvv)]
     lib.sparse_attn_bwd(*ptrs, scale, length, n, d, dv, rows, kernels.threads())
     return dq, dk, dvv
+
+
+def available() -> bool:
+    """Whether the native kernels built (else every caller takes its torch path)."""
+    return kernels.available()
+
+
+def union_rows(cat: Tensor) -> Tensor:
+    """`union_indices` on concatenated int32 lists ``cat [..., width]`` (CPU), in place: each
+    row sorted, repeats set to -1."""
+    width = cat.shape[-1]
+    rows = cat.numel() // width
+    keys = int(cat.max()) + 1
+    kernels.lib().union_rows(cat.data_ptr(), width, keys, rows, kernels.threads())
+    return cat
+
+
+def bucket_window(bin_q: Tensor, bin_k: Tensor, n: int, nbins: int) -> Tensor:
+    """`bucket_window_indices` on non-negative int64 bins ``[..., L]`` (CPU): one ring of the n
+    latest keys per bin; ``int32 [..., L, n]``."""
+    bq, bk = bin_q.contiguous(), bin_k.contiguous()
+    length = bq.shape[-1]
+    rows = bq.numel() // max(length, 1)
+    out = torch.empty(*bq.shape, n, dtype=torch.int32)
+    kernels.lib().bucket_window(bq.data_ptr(), bk.data_ptr(), out.data_ptr(), length, n, nbins,
+                                rows, kernels.threads())
+    return out
+
+
+def causal_topk(scores: Tensor, n: int) -> Tensor:
+    """`causal_topk_indices` of ``scores [..., L]`` (CPU): one heap of n per row, O(L log n);
+    ``int32 [..., L, n]``."""
+    *lead, length = scores.shape
+    x = scores.detach().float().reshape(-1, length).contiguous()
+    out = torch.empty(x.shape[0], length, n, dtype=torch.int32)
+    kernels.lib().causal_topk(x.data_ptr(), out.data_ptr(), length, n, x.shape[0],
+                              kernels.threads())
+    return out.reshape(*lead, length, n)

@@ -1,16 +1,27 @@
-"""CLI commands, one module per area; each module exposes `register(app)`."""
+"""CLI commands, one module per area; each module exposes `register(app)`, and registers its
+commands on a `GuardedApp`, which applies the shell's error guard to each of them once."""
 
 from __future__ import annotations
 
-import importlib
-
 import typer
 
+from recall_lab.commands import (
+    analysis,
+    bench,
+    data,
+    experiments,
+    extrapolate,
+    finetune,
+    models,
+    prove,
+)
+from recall_lab.commands.shell import GuardedApp
+
 # Order is the order of `recall-lab --help`.
-MODULES = ("data", "models", "finetune", "experiments", "extrapolate", "prove", "analysis",
-           "bench")
+MODULES = (data, models, finetune, experiments, extrapolate, prove, analysis, bench)
 
 
 def register_all(app: typer.Typer) -> None:
-    for name in MODULES:
-        importlib.import_module(f"recall_lab.commands.{name}").register(app)
+    shell = GuardedApp(app)
+    for module in MODULES:
+        module.register(shell)

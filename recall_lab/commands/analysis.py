@@ -7,10 +7,11 @@ from pathlib import Path
 
 import typer
 
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import int_list
+
 
 def _parse_lengths(text: str | None) -> list[int] | None:
-    from recall_lab.config import int_list
-
     return None if text is None else int_list(text, "--lengths", 2)
 
 
@@ -20,7 +21,7 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: GuardedApp) -> None:
     @app.command("mean-distance")
     def mean_distance_cmd(
         run: Path = typer.Argument(..., help="Run directory (config.json + model.safetensors)."),
@@ -44,39 +45,33 @@ def register(app: typer.Typer) -> None:
         from rich.progress import Progress
         from rich.table import Table
 
-        from recall_lab.cli import console, guarded
+        from recall_lab.analysis.runs import run_mean_distance
 
-        @guarded
-        def _run() -> None:
-            from recall_lab.analysis.runs import run_mean_distance
-
-            lens = _parse_lengths(lengths)
-            with Progress(console=console, transient=True) as bar:
-                n = len(lens) if lens else 5
-                t = bar.add_task("measuring", total=n)
-                res = run_mean_distance(
-                    run, lengths=lens, task=task, samples=samples, seed=seed, weights=weights,
-                    all_tokens=all_tokens, out=out, force=force,
-                    progress=lambda _length: bar.advance(t),
-                )
-            table = Table(title=f"mean distance: {res['model']} (training length "
-                                f"{res['train_length']})")
-            cols = {"length": "L", "layer": "layer", "memory": "memory", "md_last": "MD last",
-                    "md_last_norm": "/L"}
-            if all_tokens:
-                cols.update({"md_all": "MD all", "md_all_norm": "/(i+1)"})
-            cols["delta_sum_last"] = "sum Delta"
-            for header in cols.values():
-                table.add_column(header, justify="right")
-            for r in res["rows"]:
-                table.add_row(*(_fmt(r.get(c, "")) for c in cols))
-            console.print(table)
-            console.print("MD last: Eq. 8 (last token); MD all: Eq. 6 averaged over tokens, /(i+1) "
-                          "normalised per token; sum Delta: sum_{k=2..L} Delta_k (Eq. 9); channel "
-                          "and batch means")
-            console.print(f"written: {res['json']} and {res['png']}")
-
-        _run()
+        lens = _parse_lengths(lengths)
+        with Progress(console=console, transient=True) as bar:
+            n = len(lens) if lens else 5
+            t = bar.add_task("measuring", total=n)
+            res = run_mean_distance(
+                run, lengths=lens, task=task, samples=samples, seed=seed, weights=weights,
+                all_tokens=all_tokens, out=out, force=force,
+                progress=lambda _length: bar.advance(t),
+            )
+        table = Table(title=f"mean distance: {res['model']} (training length "
+                            f"{res['train_length']})")
+        cols = {"length": "L", "layer": "layer", "memory": "memory", "md_last": "MD last",
+                "md_last_norm": "/L"}
+        if all_tokens:
+            cols.update({"md_all": "MD all", "md_all_norm": "/(i+1)"})
+        cols["delta_sum_last"] = "sum Delta"
+        for header in cols.values():
+            table.add_column(header, justify="right")
+        for r in res["rows"]:
+            table.add_row(*(_fmt(r.get(c, "")) for c in cols))
+        console.print(table)
+        console.print("MD last: Eq. 8 (last token); MD all: Eq. 6 averaged over tokens, /(i+1) "
+                      "normalised per token; sum Delta: sum_{k=2..L} Delta_k (Eq. 9); channel "
+                      "and batch means")
+        console.print(f"written: {res['json']} and {res['png']}")
 
     @app.command("attention-map")
     def attention_map_cmd(
@@ -96,18 +91,12 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, help="Overwrite an existing PNG."),
     ) -> None:
         """PNG of one layer's hidden attention on a log scale (seed 002 Fig. 2-3 style)."""
-        from recall_lab.cli import console, guarded
+        from recall_lab.analysis.runs import run_attention_map
 
-        @guarded
-        def _run() -> None:
-            from recall_lab.analysis.runs import run_attention_map
-
-            res = run_attention_map(
-                run, layer=layer, index=index, length=length, task=task, seed=seed,
-                weights=weights, channel=channel, memory=memory, threshold=threshold,
-                out=out, force=force,
-            )
-            console.print(f"written: {res['png']} (last-row mean distance "
-                          f"{res['md_last']:.2f} of {res['length']} tokens)")
-
-        _run()
+        res = run_attention_map(
+            run, layer=layer, index=index, length=length, task=task, seed=seed,
+            weights=weights, channel=channel, memory=memory, threshold=threshold,
+            out=out, force=force,
+        )
+        console.print(f"written: {res['png']} (last-row mean distance "
+                      f"{res['md_last']:.2f} of {res['length']} tokens)")

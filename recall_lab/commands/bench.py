@@ -11,9 +11,10 @@ import typer
 
 from generators.errors import RecallLabError
 from recall_lab.bench import BENCHES, DEVICE_BENCHES, bench_peers, run_bench
+from recall_lab.commands.shell import GuardedApp, console
 
 
-def register(app: typer.Typer) -> None:
+def register(app: GuardedApp) -> None:
     @app.command()
     def bench(
         which: list[str] = typer.Argument(
@@ -31,46 +32,40 @@ def register(app: typer.Typer) -> None:
             "FlexAttention (with backward), dense SDPA and mamba-ssm."),
     ) -> None:
         """Benchmark fast paths against their baselines in the same run and print ratios."""
-        from recall_lab.cli import console, guarded
+        from recall_lab.commands.progress import Running
+        from recall_lab.device import resolve_device
 
-        @guarded
-        def _run() -> None:
-            from recall_lab.commands.progress import Running
-            from recall_lab.device import resolve_device
+        dev = resolve_device(device)  # one error line for a bad or absent device
+        on_gpu = dev.type == "cuda"
+        names = list(which) if which else [
+            b for b in (DEVICE_BENCHES if on_gpu else BENCHES)
+            if importlib.util.find_spec(f"recall_lab.bench.{b}") is not None
+        ]
+        unknown = [n for n in names if n not in BENCHES]
+        if unknown:
+            raise RecallLabError(
+                f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}"
+            )
+        no_gpu = [n for n in names if n not in DEVICE_BENCHES]
+        if on_gpu and no_gpu:
+            raise RecallLabError(f"bench {no_gpu[0]!r} has no --device cuda; the GPU benches "
+                                 f"are {', '.join(DEVICE_BENCHES)}")
+        if out is not None and out.exists() and not force:
+            raise RecallLabError(f"{out} exists; pass --force to overwrite it")
+        for name in names:
+            if importlib.util.find_spec(f"recall_lab.bench.{name}") is None:
+                raise RecallLabError(f"benchmark {name!r} is not implemented yet")
+        from recall_lab.bench.record import machine_info
 
-            dev = resolve_device(device)  # one error line for a bad or absent device
-            on_gpu = dev.type == "cuda"
-            names = list(which) if which else [
-                b for b in (DEVICE_BENCHES if on_gpu else BENCHES)
-                if importlib.util.find_spec(f"recall_lab.bench.{b}") is not None
-            ]
-            unknown = [n for n in names if n not in BENCHES]
-            if unknown:
-                raise RecallLabError(
-                    f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHES)}"
-                )
-            no_gpu = [n for n in names if n not in DEVICE_BENCHES]
-            if on_gpu and no_gpu:
-                raise RecallLabError(f"bench {no_gpu[0]!r} has no --device cuda; the GPU benches "
-                                     f"are {', '.join(DEVICE_BENCHES)}")
-            if out is not None and out.exists() and not force:
-                raise RecallLabError(f"{out} exists; pass --force to overwrite it")
-            for name in names:
-                if importlib.util.find_spec(f"recall_lab.bench.{name}") is None:
-                    raise RecallLabError(f"benchmark {name!r} is not implemented yet")
-            from recall_lab.bench.record import machine_info
-
-            results: dict = {"machine": machine_info(bench_peers(names))}
-            if on_gpu:
-                results["machine"]["bench_device"] = str(dev)
-            for name in names:
-                with Running(console, f"bench {name}"):  # plain lines when piped
-                    results[name] = run_bench(name, console, quick,
-                                              str(dev) if on_gpu else "cpu")
-            results["machine"]["loadavg_end"] = list(os.getloadavg())
-            if out is not None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(results, indent=2))
-                console.print(f"results written to {out}")
-
-        _run()
+        results: dict = {"machine": machine_info(bench_peers(names))}
+        if on_gpu:
+            results["machine"]["bench_device"] = str(dev)
+        for name in names:
+            with Running(console, f"bench {name}"):  # plain lines when piped
+                results[name] = run_bench(name, console, quick,
+                                          str(dev) if on_gpu else "cpu")
+        results["machine"]["loadavg_end"] = list(os.getloadavg())
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(results, indent=2))
+            console.print(f"results written to {out}")

@@ -7,11 +7,18 @@ from pathlib import Path
 
 import typer
 
+from generators import PRESETS, TaskSpec, get_preset_entry
+from generators import generate as generate_samples  # `generate` is also the command below
+from generators.dataset import write_dataset
+from generators.errors import RecallLabError
+from generators.render import render_sample
+from recall_lab.commands.progress import CountProgress
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import resolve_task
+
 
 def parse_levels(text: str) -> tuple[tuple[int, int], ...]:
     """'5-16,5-16' or '4,4' -> ((5, 16), (5, 16)) / ((4, 4), (4, 4))."""
-    from generators.errors import RecallLabError
-
     levels = []
     for part in text.split(","):
         part = part.strip()
@@ -29,8 +36,6 @@ def parse_levels(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
-    from generators.errors import RecallLabError
-
     if text is None:
         return None
     try:
@@ -39,9 +44,7 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
         raise RecallLabError(f"cannot read {what} {text!r}: comma-separated integers") from None
 
 
-def register(app: typer.Typer) -> None:
-    from recall_lab.cli import console, guarded
-
+def register(app: GuardedApp) -> None:
     @app.command()
     def generate(
         preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`) or a "
@@ -64,71 +67,59 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, help="Replace an existing dataset in --out."),
     ) -> None:
         """Generate a recall dataset as Parquet shards plus manifest.json."""
+        from rich.table import Table
 
-        @guarded
-        def _run() -> None:
-            from rich.table import Table
-
-            from generators import TaskSpec, get_preset_entry
-            from generators.dataset import write_dataset
-            from generators.errors import RecallLabError
-            from recall_lab.commands.progress import CountProgress
-
-            if (preset is None) == (levels is None):
-                raise RecallLabError("give either a PRESET or --levels (with --values)")
-            name = preset
-            if preset is not None and (preset.endswith(".toml") or Path(preset).is_file()):
-                from recall_lab.config import resolve_task  # the forms `train --task` takes
-
-                spec, name = resolve_task(preset)
-                entry = get_preset_entry(name) if name is not None else None
-                defaults = ({"train": entry.train, "valid": entry.valid, "test": entry.test}
-                            if entry is not None else {"train": 10_000, "valid": 1_000,
-                                                       "test": 1_000})
-            elif preset is not None:
-                entry = get_preset_entry(preset)
-                spec = entry.spec
-                defaults = {"train": entry.train, "valid": entry.valid, "test": entry.test}
-            else:
-                if values is None:
-                    raise RecallLabError("--levels needs --values")
-                spec = TaskSpec(levels=parse_levels(levels), values=values,
-                                pools=parse_ints(pools, "--pools"), seq_len=seq_len)
-                defaults = {"train": 10_000, "valid": 1_000, "test": 1_000}
-            counts = {
-                "train": defaults["train"] if train is None else train,
-                "valid": defaults["valid"] if valid is None else valid,
-                "test": defaults["test"] if test is None else test,
-            }
-            total = sum(max(c, 0) for c in counts.values())
-            start = time.perf_counter()
-            with CountProgress(console, "generating samples", total) as progress:
-                manifest = write_dataset(
-                    spec, out, counts, seed, preset=name, workers=workers,
-                    shard_size=shard_size, force=force,
-                    on_shard=lambda r: progress.advance(r["rows"]),
-                )
-            elapsed = time.perf_counter() - start
-            table = Table(title=f"{name or 'custom'}: {spec.describe()}")
-            for col in ("split", "samples", "shards", "tokens", "mean length"):
-                table.add_column(col, justify="right" if col != "split" else "left")
-            for split, shards in manifest["splits"].items():
-                rows = sum(s["rows"] for s in shards)
-                tokens = sum(s["tokens"] for s in shards)
-                table.add_row(split, f"{rows:,}", str(len(shards)), f"{tokens:,}",
-                              f"{tokens / rows:.1f}" if rows else "-")
-            console.print(table)
-            if manifest["disjoint"]["redrawn_rows"] == 0:
-                dup = "no duplicates"
-            else:
-                dup = f"{manifest['disjoint']['redrawn_rows']} duplicate rows redrawn"
-            console.print(
-                f"vocabulary {spec.vocab().size} ids, padded length "
-                f"{spec.seq_len or 'per batch'}, splits disjoint ({dup}); "
-                f"{total:,} samples in {elapsed:.1f} s -> {out}"
+        if (preset is None) == (levels is None):
+            raise RecallLabError("give either a PRESET or --levels (with --values)")
+        name = preset
+        if preset is not None and (preset.endswith(".toml") or Path(preset).is_file()):
+            spec, name = resolve_task(preset)  # the forms `train --task` takes
+            entry = get_preset_entry(name) if name is not None else None
+            defaults = ({"train": entry.train, "valid": entry.valid, "test": entry.test}
+                        if entry is not None else {"train": 10_000, "valid": 1_000,
+                                                   "test": 1_000})
+        elif preset is not None:
+            entry = get_preset_entry(preset)
+            spec = entry.spec
+            defaults = {"train": entry.train, "valid": entry.valid, "test": entry.test}
+        else:
+            if values is None:
+                raise RecallLabError("--levels needs --values")
+            spec = TaskSpec(levels=parse_levels(levels), values=values,
+                            pools=parse_ints(pools, "--pools"), seq_len=seq_len)
+            defaults = {"train": 10_000, "valid": 1_000, "test": 1_000}
+        counts = {
+            "train": defaults["train"] if train is None else train,
+            "valid": defaults["valid"] if valid is None else valid,
+            "test": defaults["test"] if test is None else test,
+        }
+        total = sum(max(c, 0) for c in counts.values())
+        start = time.perf_counter()
+        with CountProgress(console, "generating samples", total) as progress:
+            manifest = write_dataset(
+                spec, out, counts, seed, preset=name, workers=workers,
+                shard_size=shard_size, force=force,
+                on_shard=lambda r: progress.advance(r["rows"]),
             )
-
-        _run()
+        elapsed = time.perf_counter() - start
+        table = Table(title=f"{name or 'custom'}: {spec.describe()}")
+        for col in ("split", "samples", "shards", "tokens", "mean length"):
+            table.add_column(col, justify="right" if col != "split" else "left")
+        for split, shards in manifest["splits"].items():
+            rows = sum(s["rows"] for s in shards)
+            tokens = sum(s["tokens"] for s in shards)
+            table.add_row(split, f"{rows:,}", str(len(shards)), f"{tokens:,}",
+                          f"{tokens / rows:.1f}" if rows else "-")
+        console.print(table)
+        if manifest["disjoint"]["redrawn_rows"] == 0:
+            dup = "no duplicates"
+        else:
+            dup = f"{manifest['disjoint']['redrawn_rows']} duplicate rows redrawn"
+        console.print(
+            f"vocabulary {spec.vocab().size} ids, padded length "
+            f"{spec.seq_len or 'per batch'}, splits disjoint ({dup}); "
+            f"{total:,} samples in {elapsed:.1f} s -> {out}"
+        )
 
     @app.command()
     def show(
@@ -140,58 +131,45 @@ def register(app: typer.Typer) -> None:
         count: int = typer.Option(1, help="How many samples from --index on."),
     ) -> None:
         """Decode samples to readable text in the style of the paper's Figure 2."""
+        import numpy as np
+        from rich.table import Table
 
-        @guarded
-        def _run() -> None:
-            import numpy as np
-            from rich.table import Table
+        if index < 0 or count < 1:
+            raise RecallLabError("--index must be >= 0 and --count >= 1")
+        if Path(source).is_dir():
+            from recall_lab.data import DatasetReader
 
-            from generators import PRESETS, generate
-            from generators.errors import RecallLabError
-            from generators.render import render_sample
-
-            if index < 0 or count < 1:
-                raise RecallLabError("--index must be >= 0 and --count >= 1")
-            if Path(source).is_dir():
-                from recall_lab.data import DatasetReader
-
-                reader = DatasetReader(source)
-                spec = reader.spec
-                total = reader.count(split)
-                if index >= total:
-                    raise RecallLabError(f"{split} has {total} samples; index {index} is past it")
-                rows = list(reader.rows(split, np.arange(index, min(index + count, total)))[0])
-                title = f"{source} [{split}]"
-            elif source in PRESETS or source.endswith(".toml") or Path(source).is_file():
-                # the task forms `train --task` accepts: a preset or a TOML task file
-                from recall_lab.config import resolve_task
-
-                spec, _ = resolve_task(source)
-                rows = list(generate(spec, index + count, seed).inputs[index:])
-                title = f"{source} (seed {seed})"
-            else:
-                raise RecallLabError(f"{source!r} is neither a dataset folder nor a preset "
-                                     f"({', '.join(PRESETS)}) nor a TOML task file")
-            vocab = spec.vocab()
-            for i, row in enumerate(rows):
-                r = render_sample(row, vocab)
-                t = Table(title=f"{title} sample {index + i}: {spec.describe()}",
-                          show_header=False, expand=False)
-                t.add_column(style="bold")
-                t.add_column(overflow="fold")
-                t.add_row("information", r.information)
-                t.add_row("inquiry", r.inquiry)
-                t.add_row("output", r.output)
-                console.print(t)
-
-        _run()
+            reader = DatasetReader(source)
+            spec = reader.spec
+            total = reader.count(split)
+            if index >= total:
+                raise RecallLabError(f"{split} has {total} samples; index {index} is past it")
+            rows = list(reader.rows(split, np.arange(index, min(index + count, total)))[0])
+            title = f"{source} [{split}]"
+        elif source in PRESETS or source.endswith(".toml") or Path(source).is_file():
+            # the task forms `train --task` accepts: a preset or a TOML task file
+            spec, _ = resolve_task(source)
+            rows = list(generate_samples(spec, index + count, seed).inputs[index:])
+            title = f"{source} (seed {seed})"
+        else:
+            raise RecallLabError(f"{source!r} is neither a dataset folder nor a preset "
+                                 f"({', '.join(PRESETS)}) nor a TOML task file")
+        vocab = spec.vocab()
+        for i, row in enumerate(rows):
+            r = render_sample(row, vocab)
+            t = Table(title=f"{title} sample {index + i}: {spec.describe()}",
+                      show_header=False, expand=False)
+            t.add_column(style="bold")
+            t.add_column(overflow="fold")
+            t.add_row("information", r.information)
+            t.add_row("inquiry", r.inquiry)
+            t.add_row("output", r.output)
+            console.print(t)
 
     @app.command()
     def presets() -> None:
         """List the named task presets."""
         from rich.table import Table
-
-        from generators import PRESETS
 
         t = Table(title="task presets")
         for col in ("name", "task", "max length", "train/valid/test", "about"):

@@ -9,6 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from generators.errors import RecallLabError
+from recall_lab.commands.progress import SweepProgress
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import read_toml
+from recall_lab.tracking import parse_log
 
 MAX_EXIT = 100  # the exit code is the number of failed runs, capped here
 
@@ -20,9 +28,7 @@ def _fmt_tokens(n: float) -> str:
     return f"{n:.0f}"
 
 
-def register(app: typer.Typer) -> None:
-    from recall_lab.cli import console, guarded
-
+def register(app: GuardedApp) -> None:
     @app.command()
     def sweep(
         experiment: Path = typer.Argument(..., help="Experiment TOML: a base run config plus a "
@@ -41,61 +47,52 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every run of an experiment grid: finished runs are skipped, interrupted ones
         resumed, failures recorded; the exit code is the number of failed runs."""
+        from rich.table import Table
 
-        @guarded
-        def _run() -> int:
-            from rich.table import Table
+        from recall_lab.experiments.engine import outside_grid, plan, run_sweep
+        from recall_lab.experiments.grid import load_experiment, train_tokens
 
-            from recall_lab.experiments.engine import outside_grid, plan, run_sweep
-            from recall_lab.experiments.grid import load_experiment, train_tokens
-            from recall_lab.tracking import parse_log
+        kinds = parse_log(log)
+        exp = load_experiment(experiment)
+        others = outside_grid(exp, out)
+        if others:
+            console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
+                          f"this grid (left alone), e.g. {others[0]}", highlight=False,
+                          soft_wrap=True)
+        if dry_run:
+            jobs = plan(exp, out)
+            table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",
+                          caption="tokens = steps x batch x longest sample (padding "
+                                  "included: an upper bound)")
+            table.add_column("run", no_wrap=True)
+            table.add_column("action")
+            for axis in exp.axes:
+                table.add_column(axis, justify="right")
+            table.add_column("tokens", justify="right")
+            total = 0
+            for job in jobs:
+                tokens = train_tokens(job.run.config)
+                if job.action != "skip":
+                    total += tokens
+                table.add_row(job.run.name, job.action,
+                              *(str(job.run.values[a]) for a in exp.axes),
+                              _fmt_tokens(tokens))
+            console.print(table)
+            console.print(f"to train: {sum(j.action != 'skip' for j in jobs)} runs, "
+                          f"{_fmt_tokens(total)} tokens", highlight=False)
+            return 0
 
-            kinds = parse_log(log)
-            exp = load_experiment(experiment)
-            others = outside_grid(exp, out)
-            if others:
-                console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
-                              f"this grid (left alone), e.g. {others[0]}", highlight=False,
-                              soft_wrap=True)
-            if dry_run:
-                jobs = plan(exp, out)
-                table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",
-                              caption="tokens = steps x batch x longest sample (padding "
-                                      "included: an upper bound)")
-                table.add_column("run", no_wrap=True)
-                table.add_column("action")
-                for axis in exp.axes:
-                    table.add_column(axis, justify="right")
-                table.add_column("tokens", justify="right")
-                total = 0
-                for job in jobs:
-                    tokens = train_tokens(job.run.config)
-                    if job.action != "skip":
-                        total += tokens
-                    table.add_row(job.run.name, job.action,
-                                  *(str(job.run.values[a]) for a in exp.axes),
-                                  _fmt_tokens(tokens))
-                console.print(table)
-                console.print(f"to train: {sum(j.action != 'skip' for j in jobs)} runs, "
-                              f"{_fmt_tokens(total)} tokens", highlight=False)
-                return 0
-            from recall_lab.commands.progress import SweepProgress
-
-            monitor = SweepProgress(console, exp.name)
-            try:
-                index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
-                                  address=address, monitor=monitor, log=kinds)
-            finally:
-                monitor.close()
-            c = index["counts"]
-            console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
-                          f"({c['skipped']} were already), {c['failed']} failed; "
-                          f"index {out / exp.name / 'sweep.json'}", highlight=False)
-            return min(c["failed"], MAX_EXIT)
-
-        code = _run()
-        if code:
-            raise typer.Exit(code)
+        monitor = SweepProgress(console, exp.name)
+        try:
+            index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
+                              address=address, monitor=monitor, log=kinds)
+        finally:
+            monitor.close()
+        c = index["counts"]
+        console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
+                      f"({c['skipped']} were already), {c['failed']} failed; "
+                      f"index {out / exp.name / 'sweep.json'}", highlight=False)
+        return min(c["failed"], MAX_EXIT)
 
     @app.command()
     def report(
@@ -119,45 +116,33 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
+        from recall_lab import checkpoint as ck
+        from recall_lab.experiments.report import build_report, write_report
 
-        @guarded
-        def _run() -> int:
-            from generators.errors import RecallLabError
-            from recall_lab.config import read_toml
-            from rich.markup import escape
-
-            from recall_lab import checkpoint as ck
-            from recall_lab.experiments.report import build_report, write_report
-
-            dest = out
-            if dest is None:
-                if len(runs) != 1:
-                    raise RecallLabError("several runs folders: pass --out for the report")
-                dest = runs[0]
-                if (dest / ck.CONFIG).is_file():  # a run folder holds the run's files only
-                    raise RecallLabError(f"{dest} is a single run's folder: pass --out for the "
-                                         "report")
-            exp = read_toml(experiment) if experiment is not None else None
-            fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
-            rep = build_report(runs, by=fields, metric=metric, experiment=exp,
-                                solve_at=solve_at)
-            paths = write_report(rep, dest, plots=plots)
-            console.print(report_table(rep))
-            for c in rep["checks"]:
-                mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
-                console.print(f"{mark} {escape(c['claim'])}: {escape(c['detail'])}",
-                              highlight=False, soft_wrap=True)
-                console.print(f"     {c['registered']['status']}: "
-                              f"{escape(c['registered']['text'])}", highlight=False,
-                              soft_wrap=True)
-            console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
+        dest = out
+        if dest is None:
+            if len(runs) != 1:
+                raise RecallLabError("several runs folders: pass --out for the report")
+            dest = runs[0]
+            if (dest / ck.CONFIG).is_file():  # a run folder holds the run's files only
+                raise RecallLabError(f"{dest} is a single run's folder: pass --out for the "
+                                     "report")
+        exp = read_toml(experiment) if experiment is not None else None
+        fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
+        rep = build_report(runs, by=fields, metric=metric, experiment=exp, solve_at=solve_at)
+        paths = write_report(rep, dest, plots=plots)
+        console.print(report_table(rep))
+        for c in rep["checks"]:
+            mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
+            console.print(f"{mark} {escape(c['claim'])}: {escape(c['detail'])}",
+                          highlight=False, soft_wrap=True)
+            console.print(f"     {c['registered']['status']}: "
+                          f"{escape(c['registered']['text'])}", highlight=False,
                           soft_wrap=True)
-            failed = sum(not c["ok"] for c in rep["checks"])
-            return 1 if (check and failed) else 0
-
-        code = _run()
-        if code:
-            raise typer.Exit(code)
+        console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
+                      soft_wrap=True)
+        failed = sum(not c["ok"] for c in rep["checks"])
+        return 1 if (check and failed) else 0
 
     @app.command()
     def archive(
@@ -170,15 +155,11 @@ def register(app: typer.Typer) -> None:
         config, summary and metrics) to DEST: `report DEST` rebuilds the report, and copying
         DEST back under runs/ lets `sweep` train only the runs still missing."""
 
-        @guarded
-        def _run() -> None:
-            from recall_lab.experiments.archive import archive_runs
+        from recall_lab.experiments.archive import archive_runs
 
-            n = archive_runs(sweep_dir, dest)
-            console.print(f"archived {n} finished runs of {sweep_dir} to {dest}",
-                          highlight=False, soft_wrap=True)
-
-        _run()
+        n = archive_runs(sweep_dir, dest)
+        console.print(f"archived {n} finished runs of {sweep_dir} to {dest}", highlight=False,
+                      soft_wrap=True)
 
     @app.command()
     def power(
@@ -193,38 +174,30 @@ def register(app: typer.Typer) -> None:
         claims with stat = "solved" test it; two-sided beside it), per number of seeds, and
         the seeds per arm the target power needs: choose the seeds before the runs."""
 
-        @guarded
-        def _run() -> None:
-            from generators.errors import RecallLabError
-            from rich.table import Table
+        from recall_lab.experiments import stats
 
-            from recall_lab.experiments import stats
-
-            for name, v in (("rate_a", rate_a), ("rate_b", rate_b), ("level", level),
-                            ("target", target)):
-                if not 0.0 <= v <= 1.0:
-                    raise RecallLabError(f"{name} must be in [0, 1], got {v:g}")
-            try:
-                ns = [int(x) for x in seeds.split(",") if x.strip()]
-            except ValueError:
-                raise RecallLabError(f"--seeds must be comma-separated integers, got "
-                                     f"{seeds!r}") from None
-            if not ns or min(ns) < 1 or max(ns) > 500:
-                raise RecallLabError(f"--seeds must be between 1 and 500, got {seeds!r}")
-            table = Table(title=f"power of Fisher's test at {level:g}: A {rate_a:g} vs "
-                                f"B {rate_b:g}")
-            for col in ("seeds per arm", "one-sided (A > B)", "two-sided"):
-                table.add_column(col, justify="right")
-            for n in ns:
-                one = stats.fisher_power(rate_a, rate_b, n, level=level)
-                two = stats.fisher_power(rate_a, rate_b, n, level=level, alternative="two-sided")
-                table.add_row(str(n), f"{one:.3f}", f"{two:.3f}")
-            console.print(table)
-            need = stats.seeds_for_power(rate_a, rate_b, target, level, max_seeds=200)
-            console.print(f"seeds per arm for {target:.0%} power (one-sided): "
-                          f"{need if need is not None else 'more than 200'}", highlight=False)
-
-        _run()
+        for name, v in (("rate_a", rate_a), ("rate_b", rate_b), ("level", level),
+                        ("target", target)):
+            if not 0.0 <= v <= 1.0:
+                raise RecallLabError(f"{name} must be in [0, 1], got {v:g}")
+        try:
+            ns = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise RecallLabError(f"--seeds must be comma-separated integers, got "
+                                 f"{seeds!r}") from None
+        if not ns or min(ns) < 1 or max(ns) > 500:
+            raise RecallLabError(f"--seeds must be between 1 and 500, got {seeds!r}")
+        table = Table(title=f"power of Fisher's test at {level:g}: A {rate_a:g} vs B {rate_b:g}")
+        for col in ("seeds per arm", "one-sided (A > B)", "two-sided"):
+            table.add_column(col, justify="right")
+        for n in ns:
+            one = stats.fisher_power(rate_a, rate_b, n, level=level)
+            two = stats.fisher_power(rate_a, rate_b, n, level=level, alternative="two-sided")
+            table.add_row(str(n), f"{one:.3f}", f"{two:.3f}")
+        console.print(table)
+        need = stats.seeds_for_power(rate_a, rate_b, target, level, max_seeds=200)
+        console.print(f"seeds per arm for {target:.0%} power (one-sided): "
+                      f"{need if need is not None else 'more than 200'}", highlight=False)
 
 
 def report_table(rep: dict):

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import typer
 
+from generators.errors import RecallLabError
+from recall_lab.commands.shell import GuardedApp, console
 
-def register(app: typer.Typer) -> None:
+
+def register(app: GuardedApp) -> None:
     @app.command()
     def extrapolate(
         runs: list[Path] = typer.Argument(..., help="Run directories trained on a filler task."),
@@ -30,32 +33,24 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, help="Overwrite existing results in --out."),
     ) -> None:
         """Evaluate runs at 1x..32x their training length (seed 002 Fig. 1 shape)."""
-        from recall_lab.cli import console, guarded
+        from recall_lab.experiments.extrapolate import (
+            extrapolation_rows,
+            markdown,
+            parse_factors,
+            write_outputs,
+        )
+        from recall_lab.models.decimation import parse_decimate
+        from recall_lab.runs import refuse_overwrite
 
-        @guarded
-        def _run() -> None:
-            from generators.errors import RecallLabError
-            from recall_lab.experiments.extrapolate import (
-                extrapolation_rows,
-                markdown,
-                parse_factors,
-                write_outputs,
-            )
-            from recall_lab.models.decimation import parse_decimate
-
-            if (out / "extrapolation.json").exists() and not force:
-                raise RecallLabError(f"{out}/extrapolation.json exists; pass --force to "
-                                     "overwrite it")
-            if n < 1:
-                raise RecallLabError(f"--n must be >= 1, got {n}")
-            variants = [(d, "off" if d == "off" else parse_decimate(d)) for d in decimate or []]
-            rows = extrapolation_rows(runs, parse_factors(factors), variants, n=n,
-                                      data_seed=data_seed, batch_size=batch_size,
-                                      md_samples=md_samples, which=checkpoint,
-                                      progress=lambda s: console.print(s, highlight=False))
-            command = "recall-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-            files = write_outputs(rows, out, command)
-            console.print(markdown(rows), soft_wrap=True)
-            console.print("written: " + ", ".join(str(f) for f in files))
-
-        _run()
+        refuse_overwrite(out / "extrapolation.json", force)
+        if n < 1:
+            raise RecallLabError(f"--n must be >= 1, got {n}")
+        variants = [(d, "off" if d == "off" else parse_decimate(d)) for d in decimate or []]
+        rows = extrapolation_rows(runs, parse_factors(factors), variants, n=n,
+                                  data_seed=data_seed, batch_size=batch_size,
+                                  md_samples=md_samples, which=checkpoint,
+                                  progress=lambda s: console.print(s, highlight=False))
+        command = "recall-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        files = write_outputs(rows, out, command)
+        console.print(markdown(rows), soft_wrap=True)
+        console.print("written: " + ", ".join(str(f) for f in files))

@@ -10,8 +10,12 @@ from pathlib import Path
 
 import typer
 
+from recall_lab.commands.progress import TrainProgress
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import resolve_task
 
-def register(app: typer.Typer) -> None:
+
+def register(app: GuardedApp) -> None:
     @app.command()
     def finetune(
         run: Path = typer.Argument(..., help="Base run directory (written by `recall-lab "
@@ -43,40 +47,37 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fine-tune a trained run at a longer length with another attention and an adapter
         (LoRA / LoRA+ / HyLoRA / full); writes a new run that records its base run."""
-        from recall_lab.cli import console, guarded
-        from recall_lab.commands.models import _resume_step, _set_threads, _summary_table
-        from recall_lab.commands.progress import TrainProgress
+        from recall_lab.commands.training import set_threads, summary_table
+        from recall_lab.device import resolve_device
+        from recall_lab.finetune import finetune_config
+        from recall_lab.runs import (
+            finetune_dir_name,
+            load_run_config,
+            refuse_overwrite,
+            resume_step,
+        )
+        from recall_lab.train import check_run, train_run
 
-        @guarded
-        def _run() -> None:
-            from recall_lab.checkpoint import load_run_config, refuse_existing
-            from recall_lab.config import resolve_task
-            from recall_lab.device import resolve_device
-            from recall_lab.finetune import finetune_config
-            from recall_lab.train import check_run, train_run
-
-            _set_threads(threads)
-            base = load_run_config(run)
-            spec, name = resolve_task(task) if task is not None else (base.task, base.task_name)
-            if length_factor != 1:
-                spec, name = spec.at_length(length_factor), f"{name or 'task'}-x{length_factor}"
-            over = {"steps": steps, "lr": lr, "batch_size": batch_size,
-                    "eval_every": eval_every, "seed": seed, "device": device}
-            cfg = finetune_config(run, spec, name, attention, adapter, rank, alpha, over)
-            run_dir = out or run.with_name(f"{run.name}-ft-{attention}-{adapter}")
-            if resume:
-                start = _resume_step(run_dir)
-            else:
-                refuse_existing(run_dir, force)
-                start = 0
-            check_run(cfg, resolve_device(cfg.train.device))
-            console.print(f"[bold]{cfg.model.name}[/] fine-tuned from {run} with {adapter} on "
-                          f"{name or cfg.task.describe()} (max length {cfg.task.max_len}) -> "
-                          f"{run_dir}")
-            with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
-                summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar)
-            console.print(_summary_table([summary], "best checkpoint on the test set"))
-            console.print(f"{summary['n_trainable']:,} of {summary['n_params']:,} parameters "
-                          f"trained; run written to {run_dir}")
-
-        _run()
+        set_threads(threads)
+        base = load_run_config(run)
+        spec, name = resolve_task(task) if task is not None else (base.task, base.task_name)
+        if length_factor != 1:
+            spec, name = spec.at_length(length_factor), f"{name or 'task'}-x{length_factor}"
+        over = {"steps": steps, "lr": lr, "batch_size": batch_size,
+                "eval_every": eval_every, "seed": seed, "device": device}
+        cfg = finetune_config(run, spec, name, attention, adapter, rank, alpha, over)
+        run_dir = out or finetune_dir_name(run, attention, adapter)
+        if resume:
+            start = resume_step(run_dir)
+        else:
+            refuse_overwrite(run_dir, force, folder=True, resume=True)
+            start = 0
+        check_run(cfg, resolve_device(cfg.train.device))
+        console.print(f"[bold]{cfg.model.name}[/] fine-tuned from {run} with {adapter} on "
+                      f"{name or cfg.task.describe()} (max length {cfg.task.max_len}) -> "
+                      f"{run_dir}")
+        with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
+            summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar)
+        console.print(summary_table([summary], "best checkpoint on the test set"))
+        console.print(f"{summary['n_trainable']:,} of {summary['n_params']:,} parameters "
+                      f"trained; run written to {run_dir}")

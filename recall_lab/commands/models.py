@@ -1,7 +1,8 @@
 """CLI of the models/training area: `train`, `eval`, `demo`, `models`, `info`.
 
-Bodies are thin: they build a `RunConfig`, call `recall_lab.train` / `recall_lab.evaluate`, and
-print rich progress and tables. Heavy imports happen inside the command bodies.
+Bodies are thin: they build a `RunConfig` (`recall_lab.runs`), call `recall_lab.train` /
+`recall_lab.evaluate`, and print rich progress and tables. Library imports happen inside the
+command bodies (the CLI starts without torch).
 """
 
 from __future__ import annotations
@@ -10,51 +11,14 @@ from pathlib import Path
 
 import typer
 
-
-def _run_config(model, task, config, k, d_model, train_over: dict, decimate=None):
-    """RunConfig from an optional TOML file, then flags (flags win)."""
-    from generators import PRESETS
-    from generators.errors import RecallLabError
-    from recall_lab.config import read_toml, resolve_task, run_config_from_tables, run_tables
-
-    data = read_toml(config) if config is not None else {}
-    run_tables(data, str(config))  # [model], [train], [task] are tables, before any is read
-    tables = {**data, **{t: dict(data.get(t) or {}) for t in ("model", "train", "task")}}
-    if model is not None:
-        tables["model"]["name"] = model
-    tables["model"].update({a: b for a, b in (("k", k), ("d_model", d_model)) if b is not None})
-    tables["train"].update({a: b for a, b in train_over.items() if b is not None})
-    if task is not None:
-        if tables["train"].get("data") is not None:
-            raise RecallLabError("give --task or --data, not both: the dataset fixes the task")
-        tables["task"] = ({"preset": task} if task in PRESETS
-                          else resolve_task(task)[0].model_dump(mode="json"))
-    if decimate is not None:
-        from recall_lab.models.decimation import parse_decimate
-
-        given = parse_decimate(decimate).model_dump(exclude_unset=True)
-        tables["model"]["decimation"] = {**dict(tables["model"].get("decimation") or {}), **given}
-    return run_config_from_tables(tables, str(config) if config is not None else "flags")
+from recall_lab.commands.experiments import report_table
+from recall_lab.commands.progress import SweepProgress, TrainProgress
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import resolve_task
+from recall_lab.tracking import parse_log
 
 
-def _summary_table(rows: list[dict], title: str):
-    from rich.table import Table
-
-    table = Table(title=title, caption="best = step of the best held-out accuracy; test = that "
-                  "checkpoint on the test set (exact = whole table right)")
-    for col in ("model", "params", "best", "valid", "test acc", "exact", "loss", "tok/s"):
-        table.add_column(col, justify="left" if col == "model" else "right",
-                         no_wrap=col == "model")
-    for s in rows:
-        table.add_row(
-            s["model"], f"{s['n_params']:,}", str(s["best_step"]), f"{s['valid']['acc']:.3f}",
-            f"{s['test']['acc']:.3f}", f"{s['test']['exact']:.3f}", f"{s['test']['loss']:.3f}",
-            f"{s['tokens_per_s_this_session']:,.0f}",
-        )
-    return table
-
-
-def register(app: typer.Typer) -> None:
+def register(app: GuardedApp) -> None:
     @app.command()
     def train(
         model: str = typer.Option(None, "--model", "-m", help="Model name, e.g. mamba+hax "
@@ -93,56 +57,38 @@ def register(app: typer.Typer) -> None:
                                      "(beta, min_len, score, top_k)."),
     ) -> None:
         """Train one model on one recall task into a run directory (metrics, checkpoints)."""
-        from recall_lab.cli import console, guarded
+        from recall_lab.commands.training import print_summary, set_threads
+        from recall_lab.device import resolve_device
+        from recall_lab.runs import (
+            refuse_overwrite,
+            resume_config,
+            run_config_from_flags,
+            run_dir_name,
+        )
+        from recall_lab.train import check_run, train_run
 
-        @guarded
-        def _run() -> None:
-            from generators.errors import RecallLabError
-            from recall_lab.checkpoint import load_run_config, refuse_existing
-            from recall_lab.commands.progress import TrainProgress
-            from recall_lab.device import resolve_device
-            from recall_lab.tracking import parse_log
-            from recall_lab.train import check_run, train_run
-
-            _set_threads(threads)
-            kinds = parse_log(log)
-            over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
-                    "data_seed": data_seed, "eval_every": eval_every,
-                    "eval_samples": eval_samples, "device": device, "stop_at": stop_at,
-                    "patience": patience,
-                    "data": str(data) if data is not None else None}
-            if resume:
-                if out is None:
-                    raise RecallLabError("--resume needs --out RUN_DIR")
-                cfg = load_run_config(out)
-                if model is not None and model != cfg.model.name:
-                    raise RecallLabError(f"{out} is a run of {cfg.model.name!r}, not {model!r}")
-                if steps is not None:
-                    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(
-                        update={"steps": steps})})
-                run_dir, start = out, _resume_step(out)
-            else:
-                cfg = _run_config(model, task, config, k, d_model, over, decimate)
-                run_dir = out or Path("runs") / (
-                    f"{cfg.model.name}-{cfg.task_name or 'task'}-s{cfg.train.seed}")
-                refuse_existing(run_dir, force)
-                start = 0
-            check_run(cfg, resolve_device(cfg.train.device))
-            console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
-                          f" (max length {cfg.task.max_len}) -> {run_dir}")
-            with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
-                summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
-                                    log=kinds)
-            console.print(_summary_table([summary], "best checkpoint on the test set"))
-            _warn_overlap(console, summary)
-            if summary["stopped"] != "steps":
-                why = {"stop_at": f"held-out accuracy reached {cfg.train.stop_at}",
-                       "patience": f"{cfg.train.patience} evaluations without a better "
-                                   "checkpoint"}[summary["stopped"]]
-                console.print(f"stopped early after step {summary['stopped_at']}: {why}")
-            console.print(f"run written to {run_dir}")
-
-        _run()
+        set_threads(threads)
+        kinds = parse_log(log)
+        over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
+                "data_seed": data_seed, "eval_every": eval_every,
+                "eval_samples": eval_samples, "device": device, "stop_at": stop_at,
+                "patience": patience,
+                "data": str(data) if data is not None else None}
+        if resume:
+            cfg, run_dir, start = resume_config(out, model, steps)
+        else:
+            cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate)
+            run_dir = out or run_dir_name(cfg)
+            refuse_overwrite(run_dir, force, folder=True, resume=True)
+            start = 0
+        check_run(cfg, resolve_device(cfg.train.device))
+        console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
+                      f" (max length {cfg.task.max_len}) -> {run_dir}")
+        with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
+            summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
+                                log=kinds)
+        print_summary(console, summary, cfg)
+        console.print(f"run written to {run_dir}")
 
     @app.command("eval")
     def eval_(
@@ -169,49 +115,26 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, help="Overwrite the result file."),
     ) -> None:
         """Evaluate a trained run on a task (per-sample accuracy, exact match, loss)."""
-        from recall_lab.cli import console, guarded
+        from rich.table import Table
 
-        @guarded
-        def _run() -> None:
-            from rich.table import Table
+        from recall_lab.checkpoint import write_json
+        from recall_lab.evaluate import evaluate_run
+        from recall_lab.runs import eval_target, refuse_overwrite
 
-            from generators.errors import RecallLabError
-            from recall_lab.checkpoint import load_run_config, write_json
-            from recall_lab.config import resolve_task
-            from recall_lab.evaluate import evaluate_run
-
-            if n < 1:
-                raise RecallLabError(f"--n must be >= 1, got {n}")
-            if batch_size < 1:
-                raise RecallLabError(f"--batch-size must be >= 1, got {batch_size}")
-            cfg = load_run_config(run)
-            spec, name = resolve_task(task) if task is not None else (cfg.task, cfg.task_name)
-            label = name or (Path(task).stem if task else "task")
-            if length_factor != 1:
-                spec, label = spec.at_length(length_factor), f"{label}-x{length_factor}"
-            deci = None
-            if decimate is not None:
-                from recall_lab.models.decimation import parse_decimate
-
-                deci = "off" if decimate == "off" else parse_decimate(decimate)
-                label += "-deci-" + decimate.replace(",", "-")
-            if attention is not None:
-                label += f"-attn-{attention}"
-            dest = out or run / f"eval-{label}-n{n}-s{data_seed}-{checkpoint}.json"
-            if dest.exists() and not force:
-                raise RecallLabError(f"{dest} exists; pass --force to overwrite it")
-            res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
-                               attention)
-            table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
-            for col in ("max length", "samples", "acc", "exact", "loss"):
-                table.add_column(col, justify="right")
-            table.add_row(str(res["max_len"]), str(res["n"]), f"{res['acc']:.4f}",
-                          f"{res['exact']:.4f}", f"{res['loss']:.4f}")
-            console.print(table)
-            write_json(dest, {**res, "task_name": label})
-            console.print(f"written to {dest}")
-
-        _run()
+        cfg, spec, label, deci = eval_target(run, task, n, batch_size, length_factor, decimate,
+                                             attention)
+        dest = out or run / f"eval-{label}-n{n}-s{data_seed}-{checkpoint}.json"
+        refuse_overwrite(dest, force)
+        res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
+                           attention)
+        table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
+        for col in ("max length", "samples", "acc", "exact", "loss"):
+            table.add_column(col, justify="right")
+        table.add_row(str(res["max_len"]), str(res["n"]), f"{res['acc']:.4f}",
+                      f"{res['exact']:.4f}", f"{res['loss']:.4f}")
+        console.print(table)
+        write_json(dest, {**res, "task_name": label})
+        console.print(f"written to {dest}")
 
     @app.command()
     def models(
@@ -219,55 +142,30 @@ def register(app: typer.Typer) -> None:
                                  "sizes the embedding."),
     ) -> None:
         """List the named models (seed 004 Table 1 rows) with their parameter counts."""
-        from recall_lab.cli import console, guarded
+        from rich.table import Table
 
-        @guarded
-        def _run() -> None:
-            from rich.table import Table
+        from recall_lab.models.registry import listed_models, listing_row
 
-            from recall_lab.config import resolve_task
-            from recall_lab.models import (
-                ATTAMBA_MODELS,
-                DECI_MODELS,
-                PAPER_MODELS,
-                SEATTN_MODELS,
-                build_model,
-            )
-
-            spec, name = resolve_task(task)
-            table = Table(title=f"models (vocabulary of {name or task}: {spec.vocab().size})")
-            for col in ("name", "backbone", "branch", "d_model", "k", "params"):
-                table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
-                                 else "right")
-            for mname in PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + DECI_MODELS:
-                m = build_model(mname, spec.vocab().size)
-                c = m.config
-                k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
-                if c.decimation is not None:
-                    k = f"L_base={c.decimation.L_base}"
-                table.add_row(mname, c.arch, c.pattern or ("swa" if c.arch == "samba" else "-"),
-                              str(c.d_model), k, f"{m.n_params():,}")
-            console.print(table)
-
-        _run()
+        spec, name = resolve_task(task)
+        table = Table(title=f"models (vocabulary of {name or task}: {spec.vocab().size})")
+        for col in ("name", "backbone", "branch", "d_model", "k", "params"):
+            table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
+                             else "right")
+        for mname in listed_models():
+            table.add_row(*listing_row(mname, spec.vocab().size).values())
+        console.print(table)
 
     @app.command()
     def info() -> None:
         """Versions, device and the compute backends that will be used."""
-        from recall_lab.cli import console, guarded
+        from rich.table import Table
 
-        @guarded
-        def _run() -> None:
-            from rich.table import Table
+        from recall_lab.environment import environment_rows
 
-            table = Table(title="recall-lab environment")
-            table.add_column("item")
-            table.add_column("value")
-            for k, v in info_rows():
-                table.add_row(k, v)
-            console.print(table)
-
-        _run()
+        table = Table("item", "value", title="recall-lab environment")
+        for k, v in environment_rows():
+            table.add_row(k, v)
+        console.print(table)
 
     @app.command()
     def demo(
@@ -281,132 +179,21 @@ def register(app: typer.Typer) -> None:
         """A miniature of the capacity experiment: MQAR accuracy vs table size (2, 4, 8 pairs)
         for attention and Mamba with state 1; prints the report's table and the sentence it
         supports, writes the report and its plot."""
-        from recall_lab.cli import console, guarded
+        from recall_lab.commands.training import set_threads
+        from recall_lab.experiments.demo import DEMO_EXPERIMENT as exp
+        from recall_lab.experiments.demo import run_demo
 
-        @guarded
-        def _run() -> None:
-            from recall_lab.commands.experiments import report_table
-            from recall_lab.commands.progress import SweepProgress
-            from recall_lab.experiments.demo import DEMO_EXPERIMENT, run_demo
-
-            _set_threads(None)
-            t = DEMO_EXPERIMENT["train"]
-            console.print(f"demo: {', '.join(DEMO_EXPERIMENT['grid']['model.name'])} on MQAR "
-                          f"with 2 / 4 / 8 pairs, {steps or t['steps']} steps each, "
-                          f"{workers} workers", highlight=False)
-            monitor = SweepProgress(console, "demo")
-            try:
-                res = run_demo(out, steps, force, workers=workers, monitor=monitor)
-            finally:
-                monitor.close()
-            console.print(report_table(res["report"]))
-            console.print(res["sentence"], highlight=False, soft_wrap=True)
-            pngs = [p for p in res["report"]["figures"] if "task_levels" in p]
-            console.print(f"wall time {res['wall_s']:.0f} s; plot {pngs[0] if pngs else '-'}; "
-                          f"report {res['out'] / 'report.md'}", highlight=False, soft_wrap=True)
-
-        _run()
-
-
-def _warn_overlap(console, summary: dict) -> None:
-    """A tiny task's streamed held-out sets repeat training rows: say so next to the numbers."""
-    seen = summary.get("held_out_in_training") or {}
-    if seen.get("valid", 0) > 0 or seen.get("test", 0) > 0:
-        console.print(f"[yellow]warning:[/] {seen.get('valid', 0):.0%} of the valid and "
-                      f"{seen.get('test', 0):.0%} of the test samples also occur in the first "
-                      f"{seen['train_rows_checked']:,} training samples (a task with few distinct "
-                      "samples): held-out accuracy includes memorisation")
-
-
-def _set_threads(threads: int | None) -> None:
-    """CPU set-up of a training process: thread count, and glibc keeps freed memory (training
-    steps otherwise page-fault their activations in again: 1.6-3.6x slower at B=64, L=1058)."""
-    from recall_lab.ssm import retain_freed_memory
-
-    retain_freed_memory()
-    if threads is None:
-        return
-    from generators.errors import RecallLabError
-
-    if threads < 1:
-        raise RecallLabError(f"--threads must be >= 1, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def _resume_step(out: Path) -> int:
-    from recall_lab.checkpoint import RESUME, load_tensors
-
-    _, meta = load_tensors(out / RESUME, "resume checkpoint")
-    return int((meta or {}).get("step", 0))
-
-
-# ---- info ---------------------------------------------------------------------------------------
-
-def info_rows() -> list[tuple[str, str]]:
-    import importlib.metadata as md
-    import platform
-
-    import torch
-
-    import recall_lab
-
-    def version(pkg: str) -> str:
+        set_threads(None)
+        console.print(f"demo: {', '.join(exp['grid']['model.name'])} on MQAR with 2 / 4 / 8 "
+                      f"pairs, {steps or exp['train']['steps']} steps each, {workers} workers",
+                      highlight=False)
+        monitor = SweepProgress(console, "demo")
         try:
-            return md.version(pkg)
-        except md.PackageNotFoundError:
-            return "not installed"
-
-    rows = [("recall-lab", recall_lab.__version__), ("python", platform.python_version()),
-            ("torch", torch.__version__), ("triton", version("triton")),
-            ("mamba-ssm", version("mamba-ssm"))]
-    if torch.cuda.is_available():
-        dev = f"cuda: {torch.cuda.get_device_name(0)} (bf16 autocast: " \
-              f"{torch.cuda.is_bf16_supported()})"
-    else:
-        dev = f"cpu ({torch.get_num_threads()} threads), fp32"
-    rows.append(("device", dev))
-    try:
-        from recall_lab import ssm
-
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-        rows.append(("ssm scan backend", f"{ssm.scan_backend(dev, 'selective_scan')} (Mamba), "
-                     f"{ssm.scan_backend(dev, 'ssd')} (Mamba2)"))
-        rows.append(("native cpu kernels", ssm.backend_report()["native"]))
-        if torch.cuda.is_available() or version("mamba-ssm") != "not installed":
-            rows.append(("mamba-ssm kernels", str(ssm.backend_report().get("mamba_ssm"))))
-    except ImportError as exc:
-        rows.append(("ssm scan backend", f"unavailable ({exc})"))
-    try:
-        from recall_lab.attention import default_backend
-
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-        rows.append(("attention backend", f"{default_backend(dev)} ({dev})"))
-    except ImportError as exc:
-        rows.append(("attention backend", f"unavailable ({exc})"))
-    return rows + _self_check_rows()
-
-
-def _self_check_rows() -> list[tuple[str, str]]:
-    """The GPU kernels' first-call self-checks (recall_lab/kernel_check.py): run here on CUDA, as
-    the first dispatch would, so `info` says whether each kernel is trusted."""
-    import torch
-
-    from recall_lab import kernel_check
-
-    if torch.cuda.is_available():
-        from recall_lab.attention import default_backend
-        from recall_lab.attention.sparse import check_triton
-        from recall_lab.ssm import backend
-
-        if default_backend("cuda") == "triton":
-            check_triton("cuda")
-        for op in backend.OPS:
-            if backend.scan_backend("cuda", op) in (backend.MAMBA_SCAN, backend.MAMBA_SSD):
-                backend.check_mamba(op, "cuda")
-    rows = kernel_check.describe()
-    if not rows:
-        why = "no GPU kernel in use" if torch.cuda.is_available() else "no CUDA device"
-        rows = [("GPU kernel self-checks", f"none run ({why})")]
-    return rows
+            res = run_demo(out, steps, force, workers=workers, monitor=monitor)
+        finally:
+            monitor.close()
+        console.print(report_table(res["report"]))
+        console.print(res["sentence"], highlight=False, soft_wrap=True)
+        pngs = [p for p in res["report"]["figures"] if "task_levels" in p]
+        console.print(f"wall time {res['wall_s']:.0f} s; plot {pngs[0] if pngs else '-'}; "
+                      f"report {res['out'] / 'report.md'}", highlight=False, soft_wrap=True)

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import typer
 
+from generators.errors import RecallLabError
+from proofs.registry import SCALES, resolve, run
+from recall_lab.commands.shell import GuardedApp, console
 
-def register(app: typer.Typer) -> None:
+
+def register(app: GuardedApp) -> None:
     @app.command()
     def prove(
         names: list[str] = typer.Argument(
@@ -24,42 +28,34 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, help="Overwrite --out if it exists."),
     ) -> None:
         """Check Cor. 3.1, Prop. 3.2/3.3/C.1 and App. A; exit 1 if any check fails."""
-        from recall_lab.cli import console, guarded
+        from rich.markup import escape
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.table import Table
 
-        @guarded
-        def _run() -> int:
-            from rich.markup import escape
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-            from rich.table import Table
+        from recall_lab.runs import refuse_overwrite
 
-            from generators.errors import RecallLabError
-            from proofs.registry import SCALES, resolve, run
-
-            chosen = resolve(names)
-            if scale not in SCALES:
-                raise RecallLabError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
-            if out is not None and out.exists() and not force:
-                raise RecallLabError(f"{out} exists; pass --force to overwrite it")
-            with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                          console=console, transient=True) as bar:
-                task = bar.add_task(f"proving ({scale})", total=len(chosen))
-                results = run(chosen, scale=scale, seed=seed,
-                              on_done=lambda ev: bar.advance(task))
-            table = Table(title=f"recall-lab prove (scale={scale}, seed={seed})")
-            for col in ("statement", "checked", "measured", "verdict"):
-                table.add_column(col, overflow="fold")
-            for ev in results:
-                colour = "green" if ev.passed else "red"
-                table.add_row(escape(ev.statement), escape(ev.checked), escape(ev.measured),
-                              f"[{colour}]{ev.verdict}[/] ({ev.seconds:.1f}s)")
-            console.print(table)
-            if out is not None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                payload = {"scale": scale, "seed": seed,
-                           "results": [ev.to_json() for ev in results]}
-                out.write_text(json.dumps(payload, indent=2))
-                console.print(f"wrote {out}")
-            return sum(not ev.passed for ev in results)
-
-        if _run():
-            raise typer.Exit(1)
+        chosen = resolve(names)
+        if scale not in SCALES:
+            raise RecallLabError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+        if out is not None:
+            refuse_overwrite(out, force)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task(f"proving ({scale})", total=len(chosen))
+            results = run(chosen, scale=scale, seed=seed,
+                          on_done=lambda ev: bar.advance(task))
+        table = Table(title=f"recall-lab prove (scale={scale}, seed={seed})")
+        for col in ("statement", "checked", "measured", "verdict"):
+            table.add_column(col, overflow="fold")
+        for ev in results:
+            colour = "green" if ev.passed else "red"
+            table.add_row(escape(ev.statement), escape(ev.checked), escape(ev.measured),
+                          f"[{colour}]{ev.verdict}[/] ({ev.seconds:.1f}s)")
+        console.print(table)
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            payload = {"scale": scale, "seed": seed,
+                       "results": [ev.to_json() for ev in results]}
+            out.write_text(json.dumps(payload, indent=2))
+            console.print(f"wrote {out}")
+        return int(any(not ev.passed for ev in results))  # exit 1 when a check fails

@@ -1,7 +1,7 @@
 """`recall-lab demo`: a miniature of the capacity experiment (experiments/capacity.toml) run by the
-sweep engine and summarised by the report, so the demo is the lab's main job on a small built-in
-grid: MQAR accuracy against table size for attention and an SSM whose state is one number per
-channel, one table, one plot, and the sentence the numbers support.
+sweep engine and summarised by the report, so the demo is the lab's main job on a small grid
+(experiments/demo.toml): MQAR accuracy against table size for attention and an SSM whose state is
+one number per channel, one table, one plot, and the sentence the numbers support.
 
 The grid: MQAR with 2, 4 and 8 key-value pairs over 16 values; `transformer` and `mamba` with
 hidden 64, 2 layers and SSM state 1 (128 numbers per layer); 500 steps of batch 32 at
@@ -21,19 +21,17 @@ from typing import Any
 
 from generators.errors import RecallLabError
 from recall_lab.checkpoint import write_json
+from recall_lab.config import read_toml
+from recall_lab.experiments.engine import run_sweep
+from recall_lab.experiments.grid import expand
+from recall_lab.experiments.report import build_report, write_report
+from recall_lab.runs import demo_dir_name, refuse_overwrite
 
-DEMO_PAIRS = (2, 4, 8)
-DEMO_MODELS = ("transformer", "mamba")
+DEMO_TOML = Path(__file__).resolve().parents[2] / "experiments" / "demo.toml"
+DEMO_EXPERIMENT: dict[str, Any] = read_toml(DEMO_TOML)  # the sweep's input, as a dict
+DEMO_MODELS = tuple(DEMO_EXPERIMENT["grid"]["model.name"])
+DEMO_PAIRS = tuple(int(levels[0][1]) for levels in DEMO_EXPERIMENT["grid"]["task.levels"])
 BASE_SSM = "mamba"
-DEMO_EXPERIMENT: dict[str, Any] = {
-    "description": "MQAR accuracy vs table size: attention against a fixed-state SSM",
-    "model": {"name": "mamba", "d_state": 1},
-    "train": {"steps": 500, "batch_size": 32, "lr": 3e-3, "warmup": 50, "eval_every": 50,
-              "eval_samples": 256, "test_samples": 512, "stop_at": 0.99, "device": "cpu"},
-    "task": {"levels": [[2, 2]], "values": 16},
-    "grid": {"model.name": list(DEMO_MODELS),
-             "task.levels": [[[n, n]] for n in DEMO_PAIRS]},
-}
 # files the demo writes into its folder (besides the run folders): --force replaces only these
 _OURS = {"sweep.json", "demo.json", "report.md", "report.csv", "report.json", ".lock"}
 
@@ -68,10 +66,9 @@ def gap_sentence(groups: list[dict]) -> str:
 
 
 def _clear(out: Path, force: bool) -> None:
+    refuse_overwrite(out, force, folder=True)
     if not (out.exists() and any(out.iterdir())):
         return
-    if not force:
-        raise RecallLabError(f"{out} already exists; pass --force to overwrite it")
     if not (out / "demo.json").is_file():
         raise RecallLabError(f"{out} is not a demo folder; refusing to overwrite it")
     runs = {f"{m}-levels{n}" for m in DEMO_MODELS for n in DEMO_PAIRS}
@@ -88,11 +85,7 @@ def run_demo(out: Path | None, steps: int | None, force: bool, *, workers: int =
     """Train the demo grid into OUT/<run>/ (normal run folders, OUT/sweep.json), write the
     report (report.md/.csv/.json, PNGs) and OUT/demo.json; returns the report plus the sentence
     and the wall time."""
-    from recall_lab.experiments.engine import run_sweep
-    from recall_lab.experiments.grid import expand
-    from recall_lab.experiments.report import build_report, write_report
-
-    out = out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    out = out or demo_dir_name()
     _clear(out, force)
     data = dict(DEMO_EXPERIMENT)
     if steps:

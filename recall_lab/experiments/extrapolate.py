@@ -17,7 +17,12 @@ from pathlib import Path
 import torch
 
 from generators.errors import RecallLabError
+from recall_lab.analysis.collect import capture
+from recall_lab.analysis.mean_distance import mamba_mean_distance_last
+from recall_lab.analysis.plots import save_figure
+from recall_lab.analysis.runs import load_run
 from recall_lab.config import DecimationConfig, int_list
+from recall_lab.evaluate import evaluate, held_out, kept_non_filler, set_decimation
 
 Variant = tuple[str, DecimationConfig | str | None]  # (label, config | "off" | None = as trained)
 
@@ -37,9 +42,6 @@ def _variants(model_cfg, decimations: Sequence[Variant]) -> list[Variant]:
 
 @torch.no_grad()
 def _mean_distance(model, ids: torch.Tensor) -> list[float]:
-    from recall_lab.analysis.collect import capture
-    from recall_lab.analysis.mean_distance import mamba_mean_distance_last
-
     cap = capture(model, ids)
     return [float(mamba_mean_distance_last(p).nanmean()) for p in cap.params]
 
@@ -50,9 +52,6 @@ def extrapolation_rows(
     which: str = "best", progress: Callable[[str], None] | None = None,
 ) -> list[dict]:
     """Evaluate every run x variant x length factor (module docstring)."""
-    from recall_lab.analysis.collect import load_run
-    from recall_lab.evaluate import _set_decimation, evaluate, held_out, kept_non_filler
-
     if not runs:
         raise RecallLabError("no runs given")
     if not factors or min(factors) < 1:
@@ -67,7 +66,7 @@ def extrapolation_rows(
         for label, deci in _variants(cfg.model, decimations):
             model.decimation = cfg.model.decimation
             if deci is not None:
-                _set_decimation(model, deci, cfg, data_seed, torch.device("cpu"))
+                set_decimation(model, deci, cfg, data_seed, torch.device("cpu"))
             used = model.decimation.model_dump(mode="json") if model.decimation else None
             for f in factors:
                 spec = base.at_length(int(f))
@@ -113,9 +112,7 @@ def markdown(rows: list[dict], key: str = "acc", fmt: str = "{:.3f}") -> str:
 def plot(rows: list[dict], path: Path, key: str = "acc", ylabel: str = "accuracy") -> Path:
     """`key` vs evaluation length, one line per run/variant (colour per variant, line style per
     run), legend beside the axes."""
-    import matplotlib.pyplot as plt
-
-    from recall_lab.analysis.plots import save_figure  # sets the Agg backend
+    import matplotlib.pyplot as plt  # after analysis.plots (imported above) set the Agg backend
 
     fig, ax = plt.subplots(figsize=(10.0, 4.5))
     runs = list(dict.fromkeys(r["run"] for r in rows))

@@ -62,7 +62,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from generators.errors import RecallLabError
-from recall_lab.config import RUN_TABLES, RunConfig, read_toml, run_config_from_tables
+from recall_lab.config import RUN_TABLES, RunConfig, read_toml
+from recall_lab.runs import run_config_from_tables
 
 TOP_LEVEL = {"name", "base", "description", *RUN_TABLES, "grid", "link", "exclude", "report",
              "reference"}

@@ -1,7 +1,8 @@
 """Models: hybrid SSM + sparse-attention blocks, Samba, Transformer, and the 2-layer LM.
 
 `build_model(name, vocab_size, **overrides)` builds any row of seed 004 Table 1 by name; see
-`registry.py` for the names and `lm.py` / `hybrid.py` for the architecture.
+`registry.py` for the names, `archs.py` for the architecture table and `lm.py` / `blocks.py` /
+`hybrid.py` for the modules.
 """
 
 from recall_lab.models.lm import LMOutput, RecallLM
@@ -12,8 +13,12 @@ from recall_lab.models.registry import (
     PAPER_MODELS,
     SEATTN_MODELS,
     build_model,
+    listed_models,
     model_config,
+    register_model,
+    registered_models,
 )
 
 __all__ = ["ATTAMBA_MODELS", "DECI_MODELS", "LMOutput", "MODEL_ROWS", "PAPER_MODELS", "RecallLM",
-           "SEATTN_MODELS", "build_model", "model_config"]
+           "SEATTN_MODELS", "build_model", "listed_models", "model_config", "register_model",
+           "registered_models"]

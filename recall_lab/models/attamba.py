@@ -30,7 +30,10 @@ from torch import Tensor, nn
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention.attamba import AttambaPattern, chunk_starts
 from recall_lab.config import AttambaConfig, ModelConfig
+from recall_lab.models.hybrid import SparseBranch
 from recall_lab.models.layers import SwiGLU, rope
+from recall_lab.ssm import Mamba2Mixer, selective_scan
+from recall_lab.ssm.mixers import dt_bias_init
 
 
 def attamba_config(cfg: ModelConfig) -> AttambaConfig:
@@ -77,8 +80,6 @@ class AttambaAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
-        from recall_lab.ssm import Mamba2Mixer
-
         d, h = cfg.d_model, cfg.n_heads
         if d % h or (d // h) % 2:
             raise ValueError(f"d_model {d} must split into {h} even-sized heads")
@@ -209,15 +210,13 @@ class ChunkS6(nn.Module):
 
     def __init__(self, d: int, d_state: int) -> None:
         super().__init__()
-        from recall_lab.ssm.mixers import _dt_bias_init
-
         self.d_state, self.dt_rank = d_state, math.ceil(d / 16)
         self.x_proj = nn.Linear(d, self.dt_rank + 2 * d_state, bias=False)
         self.dt_proj = nn.Linear(self.dt_rank, d, bias=True)
         std = self.dt_rank**-0.5
         with torch.no_grad():
             nn.init.uniform_(self.dt_proj.weight, -std, std)
-            self.dt_proj.bias.copy_(_dt_bias_init(d, 1e-3, 1e-1, 1e-4))
+            self.dt_proj.bias.copy_(dt_bias_init(d, 1e-3, 1e-1, 1e-4))
         self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1.0).repeat(d, 1)))
         self.D = nn.Parameter(torch.ones(d))
         # mamba-ssm's tags (as MambaMixer): the model init keeps the dt bias, no decay on A, D
@@ -227,8 +226,6 @@ class ChunkS6(nn.Module):
 
     def forward(self, u: Tensor, reset: Tensor) -> Tensor:
         """u [b, l, d] -> [b, l, d], restarting at every `reset` position."""
-        from recall_lab.ssm import selective_scan
-
         dt, B, C = torch.split(self.x_proj(u), [self.dt_rank, self.d_state, self.d_state], -1)
         dt = dt @ self.dt_proj.weight.t()
         y = selective_scan(u.transpose(1, 2), dt.transpose(1, 2), -torch.exp(self.A_log.float()),
@@ -271,8 +268,6 @@ class AttambaBranch(nn.Module):
 
 def attamba_branch(cfg: ModelConfig, mixer: nn.Module, layer: int) -> nn.Module:
     """The branch of `mamba+attamba` (kv="ssm") or its projected-key control (kv="proj")."""
-    from recall_lab.models.hybrid import SparseBranch
-
     a = attamba_config(cfg)
     if a.kv == "ssm":
         return AttambaBranch(mixer.d_inner, mixer.d_state, layer_pattern(cfg, layer),

@@ -14,7 +14,10 @@ import torch
 
 from generators.errors import RecallLabError
 from generators.vocab import Vocab
+from recall_lab.analysis.collect import capture
+from recall_lab.analysis.mean_distance import mamba_mean_distance_last
 from recall_lab.config import DecimationConfig
+from recall_lab.models.blocks import LMOutput, SSMBlock
 from recall_lab.ssm.decimation import Decimate, first_sep, keep_count
 
 
@@ -33,8 +36,6 @@ def decimating_layers(cfg: DecimationConfig, n_layers: int) -> list[int]:
 
 def decimated_forward(model, ids: torch.Tensor, return_params: bool = False):
     """RecallLM.forward with `model.decimation` on."""
-    from recall_lab.models.lm import LMOutput, SSMBlock
-
     cfg: DecimationConfig = model.decimation
     layers = decimating_layers(cfg, len(model.blocks))
     if any(not isinstance(model.blocks[i], SSMBlock) for i in layers):
@@ -73,9 +74,6 @@ def resolve_auto_layers(model, ids: torch.Tensor) -> DecimationConfig:
     """Replace `layers="auto"` by the `n_auto` SSM layers with the largest Mamba Mean Distance of
     the last token (Eq. 8) on `ids`, measured without decimation (Sec. 4 "Decimation Scope");
     sets and returns the model's decimation config."""
-    from recall_lab.analysis.collect import capture
-    from recall_lab.analysis.mean_distance import mamba_mean_distance_last
-
     cfg: DecimationConfig = model.decimation
     if cfg is None or cfg.layers != "auto":
         return cfg

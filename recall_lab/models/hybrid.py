@@ -25,6 +25,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from recall_lab.attention import make_pattern, sparse_attention
+from recall_lab.attention.ks import KSPattern
+from recall_lab.attention.patterns import PATTERN_TABLE
+from recall_lab.attention.release_reference import release_sparse_attention
+
 
 def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
                         max_len: int | None = None, layer: int = 0) -> nn.Module:
@@ -32,18 +37,20 @@ def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,
     k/2 each), h = `lsh_bits` sign-bit planes for LSH, KS scorer on d_qk-sized q/k, the dilated
     gap fixed by `max_len` (the config's, never the batch's length). The LSH evaluation planes
     are seeded with `seed + layer`, so layers hash with different planes in evaluation too, as
-    they do in training (where every call draws fresh ones)."""
-    from recall_lab.attention import make_pattern
-
+    they do in training (where every call draws fresh ones). What a pattern takes is its
+    registry row's `branch` (attention/patterns.py)."""
     opts = dict(opts)
-    if name in ("d", "sw+d") and max_len is not None:
+    row = PATTERN_TABLE.get(name)  # an unknown name: make_pattern says so
+    branch = row.branch if row is not None else ()
+    if "max_len" in branch and max_len is not None:
         opts.setdefault("max_len", max_len)
-    if name in ("lsh", "hax"):
+    if "lsh_bits" in branch:
         opts.setdefault("h", lsh_bits)
+    if "layer_seed" in branch:
         opts["seed"] = int(opts.get("seed", 0)) + layer
-    if name in ("ks", "hax"):
+    if "dim" in branch:
         opts.setdefault("dim", d_qk)
-    if name.startswith("seattn"):
+    if "key_summary" in branch:
         # v = xc is d_inner wide, not d_qk: q . c_j needs key summaries (MECHANISMS §3).
         opts.setdefault("summary", "key")
     return make_pattern(name, k, **opts)
@@ -79,8 +86,6 @@ class SparseBranch(nn.Module):
         self.max_len = max_len or 2048
 
     def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:
-        from recall_lab.attention import sparse_attention
-
         b, length, d_inner = xc.shape
         h = self.n_heads
         q, k = self.qk(xc).view(b, length, 2, h, self.d_qk).permute(2, 0, 3, 1, 4)
@@ -97,9 +102,6 @@ class SparseBranch(nn.Module):
     def _release(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """The same q, k, v and KS scorer through the release's dense-mask semantics (it divides
         k by sqrt(d) itself, the scale our op applies)."""
-        from recall_lab.attention.patterns import KSPattern
-        from recall_lab.attention.release_reference import release_sparse_attention
-
         ks = next((m for m in self.pattern.modules() if isinstance(m, KSPattern)), None)
         return release_sparse_attention(
             q, k, v, self.pattern_name, self.k, score_mlp=ks.mlp if ks is not None else None,

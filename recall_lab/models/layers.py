@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from recall_lab.attention import make_pattern, sparse_attention
+
 
 class SwiGLU(nn.Module):
     """Gated MLP used by Samba and the Transformer: W2(silu(W1 x) * W3 x)."""
@@ -81,8 +83,6 @@ class PatternAttention(_HeadsAttention):
         self.pattern = pattern
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from recall_lab.attention import sparse_attention
-
         q, k, v = self._qkv(x)
         idx, _ = self.pattern(q, k, v)
         return self._merge(sparse_attention(q, k, v, idx, scale=self.head_dim**-0.5))
@@ -92,6 +92,4 @@ class SlidingWindowAttention(PatternAttention):
     """Multi-head sliding-window attention with RoPE (Samba's SWA layer), window = k keys."""
 
     def __init__(self, d_model: int, n_heads: int, window: int) -> None:
-        from recall_lab.attention import make_pattern
-
         super().__init__(d_model, n_heads, make_pattern("sw", window))

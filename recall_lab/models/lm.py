@@ -2,162 +2,23 @@
 RMSNorm, output projection (untied by default), and the model's own initialisation and
 weight-decay rule.
 
-Block kinds:
-- `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
-  `SparseBranch` passed as its `side` hook (the hybrid of seed 004 Fig. 3).
-- `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA).
-- `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
-- `AttambaBlock` (models/attamba.py): the Transformer block with chunk-reset SSM keys/values.
+The blocks of each architecture come from its row of `models/archs.ARCH_TABLE`. Block kinds
+(models/blocks.py): `SSMBlock` (Mamba / Mamba2 mixer, optionally with a sparse
+branch), `AttentionBlock`, `MLPBlock`; `AttambaBlock` (models/attamba.py): the Transformer block
+with chunk-reset SSM keys/values.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from recall_lab.config import ModelConfig, SEAttnConfig
-from recall_lab.models.hybrid import SparseBranch
-from recall_lab.models.layers import (
-    CausalSelfAttention,
-    PatternAttention,
-    SlidingWindowAttention,
-    SwiGLU,
-)
-
-
-@dataclass
-class LMOutput:
-    logits: torch.Tensor  # [b, l, vocab]
-    aux_loss: torch.Tensor | None  # KS ranking loss summed over layers (seed 004 Eq. 18)
-    params: list | None = None  # per SSM layer: SSMParams (Delta, A, B, C, x, D) when asked
-    kept: torch.Tensor | None = None  # DeciMamba: bool [b, l], positions that have logits
-
-
-def _mixer(cfg: ModelConfig, d_model: int) -> nn.Module:
-    from recall_lab.ssm import Mamba2Mixer, MambaMixer
-
-    kw: dict = {"d_inner": cfg.expand * d_model, "d_conv": cfg.d_conv}
-    if cfg.d_state is not None:
-        kw["d_state"] = cfg.d_state
-    if cfg.arch in ("mamba2", "mamba2-attn"):
-        kw["headdim"] = cfg.headdim or min(64, kw["d_inner"])  # 64 = mamba-ssm's default
-        return Mamba2Mixer(d_model, **kw)
-    return MambaMixer(d_model, **kw)
-
-
-def _n_heads(mixer: nn.Module) -> int:
-    for attr in ("nheads", "n_heads"):
-        if hasattr(mixer, attr):
-            return int(getattr(mixer, attr))
-    if hasattr(mixer, "headdim"):
-        return mixer.d_inner // int(mixer.headdim)
-    return 1
-
-
-class SSMBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, with_branch: bool = True, layer: int = 0) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
-        self.mixer = _mixer(cfg, cfg.d_model)
-        self.branch = None
-        if with_branch and cfg.pattern == "attamba":  # per-layer chunk offsets (lab hybrid)
-            from recall_lab.models.attamba import attamba_branch
-
-            self.branch = attamba_branch(cfg, self.mixer, layer)
-        elif with_branch and cfg.pattern is not None:
-            heads = _n_heads(self.mixer) if cfg.branch_heads == "mixer" else 1
-            self.branch = SparseBranch(
-                self.mixer.d_inner, self.mixer.d_state, heads, cfg.pattern, cfg.k,
-                cfg.lsh_bits, cfg.pattern_options(), cfg.side_scale_init, max_len=cfg.max_len,
-                layer=layer, semantics=cfg.branch_semantics,
-            )
-
-    def forward(self, x: torch.Tensor, aux: list, params: list | None, decimate=None):
-        """x + mixer(norm(x)); with `decimate` (DeciMamba) the residual is gathered at the kept
-        positions too and the block returns (x' [b, l', d], kept)."""
-        side = None
-        if self.branch is not None:
-            branch = self.branch
-
-            def side(xc: torch.Tensor) -> torch.Tensor:
-                return branch(xc, aux)
-
-        out = self.mixer(self.norm(x), side=side, return_params=params is not None,
-                         **({} if decimate is None else {"decimate": decimate}))
-        if params is not None:
-            *out, p = out
-            params.append(p)
-            out = out[0] if len(out) == 1 else tuple(out)
-        if decimate is None:
-            return x + out
-        out, kept = out
-        return kept.gather(x, 1) + out, kept
-
-
-class MLPBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
-        self.mlp = SwiGLU(cfg.d_model, cfg.mlp_mult)
-
-    def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
-        return x + self.mlp(self.norm(x))
-
-
-class AttentionBlock(nn.Module):
-    def __init__(self, cfg: ModelConfig, window: int | None, attn: nn.Module | None = None
-                 ) -> None:
-        super().__init__()
-        self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-5)
-        self.attn = attn or (
-            CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
-            else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
-        )
-        self.mlp = MLPBlock(cfg)
-
-    def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return self.mlp(x, aux, params)
-
-
-def _attention_layer(cfg: ModelConfig) -> AttentionBlock:
-    """An attention block of `mamba2-attn`: full (SDPA), sliding window k, or SE-Attn (budget
-    k, options from `cfg.seattn`; value summaries: each head's v has q's width)."""
-    kind = cfg.attention_layers.attention
-    if kind != "se":
-        return AttentionBlock(cfg, cfg.k if kind == "sw" else None)
-    from recall_lab.attention import make_pattern
-
-    pattern = make_pattern("seattn", cfg.k, **(cfg.seattn or SEAttnConfig()).options())
-    return AttentionBlock(cfg, None, PatternAttention(cfg.d_model, cfg.n_heads, pattern))
-
-
-def _blocks(cfg: ModelConfig) -> list[nn.Module]:
-    if cfg.arch in ("mamba", "mamba2"):
-        return [SSMBlock(cfg, layer=i) for i in range(cfg.n_layers)]
-    if cfg.arch == "mamba2-attn":  # seed 001's Mamba-2-Hybrid shape, scaled down
-        out = []
-        for i in range(cfg.n_layers):
-            out.append(SSMBlock(cfg, with_branch=False))
-            if i in cfg.attention_layers.after:
-                out.append(_attention_layer(cfg))
-        return out
-    if cfg.arch == "transformer":  # pattern "sw": the sliding-window Transformer (window k)
-        window = cfg.k if cfg.pattern == "sw" else None
-        return [AttentionBlock(cfg, window) for _ in range(cfg.n_layers)]
-    if cfg.arch == "attamba":
-        from recall_lab.models.attamba import attamba_blocks
-
-        return attamba_blocks(cfg)
-    # Samba (seed 004 App. D.1: 2 Mamba + 2 SWA layers, window k): units of
-    # Mamba, MLP, SWA+MLP, as in the Samba paper's layer layout.
-    out: list[nn.Module] = []
-    for _ in range(cfg.n_layers):
-        out += [SSMBlock(cfg, with_branch=False), MLPBlock(cfg), AttentionBlock(cfg, cfg.k)]
-    return out
+from recall_lab.config import ModelConfig
+from recall_lab.models.archs import ARCH_TABLE
+from recall_lab.models.blocks import LMOutput
+from recall_lab.models.decimation import decimated_forward
 
 
 class RecallLM(nn.Module):
@@ -184,7 +45,7 @@ class RecallLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(_blocks(cfg))
+        self.blocks = nn.ModuleList(ARCH_TABLE[cfg.arch].blocks(cfg))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
         # DeciMamba; may be replaced on a built model for zero-shot evaluation (`--decimate`)
         self.decimation = cfg.decimation
@@ -214,8 +75,6 @@ class RecallLM(nn.Module):
 
     def forward(self, ids: torch.Tensor, return_params: bool = False) -> LMOutput:
         if self.decimation is not None:
-            from recall_lab.models.decimation import decimated_forward
-
             return decimated_forward(self, ids, return_params)
         x = self.embed(ids)
         aux: list[torch.Tensor] = []

@@ -14,12 +14,20 @@ keys/values and the chunk pattern; options in `ModelConfig.attamba`), `mamba+att
 own hybrid: the Mamba branch reads chunk-reset S6 keys with the attamba pattern; `kv="proj"` is
 its projected-key control) and `transformer+sw` (a sliding-window Transformer, window k: the
 iso-KV-cache baseline of paper 003 Fig. 7).
+
+Attention swaps (`with_attention`, for fine-tuning and evaluation), for a branch model
+(`mamba2+full`, ...) and for the layer hybrid (`mamba2-attn`): `full`, `sw`, `se` (SE-Attn,
+causal prefix scoring), `se-paper` (the paper's chunk-level scoring, not causal), `se-nomem`,
+`se-random`; `keep` leaves it. Every pattern is parameter-free, so a model's weights fit the
+swapped model unchanged.
 """
 
 from __future__ import annotations
 
 from generators.errors import RecallLabError
-from recall_lab.config import ModelConfig
+from recall_lab.attention import PATTERNS
+from recall_lab.config import ModelConfig, SEAttnConfig
+from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
 from recall_lab.models.lm import RecallLM
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
@@ -51,13 +59,31 @@ ATTAMBA_MODELS: tuple[str, ...] = ("attamba", "mamba+attamba", "transformer+sw")
 # DeciMamba rows (seed 002). Not strictly causal before the first SEP (the kept context depends
 # on the whole context), so they are checked by their own causality test from SEP on.
 DECI_MODELS: tuple[str, ...] = ("mamba+deci", "mamba2+deci")
+# Rows added by `register_model` (a test's or an experiment's own models), in order.
+_REGISTERED: list[str] = []
+
+
+def register_model(name: str, fields: dict) -> None:
+    """Add a named model: one row of `ModelConfig` fields (`arch` and what differs from the
+    defaults). The generic tests run over `registered_models()` too."""
+    if name in MODEL_ROWS or name in PAPER_MODELS:
+        raise RecallLabError(f"model {name!r} is already registered")
+    if fields.get("arch") not in ARCH_TABLE:
+        raise RecallLabError(f"model {name!r}: arch must be one of {', '.join(ARCH_TABLE)}")
+    MODEL_ROWS[name] = dict(fields)
+    _REGISTERED.append(name)
+
+
+def registered_models() -> tuple[str, ...]:
+    return tuple(_REGISTERED)
+
+
+def listed_models() -> tuple[str, ...]:
+    """Every named model `recall-lab models` lists, in its order."""
+    return PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + DECI_MODELS + registered_models()
 
 
 def _known_patterns() -> tuple[str, ...]:
-    try:
-        from recall_lab.attention import PATTERNS
-    except ImportError:  # attention package not importable: accept the paper's names
-        return PAPER_PATTERNS
     return tuple(PATTERNS)
 
 
@@ -74,7 +100,7 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
         if arch.endswith("-2x") and not rest:
             arch = arch[:-3]
             base["d_model"] = 128
-        if arch not in ("mamba", "mamba2"):
+        if arch not in BRANCH_ARCHS:
             raise RecallLabError(_unknown(name))
         base["arch"] = arch
         if rest == "deci" or rest.startswith("deci+"):
@@ -125,3 +151,47 @@ def _unknown(name: str) -> str:
         f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "
         "or mamba+deci / mamba2+deci)"
     )
+
+
+ATTENTIONS = ("keep", "full", "sw", "se", "se-paper", "se-nomem", "se-random")
+_BRANCH = {"full": "full", "sw": "sw", "se": "seattn", "se-paper": "seattn",
+           "se-nomem": "seattn-nomem", "se-random": "seattn-random"}
+
+
+def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
+    """`m` with its attention replaced (see the module docstring); the name follows."""
+    if attention not in ATTENTIONS:
+        raise RecallLabError(f"unknown attention {attention!r}; choose from "
+                             f"{', '.join(ATTENTIONS)}")
+    if attention == "keep":
+        return m
+    se = m.seattn or SEAttnConfig()
+    se = se.model_copy(update={"scoring": "chunk" if attention == "se-paper" else "prefix"})
+    if m.arch == "mamba2-attn":
+        retrieval = {"se-nomem": "none", "se-random": "random"}.get(attention)
+        kind = "se" if attention.startswith("se") else attention
+        layers = m.attention_layers.model_copy(update={"attention": kind})
+        name = "mamba2-attn" + ("" if kind == "full" else f"-{kind}")
+        update = {"attn_layers": layers, "name": name}
+        if kind == "se":
+            update["seattn"] = se.model_copy(update={"retrieval": retrieval})
+        return ModelConfig.model_validate({**m.model_dump(), **update})
+    if m.arch not in BRANCH_ARCHS or m.pattern is None:
+        raise RecallLabError(f"{m.name} has no attention to swap (a hybrid branch model such as "
+                             "mamba2+full, or mamba2-attn)")
+    pattern = _BRANCH[attention]
+    update = {"pattern": pattern, "name": f"{m.arch}+{pattern}",
+              "seattn": se if pattern.startswith("seattn") else m.seattn}
+    return ModelConfig.model_validate({**m.model_dump(), **update})
+
+
+def listing_row(name: str, vocab_size: int) -> dict:
+    """One row of `recall-lab models`: name, backbone, branch, d_model, k (the attention budget,
+    Attamba's chunk size P or DeciMamba's L_base) and the parameter count."""
+    m = build_model(name, vocab_size)
+    c = m.config
+    k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
+    if c.decimation is not None:
+        k = f"L_base={c.decimation.L_base}"
+    return {"name": name, "backbone": c.arch, "branch": c.pattern or ARCH_TABLE[c.arch].branch,
+            "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}"}

@@ -73,7 +73,7 @@ class MixerState:
     ssm: Tensor  # Mamba [b, d_inner, n]; Mamba2 [b, h, p, n]
 
 
-def _dt_bias_init(size: int, dt_min: float, dt_max: float, dt_floor: float) -> Tensor:
+def dt_bias_init(size: int, dt_min: float, dt_max: float, dt_floor: float) -> Tensor:
     """Bias whose softplus is log-uniform in [dt_min, dt_max] (Mamba's dt initialisation)."""
     dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
     dt = dt.clamp(min=dt_floor)
@@ -181,7 +181,7 @@ class MambaMixer(nn.Module):
         std = self.dt_rank**-0.5 * dt_scale
         with torch.no_grad():
             nn.init.uniform_(self.dt_proj.weight, -std, std)
-            self.dt_proj.bias.copy_(_dt_bias_init(di, dt_min, dt_max, dt_init_floor))
+            self.dt_proj.bias.copy_(dt_bias_init(di, dt_min, dt_max, dt_init_floor))
         A = torch.arange(1, d_state + 1, dtype=torch.float32).repeat(di, 1)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(di))
@@ -321,7 +321,7 @@ class Mamba2Mixer(nn.Module):
         self.in_proj = nn.Linear(d_model, 2 * di + 2 * gn + self.nheads, bias=bias)
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, d_conv, groups=self.conv_dim,
                                 bias=conv_bias)
-        self.dt_bias = nn.Parameter(_dt_bias_init(self.nheads, dt_min, dt_max, dt_init_floor))
+        self.dt_bias = nn.Parameter(dt_bias_init(self.nheads, dt_min, dt_max, dt_init_floor))
         A = torch.empty(self.nheads).uniform_(*A_init_range)
         self.A_log = nn.Parameter(torch.log(A))
         self.D = nn.Parameter(torch.ones(self.nheads))

@@ -7,16 +7,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.attention import PATTERNS, make_pattern, sparse_attention
+from recall_lab.attention import PATTERN_TABLE, PATTERNS, make_pattern, sparse_attention
 
 
 def build(name: str, n: int, d: int):
-    opts = {"dim": d} if name in ("ks", "hax") else {}
-    if name in ("lsh", "hax"):
-        opts["h"] = 3
-    if name.startswith("seattn"):
-        opts.update(chunk=max(1, n // 2), block=2, topk=2)
-    return make_pattern(name, n, **opts)
+    return make_pattern(name, n, **PATTERN_TABLE[name].test_options(n, d))
 
 
 @pytest.mark.parametrize("name", PATTERNS)

@@ -5,6 +5,10 @@ machine intra-op threads cost far more than they give (measured: a tiny train+ev
 import pytest
 import torch
 
+from tests.registry_extras import register
+
+register()  # the test-only pattern and model: the generic model tests run over them too
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

@@ -13,8 +13,9 @@ from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, SEAttnConfig
-from recall_lab.finetune import finetune_config, with_attention
+from recall_lab.finetune import finetune_config
 from recall_lab.models import model_config
+from recall_lab.models.registry import with_attention
 
 runner = CliRunner()
 TASK = '[task]\nlevels = [[3, 3]]\nvalues = 4\nfiller_ids = 4\n'
@@ -125,7 +126,7 @@ def test_length_tests_at_multiples_of_the_base_length(base_run):
 
 
 def test_base_run_glob_must_match_one_folder(base_run):
-    from recall_lab.finetune import resolve_base_run
+    from recall_lab.runs import resolve_base_run
 
     assert resolve_base_run(str(base_run.parent / "bas?")) == base_run
     with pytest.raises(RecallLabError, match="matches 0 folders"):

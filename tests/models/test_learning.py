@@ -13,7 +13,7 @@ import pytest
 
 from generators import TaskSpec
 from recall_lab.config import RunConfig, TrainConfig
-from recall_lab.models import model_config
+from recall_lab.models import model_config, registered_models
 from recall_lab.train import train_run
 
 # 2-4 key-value pairs, 8 values, 8 keys: at most 18 tokens (within every model's capacity)
@@ -48,6 +48,8 @@ GATES = [
     ("mamba+hax", 600, 0.9, {"k": 8}),
     ("mamba2+hax", 400, 0.95, {"k": 8}),
     ("samba", 600, 0.9, {"k": 8}),
+    # a registered model meets the gate of the SSMs (mamba's) with k = 8
+    *((name, 600, 0.9, {"k": 8}) for name in registered_models()),
 ]
 
 

@@ -11,10 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recall_lab.attention.patterns import LSHPattern
-from recall_lab.models import ATTAMBA_MODELS, PAPER_MODELS, SEATTN_MODELS, build_model
+from recall_lab.models import (
+    ATTAMBA_MODELS,
+    PAPER_MODELS,
+    SEATTN_MODELS,
+    build_model,
+    registered_models,
+)
 
 VOCAB, LENGTH = 23, 40
-NAMES = PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS
+NAMES = PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + registered_models()
 
 
 @cache

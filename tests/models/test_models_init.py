@@ -62,7 +62,7 @@ def test_round_one_run_still_loads(tmp_path):
 
     from generators import TaskSpec
     from recall_lab import checkpoint as ck
-    from recall_lab.analysis.collect import load_run
+    from recall_lab.analysis.runs import load_run
     from recall_lab.config import RunConfig, TrainConfig
     from recall_lab.models import model_config
 

@@ -1,0 +1,92 @@
+"""The architecture table: one row per `ModelConfig.arch`, read by the LM (its blocks), the
+model registry (which names an architecture takes), the training-memory estimate
+(`train.estimate_train_bytes`) and `recall-lab models` (its listing).
+
+Adding an architecture: its blocks (a file, or rows of the existing blocks) and one `ArchRow`
+here; `config.Arch` lists the names a config accepts (a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from recall_lab.config import ModelConfig
+from recall_lab.models.attamba import attamba_blocks
+from recall_lab.models.blocks import AttentionBlock, MLPBlock, SSMBlock, attention_layer
+
+
+def _ssm_activations(d_state: int, units: int = 1, keys: bool = False
+                     ) -> Callable[[ModelConfig, int], int]:
+    """Activation floats per token of `units` SSM layers per layer index: the mixer's (~32 per
+    channel), one scan state (d_inner x d_state), and, with a sparse branch (or `keys`: Samba's
+    window), its index list and q/k (k + 4 d_state). `d_state` stands in for a config's None."""
+
+    def count(m: ModelConfig, max_len: int) -> int:
+        d_inner = m.expand * m.d_model
+        ds = m.d_state or d_state
+        per_layer = 32 * d_inner + d_inner * ds
+        if m.pattern is not None or keys:
+            per_layer += min(m.k, max_len) + 4 * ds
+        return m.n_layers * units * per_layer
+
+    return count
+
+
+def _attention_activations(m: ModelConfig, max_len: int) -> int:
+    return m.n_layers * 48 * m.d_model  # SDPA does not keep L x L scores
+
+
+def _ssm_blocks(cfg: ModelConfig) -> list[nn.Module]:
+    return [SSMBlock(cfg, layer=i) for i in range(cfg.n_layers)]
+
+
+def _mamba2_attn_blocks(cfg: ModelConfig) -> list[nn.Module]:
+    """Seed 001's Mamba-2-Hybrid shape, scaled down: attention after the listed Mamba2 layers."""
+    out: list[nn.Module] = []
+    for i in range(cfg.n_layers):
+        out.append(SSMBlock(cfg, with_branch=False))
+        if i in cfg.attention_layers.after:
+            out.append(attention_layer(cfg))
+    return out
+
+
+def _transformer_blocks(cfg: ModelConfig) -> list[nn.Module]:
+    window = cfg.k if cfg.pattern == "sw" else None  # "sw": the sliding-window Transformer
+    return [AttentionBlock(cfg, window) for _ in range(cfg.n_layers)]
+
+
+def _samba_blocks(cfg: ModelConfig) -> list[nn.Module]:
+    """Seed 004 App. D.1 (2 Mamba + 2 SWA layers, window k): units of Mamba, MLP, SWA+MLP, as
+    in the Samba paper's layer layout."""
+    out: list[nn.Module] = []
+    for _ in range(cfg.n_layers):
+        out += [SSMBlock(cfg, with_branch=False), MLPBlock(cfg), AttentionBlock(cfg, cfg.k)]
+    return out
+
+
+@dataclass(frozen=True)
+class ArchRow:
+    """`blocks(cfg)`: the model's residual blocks; `activations(cfg, max_len)`: activation floats
+    per token over all layers (the memory estimate); `takes_names`: model names ARCH, ARCH-2x,
+    ARCH+PATTERN and ARCH+deci build it (a branch hybrid); `branch`: what `recall-lab models`
+    shows in its branch column when the config has no pattern."""
+
+    blocks: Callable[[ModelConfig], list[nn.Module]]
+    activations: Callable[[ModelConfig, int], int]
+    takes_names: bool = False
+    branch: str = "-"
+
+
+ARCH_TABLE: dict[str, ArchRow] = {
+    "mamba": ArchRow(_ssm_blocks, _ssm_activations(16), takes_names=True),
+    "mamba2": ArchRow(_ssm_blocks, _ssm_activations(64), takes_names=True),
+    "samba": ArchRow(_samba_blocks, _ssm_activations(16, units=3, keys=True), branch="swa"),
+    "transformer": ArchRow(_transformer_blocks, _attention_activations),
+    # the estimate's state size for these stays 16 (what it assumed before the table)
+    "mamba2-attn": ArchRow(_mamba2_attn_blocks, _ssm_activations(16)),
+    "attamba": ArchRow(attamba_blocks, _ssm_activations(16)),
+}
+BRANCH_ARCHS = tuple(a for a, row in ARCH_TABLE.items() if row.takes_names)

@@ -1,0 +1,296 @@
+"""The run layer: what a run is, between the models below and training / evaluation above.
+
+It owns building a run's `RunConfig` (from TOML tables and command-line flags, or from a run's
+config.json), run-folder names, the one overwrite guard ("exists; pass --force"), creating a
+run folder for a new run and finding the step a run resumes from, and loading a run's config and
+model with one rule for its weights ("best" = best.safetensors, "last" = model.safetensors).
+
+`checkpoint.py` below it only reads and writes files; `config.py` only defines the data models;
+the model registry turns names into `ModelConfig`s.
+"""
+
+from __future__ import annotations
+
+import glob
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from torch import nn
+
+from generators import PRESETS
+from generators.dataset import manifest_spec, read_manifest
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.config import (
+    RUN_TABLES,
+    RunConfig,
+    TrainConfig,
+    read_toml,
+    resolve_task,
+    run_tables,
+    task_from_table,
+)
+from recall_lab.models import build_model
+from recall_lab.models.adapters import apply_finetune, merge_adapters
+from recall_lab.models.decimation import parse_decimate
+from recall_lab.models.registry import check_model_name, model_config
+
+# The one rule for a run's weights.
+WEIGHTS = {"best": ck.BEST, "last": ck.MODEL}
+
+
+# ---- run configs --------------------------------------------------------------------------------
+
+def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
+    """RunConfig from the `[model]`, `[train]`, `[task]` tables of a run config (a TOML file's
+    content, with command-line flags already merged in). `train.data` (a dataset folder) fixes
+    the task: a `[task]` table beside it must describe the same task. `where` names the source
+    in error messages."""
+    unknown = set(data) - set(RUN_TABLES)
+    if unknown:
+        raise RecallLabError(f"{where}: unknown table [{sorted(unknown)[0]}]; "
+                             "expected [model], [train], [task]")
+    run_tables(data, where)  # each one a table, before any field is read
+    model_tab = dict(data.get("model") or {})
+    name = model_tab.pop("name", None)
+    if name is None:
+        raise RecallLabError(f"{where}: no model given: set model.name or pass --model NAME "
+                             "(see `recall-lab models`)")
+    train_tab = dict(data.get("train") or {})
+    if train_tab.get("data") is not None:
+        manifest = read_manifest(Path(train_tab["data"]))
+        spec, task_name = manifest_spec(manifest), manifest.get("preset")
+        if data.get("task") and task_from_table(data["task"])[0] != spec:
+            raise RecallLabError(f"{where}: its [task] is not the task of dataset "
+                                 f"{train_tab['data']}")
+    elif data.get("task"):
+        spec, task_name = task_from_table(data["task"])
+    else:
+        raise RecallLabError(f"{where}: no task given: a [task] table, --task PRESET_OR_TOML "
+                             "or --data DATASET_DIR")
+    mcfg = model_config(name, spec.vocab().size, **model_tab)
+    return RunConfig(model=mcfg, train=TrainConfig.model_validate(train_tab), task=spec,
+                     task_name=task_name)
+
+
+def run_config_from_flags(model: str | None, task: str | None, config: Path | None,
+                          k: int | None, d_model: int | None, train_over: dict,
+                          decimate: str | None = None) -> RunConfig:
+    """RunConfig from an optional TOML file, then command-line flags (flags win; None = not
+    given)."""
+    data = read_toml(config) if config is not None else {}
+    run_tables(data, str(config))  # [model], [train], [task] are tables, before any is read
+    tables = {**data, **{t: dict(data.get(t) or {}) for t in ("model", "train", "task")}}
+    if model is not None:
+        tables["model"]["name"] = model
+    tables["model"].update({a: b for a, b in (("k", k), ("d_model", d_model)) if b is not None})
+    tables["train"].update({a: b for a, b in train_over.items() if b is not None})
+    if task is not None:
+        if tables["train"].get("data") is not None:
+            raise RecallLabError("give --task or --data, not both: the dataset fixes the task")
+        tables["task"] = ({"preset": task} if task in PRESETS
+                          else resolve_task(task)[0].model_dump(mode="json"))
+    if decimate is not None:
+        given = parse_decimate(decimate).model_dump(exclude_unset=True)
+        tables["model"]["decimation"] = {**dict(tables["model"].get("decimation") or {}), **given}
+    return run_config_from_tables(tables, str(config) if config is not None else "flags")
+
+
+def run_config_from_json(data: Any, path: Path) -> RunConfig:
+    """A run's config.json -> RunConfig: shape checked, and the model's name checked against the
+    rest of its config (a hand-edited name would label one model's weights as another's)."""
+    tables = run_tables(data, f"corrupt run config {path}")
+    missing = [k for k in RUN_TABLES if k not in tables]
+    if missing:
+        raise RecallLabError(f"corrupt run config: {path} lacks '{missing[0]}'")
+    if "tie_embeddings" not in tables["model"]:
+        # written before round two's initialisation: its weights are a tied-output model
+        tables["model"] = {**tables["model"], "tie_embeddings": True, "embed_std": 0.02,
+                           "rescale_residual": False}
+    try:
+        cfg = RunConfig.model_validate({**tables, "task_name": data.get("task_name")})
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        raise RecallLabError(f"corrupt run config {path}: {loc}: {e['msg']}") from None
+    check_model_name(cfg.model, str(path))
+    return cfg
+
+
+def load_run_config(run: Path) -> RunConfig:
+    run = Path(run)
+    if not run.is_dir():
+        raise RecallLabError(f"run directory {run} does not exist")
+    return run_config_from_json(ck.read_json(run / ck.CONFIG, "run config"), run / ck.CONFIG)
+
+
+# ---- run folders --------------------------------------------------------------------------------
+
+def run_dir_name(cfg: RunConfig) -> Path:
+    """Where `recall-lab train` puts a run without --out."""
+    return Path("runs") / f"{cfg.model.name}-{cfg.task_name or 'task'}-s{cfg.train.seed}"
+
+
+def finetune_dir_name(run: Path, attention: str, adapter: str) -> Path:
+    """Where `recall-lab finetune RUN` puts its run without --out: beside RUN."""
+    return run.with_name(f"{run.name}-ft-{attention}-{adapter}")
+
+
+def demo_dir_name() -> Path:
+    """Where `recall-lab demo` writes without --out: a fresh folder each time."""
+    return Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+
+
+def refuse_overwrite(path: Path, force: bool, *, folder: bool = False,
+                     resume: bool = False) -> None:
+    """The one overwrite guard: fail early (before any progress is shown) when `path` exists
+    (a `folder`: exists and is not empty) and no --force was given. `resume` adds that --resume
+    continues instead."""
+    path = Path(path)
+    if force or not path.exists() or (folder and not any(path.iterdir())):
+        return
+    hint = " or --resume to continue" if resume else ""
+    raise RecallLabError(f"{path} {'already exists' if folder else 'exists'}; pass --force to "
+                         f"overwrite it{hint}")
+
+
+def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> None:
+    """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
+    without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes
+    stay) and only in a folder that holds a run. Call it after every input has been checked."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RecallLabError(f"{out} exists and is not a folder")
+
+    def replaceable() -> bool:
+        if not out.is_dir() or not any(e.name != ck.LOCK for e in out.iterdir()):
+            return False
+        refuse_overwrite(out, force, folder=True, resume=True)
+        if not (out / ck.CONFIG).is_file():
+            raise RecallLabError(
+                f"{out} is not empty and is not a recall-lab run; refusing to delete it"
+            )
+        return True
+
+    replaceable()  # refuse before creating anything (no lock file in a user's folder)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecallLabError(f"cannot create {out}: {exc.strerror or exc}") from None
+    if lock is not None:
+        lock.acquire()
+    if replaceable():  # checked again under the lock: another process may have written meanwhile
+        ck.clear_run(out)
+
+
+def drop_stub(out: Path) -> None:
+    """Remove what a new run wrote before its first checkpoint, so no stub run is left."""
+    ck.clear_run(out)
+    if [e.name for e in out.iterdir()] == [ck.LOCK]:
+        (out / ck.LOCK).unlink()
+        out.rmdir()
+
+
+def resume_step(out: Path) -> int:
+    """The step a run in `out` resumes from (its last checkpoint)."""
+    _, meta = ck.load_tensors(out / ck.RESUME, "resume checkpoint")
+    return int((meta or {}).get("step", 0))
+
+
+def resume_config(out: Path | None, model: str | None, steps: int | None
+                  ) -> tuple[RunConfig, Path, int]:
+    """(config, folder, start step) of `train --resume --out OUT`: the run's own config; a
+    --model other than the run's is refused, --steps may change the step count."""
+    if out is None:
+        raise RecallLabError("--resume needs --out RUN_DIR")
+    cfg = load_run_config(out)
+    if model is not None and model != cfg.model.name:
+        raise RecallLabError(f"{out} is a run of {cfg.model.name!r}, not {model!r}")
+    if steps is not None:
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
+    return cfg, out, resume_step(out)
+
+
+def eval_target(run: Path, task: str | None, n: int, batch_size: int, length_factor: int,
+                decimate: str | None, attention: str | None) -> tuple[RunConfig, Any, str, Any]:
+    """What `recall-lab eval RUN` evaluates: (the run's config, the task spec, its label for
+    the result file's name, the DeciMamba setting or None). The task is the run's own unless
+    given; `length_factor` lengthens it with filler."""
+    if n < 1:
+        raise RecallLabError(f"--n must be >= 1, got {n}")
+    if batch_size < 1:
+        raise RecallLabError(f"--batch-size must be >= 1, got {batch_size}")
+    cfg = load_run_config(run)
+    spec, name = resolve_task(task) if task is not None else (cfg.task, cfg.task_name)
+    label = name or (Path(task).stem if task else "task")
+    if length_factor != 1:
+        spec, label = spec.at_length(length_factor), f"{label}-x{length_factor}"
+    deci = None
+    if decimate is not None:
+        deci = "off" if decimate == "off" else parse_decimate(decimate)
+        label += "-deci-" + decimate.replace(",", "-")
+    if attention is not None:
+        label += f"-attn-{attention}"
+    return cfg, spec, label, deci
+
+
+# ---- a run's model ------------------------------------------------------------------------------
+
+def weights_path(run: Path, which: str, option: str = "--checkpoint") -> Path:
+    """The weights file of `which` ("best" or "last") in `run`; `option` names the flag in the
+    error."""
+    if which not in WEIGHTS:
+        raise RecallLabError(f"{option} must be 'best' or 'last', got {which!r}")
+    return Path(run) / WEIGHTS[which]
+
+
+def resolve_base_run(base_run: str) -> Path:
+    """The base run's folder. A glob (`runs/seattn-pretrain/s0-*`: a sweep's run, whose name
+    ends in a config hash) must match exactly one folder."""
+    if not any(c in base_run for c in "*?["):
+        return Path(base_run)
+    found = sorted(Path(p) for p in glob.glob(base_run) if Path(p).is_dir())
+    if len(found) != 1:
+        raise RecallLabError(f"base run {base_run!r} matches {len(found)} folders, not one"
+                             + (f": {', '.join(map(str, found[:3]))}" if found else
+                                " (run the base experiment first)"))
+    return found[0]
+
+
+def base_task(cfg: RunConfig):
+    """The task a run's lengths are measured against: its base run's for a fine-tune run."""
+    if cfg.train.finetune is None:
+        return cfg.task
+    return load_run_config(resolve_base_run(cfg.train.finetune.base_run)).task
+
+
+def build_run_model(cfg: RunConfig, load_base: bool = True) -> nn.Module:
+    """The model of a run, the one place any run's model is built. For a fine-tune run: the base
+    run's weights (if `load_base`: at the start of training; a checkpoint of the fine-tune run
+    itself holds them too) and the adapter applied (its factors and the trainable set), so its
+    own checkpoints (LoRA factors beside the frozen base weights) load back into it."""
+    model = build_model(cfg.model)
+    ft = cfg.train.finetune
+    if ft is None:
+        return model
+    if load_base:
+        base = resolve_base_run(ft.base_run)
+        ck.load_weights(weights_path(base, ft.checkpoint), model)
+    apply_finetune(model, ft.adapter, ft.rank, ft.alpha)
+    return model
+
+
+def load_run_model(run: Path, which: str, cfg: RunConfig | None = None, *,
+                   option: str = "--checkpoint", merge: bool = False) -> nn.Module:
+    """A run's model with its `which` weights ("best" or "last"); `cfg` defaults to the run's
+    config (pass one to load the weights into a variant, e.g. another attention). `merge` folds
+    adapters into the weights and puts the model in eval mode (analysis)."""
+    run = Path(run)
+    cfg = cfg if cfg is not None else load_run_config(run)
+    model = build_run_model(cfg, load_base=False)  # a fine-tune run: base + adapters
+    ck.load_weights(weights_path(run, which, option), model)
+    if merge:
+        merge_adapters(model).eval()
+    return model
