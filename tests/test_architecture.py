@@ -67,7 +67,6 @@ DEFERRED: dict[tuple[str, str], str] = {
     ("recall_lab.experiments.engine", "*"):
         "a pool worker sets its thread count and GPU before torch is imported",
     # left, in files other people are editing now (remove the entry when fixed there)
-    ("recall_lab.experiments.grid", "*"): "the lead's file, being rewritten now",
     ("recall_lab.bench.*", "*"): "bench/* is being rewritten now (rows + max error)",
     ("recall_lab.bench", "recall_lab.bench.cuda"):
         "the GPU benches (and their peers) load only with --device cuda",

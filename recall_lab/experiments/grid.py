@@ -46,7 +46,7 @@ config (`RunConfig.to_json`, sorted keys): its folder is `runs/<experiment>/<nam
 changing any value gives a new run and an unchanged one is found again. (A new field in a config
 class, or a changed default, also changes every hash: runs made before such a code change are not
 found again by the sweep; they stay on disk and `sweep` counts them as outside the grid.) Model
-names are checked against the registry (which imports torch); this module imports no torch.
+names are checked against the model registry (through the run layer, which imports torch).
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from generators import TaskSpec
 from generators.errors import RecallLabError
-from recall_lab.config import RUN_TABLES, RunConfig, read_toml
+from recall_lab.config import RUN_TABLES, ModelConfig, RunConfig, TrainConfig, read_toml
 from recall_lab.runs import run_config_from_tables
 
 TOP_LEVEL = {"name", "base", "description", *RUN_TABLES, "grid", "link", "exclude", "report",
@@ -113,9 +114,6 @@ def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def _fields() -> dict[str, set[str]]:
-    from generators import TaskSpec
-    from recall_lab.config import ModelConfig, TrainConfig
-
     return {"model": set(ModelConfig.model_fields), "train": set(TrainConfig.model_fields),
             "task": set(TaskSpec.model_fields) | {"preset"}}
 
