@@ -47,6 +47,16 @@ from recall_lab.tracking import Trackers
 Progress = Callable[[dict], None]
 
 
+def objective(output, y: torch.Tensor, alpha: float):
+    """One batch's training loss: the mean cross-entropy over the value targets plus alpha times
+    the model's auxiliary loss (the KS ranking loss, seed 004 Eq. 18). Returns (loss, ce, aux,
+    the batch metrics); the training loop, `bench train` and the GPU parity test share it."""
+    m = batch_metrics(output.logits, y)
+    ce = m["ce_sum"] / m["n_targets"].clamp(min=1)
+    aux = output.aux_loss if output.aux_loss is not None else torch.zeros((), device=y.device)
+    return ce + alpha * aux, ce, aux, m
+
+
 def lr_at(step: int, cfg) -> float:
     """Learning rate of optimizer step `step` (0-based): linear warm-up, then constant/cosine."""
     if cfg.warmup and step < cfg.warmup:
@@ -226,10 +236,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         try:
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
                 output = model(x)
-            m = batch_metrics(output.logits, y)
-            ce = m["ce_sum"] / m["n_targets"].clamp(min=1)
-            aux = output.aux_loss if output.aux_loss is not None else torch.zeros((), device=device)
-            loss = ce + t.alpha * aux
+            loss, ce, aux, m = objective(output, y, t.alpha)
             opt.zero_grad(set_to_none=True)
             loss.backward()
         except torch.OutOfMemoryError:

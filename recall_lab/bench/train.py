@@ -39,8 +39,8 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
     from generators import get_preset
     from recall_lab.config import TrainConfig
     from recall_lab.data import batch_at
-    from recall_lab.evaluate import batch_metrics
     from recall_lab.models import build_model
+    from recall_lab.train import objective
 
     torch.set_num_threads(1)
     defaults = TrainConfig()  # the training step's alpha and clipping, as `recall-lab train`
@@ -57,10 +57,7 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
             x, y = batches[i % len(batches)]
             t0, c0 = time.perf_counter(), time.process_time()
             out = model(x)
-            m = batch_metrics(out.logits, y)
-            loss = m["ce_sum"] / m["n_targets"].clamp(min=1)
-            if out.aux_loss is not None:
-                loss = loss + defaults.alpha * out.aux_loss
+            loss = objective(out, y, defaults.alpha)[0]
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), defaults.grad_clip)

@@ -101,6 +101,15 @@ def _line_name(rep: dict, g, axis: str | None) -> str:
     return name
 
 
+def _finish_rate(fig, ax, title: str, path: Path) -> Path:
+    """The common end of the solve-rate figures: a [0, 1] axis, grid, legend, title, file."""
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    return save_figure(fig, path)
+
+
 def plot_solved_axis(rep: dict, axis: str, path: Path) -> Path:
     """Seeds solved against one numeric grouping field, with the Wilson 95% interval shaded."""
     lines: dict[str, list] = {}
@@ -119,11 +128,7 @@ def plot_solved_axis(rep: dict, axis: str, path: Path) -> Path:
     if axis in ("task.levels", "model.d_state"):
         ax.set_xscale("log", base=2)
     ax.set_ylabel(f"seeds solved ({rep['metric']} >= {rep['solve_at']:g})")
-    ax.set_ylim(-0.03, 1.03)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(f"solve rate vs {axis} (band: Wilson 95%)")
-    return save_figure(fig, path)
+    return _finish_rate(fig, ax, f"solve rate vs {axis} (band: Wilson 95%)", path)
 
 
 def plot_survival(rep: dict, path: Path) -> Path:
@@ -142,11 +147,8 @@ def plot_survival(rep: dict, path: Path) -> Path:
                 label=f"{g.label} ({g.solved.k}/{g.solved.n})")
     ax.set_xlabel("training samples (steps x batch)")
     ax.set_ylabel("fraction of seeds solved")
-    ax.set_ylim(-0.03, 1.03)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(f"survival: seeds solved ({rep['metric']} >= {rep['solve_at']:g}) by samples")
-    return save_figure(fig, path)
+    return _finish_rate(fig, ax, f"survival: seeds solved ({rep['metric']} >= "
+                        f"{rep['solve_at']:g}) by samples", path)
 
 
 def plot_window(rep: dict, path: Path) -> Path:
@@ -165,11 +167,7 @@ def plot_window(rep: dict, path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("seeds solved")
-    ax.set_ylim(-0.03, 1.03)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title("learning-rate window (Wilson 95% bars)")
-    return save_figure(fig, path)
+    return _finish_rate(fig, ax, "learning-rate window (Wilson 95% bars)", path)
 
 
 def state_numbers(values: dict, config: dict) -> float | None:

@@ -47,7 +47,7 @@ from recall_lab.config import run_tables
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.engine import INDEX
-from recall_lab.experiments.grid import format_value, flatten, numeric
+from recall_lab.experiments.grid import flatten, format_value, numeric
 from recall_lab.experiments.plots import report_figures
 
 SKIP_FIELDS = ("train.lr", "train.seed")

@@ -15,7 +15,6 @@ from recall_lab.experiments import claims, stats
 from recall_lab.experiments.engine import read_index, run_sweep
 from recall_lab.experiments.grid import expand
 from recall_lab.experiments.report import build_report, runs_frame, write_report
-
 from tests.cli_checks import snapshot
 
 Z = 1.959963984540054  # the 97.5% normal quantile

@@ -26,8 +26,8 @@ from generators import get_preset
 from recall_lab.attention.patterns import Pattern
 from recall_lab.config import TrainConfig
 from recall_lab.data import batch_at
-from recall_lab.evaluate import batch_metrics
 from recall_lab.models import build_model
+from recall_lab.train import objective
 
 pytestmark = pytest.mark.cuda
 
@@ -46,10 +46,7 @@ def _losses(model, device: str, spec) -> list[float]:
     for step in range(N_STEPS):
         x, y = batch_at(spec, BATCH, 0, step, device)
         out = model(x)
-        m = batch_metrics(out.logits, y)
-        loss = m["ce_sum"] / m["n_targets"].clamp(min=1)
-        if out.aux_loss is not None:
-            loss = loss + defaults.alpha * out.aux_loss
+        loss = objective(out, y, defaults.alpha)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), defaults.grad_clip)
