@@ -60,8 +60,8 @@ def gap_sentence(groups: list[dict]) -> str:
             f"{base_hi:.2f} (at {lo} pairs: {base_lo:.2f})")
     if base_lo - base_hi > 0.1 and at_hi[best] - base_hi > 0.1:
         return (f"{head}: the fixed-state SSM falls behind as the table grows, within this step "
-                "budget and one seed (docs/results/capacity/ has 3 seeds, an lr grid and the "
-                "state-size axis).")
+                "budget and one seed: one seed cannot say how often (docs/results/capacity/ "
+                "counts seeds solved out of 10 per cell, with intervals).")
     return f"{head}: no capacity gap shows at this budget."
 
 
