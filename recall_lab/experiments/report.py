@@ -352,9 +352,14 @@ def _check_solved(pool: list[Group], e: dict, op: str,
 
 def _frontier_of(pool: list[Group], selector: dict, what: str) -> tuple[float, list[Group]]:
     sel = flatten(selector)
-    found = [g for g in pool if g.mean is not None
-             and all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
-             and numeric("task.levels", g.values.get("task.levels")) is not None]
+    matching = [g for g in pool
+                if all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
+                and numeric("task.levels", g.values.get("task.levels")) is not None]
+    # a frontier over a cut-short sweep would be capped at the largest finished table: refuse
+    unfinished = [g.label for g in matching if g.mean is None or g.counts["missing"]]
+    if unfinished:
+        raise RecallLabError(f"{what} {sel}: unfinished runs at {', '.join(unfinished)}")
+    found = matching
     if not found:
         raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
     pts = [(numeric("task.levels", g.values["task.levels"]), g.solved) for g in found]

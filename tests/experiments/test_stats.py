@@ -294,3 +294,14 @@ def test_archive_rebuilds_the_report_and_resumes_the_sweep(tmp_path, tiny):
     assert index["counts"]["ran"] == 0 and index["counts"]["done"] == 2
     r = CliRunner().invoke(app, ["archive", str(tmp_path / "nope"), str(tmp_path / "z")])
     assert r.exit_code == 2 and "not a sweep folder" in r.stderr
+
+
+def test_frontier_claim_refuses_a_cut_short_sweep(table_sweep):
+    """With a table whose runs are unfinished, the frontier would be capped at the largest
+    finished table: the claim cannot be checked (and says where)."""
+    index = json.loads((table_sweep / "sweep.json").read_text())
+    victim = next(e["name"] for e in index["runs"] if "levels8" in e["name"]
+                  and e["config"]["model"]["name"] == "mamba")
+    (table_sweep / victim / ck.SUMMARY).unlink()
+    checks = build_report([table_sweep])["checks"]
+    assert not checks[2]["ok"] and "unfinished runs at mamba / levels=8" in checks[2]["detail"]
