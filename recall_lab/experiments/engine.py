@@ -103,11 +103,11 @@ _events: Any = None  # queue to the parent (local pool); None under Ray
 def _init_worker(threads: int, events: Any, gpus: Any, parent: int) -> None:
     """Runs in each new worker before torch is imported: thread count, its own GPU, and death
     with the sweep (a killed sweep leaves no orphan training on; its runs resume next time)."""
-    from generators.dataset import die_with_parent as _die_with_parent
+    from generators.dataset import die_with_parent
 
     global _events
     _events = events
-    _die_with_parent(parent)
+    die_with_parent(parent)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
     if gpus is not None:
