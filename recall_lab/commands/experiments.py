@@ -108,8 +108,9 @@ def register(app: GuardedApp) -> None:
         out: Path = typer.Option(None, help="Folder for report.md/.csv/.json and the PNGs "
                                  "(default: the runs folder, when there is one)."),
         plots: bool = typer.Option(True, help="Write the PNG figures."),
-        check: bool = typer.Option(False, "--check", help="Exit 1 when a claim of the "
-                                   "experiment (\\[\\[report.expect]]) does not hold."),
+        check: bool = typer.Option(False, "--check", help="Exit 1 unless every claim of "
+                                   "the experiment (\\[\\[report.expect]]) passes; a claim is "
+                                   "PASS, FAIL, or OPEN while a run of its rows is unfinished."),
         solve_at: float = typer.Option(None, "--solve-at", help="A seed counts as solved when "
                                        "its test metric reaches this (default: the experiment's "
                                        "\\[report] solve_at, else 0.95)."),
@@ -133,7 +134,8 @@ def register(app: GuardedApp) -> None:
         paths = write_report(rep, dest, plots=plots)
         console.print(report_table(rep))
         for c in rep["checks"]:
-            mark = "[green]PASS[/]" if c["ok"] else "[bold red]FAIL[/]"
+            mark = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]",
+                    "open": "[yellow]OPEN[/]"}[c["verdict"]]
             console.print(f"{mark} {escape(c['claim'])}: {escape(c['detail'])}",
                           highlight=False, soft_wrap=True)
             console.print(f"     {c['registered']['status']}: "

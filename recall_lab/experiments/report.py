@@ -301,9 +301,13 @@ def _restrict(groups: list[Group], at: dict) -> list[Group]:
     return pool
 
 
+class ClaimOpen(RecallLabError):
+    """A claim whose runs have not finished: neither passed nor failed yet."""
+
+
 def _finished(g: Group) -> Group:
     if g.mean is None:
-        raise RecallLabError(f"{g.label} has no finished run")
+        raise ClaimOpen(f"{g.label} has no finished run")
     return g
 
 
@@ -358,7 +362,7 @@ def _frontier_of(pool: list[Group], selector: dict, what: str) -> tuple[float, l
     # a frontier over a cut-short sweep would be capped at the largest finished table: refuse
     unfinished = [g.label for g in matching if g.mean is None or g.counts["missing"]]
     if unfinished:
-        raise RecallLabError(f"{what} {sel}: unfinished runs at {', '.join(unfinished)}")
+        raise ClaimOpen(f"{what} {sel}: unfinished runs at {', '.join(unfinished)}")
     found = matching
     if not found:
         raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
@@ -384,8 +388,10 @@ def _check_frontier(pool: list[Group], e: dict, op: str) -> tuple[bool, str, lis
 
 def check_expectations(groups: list[Group], expects: list[dict],
                        registry: dict | None = None) -> list[dict]:
-    """One result per claim: {"claim", "ok", "detail", "stat", "registered"}; a claim that
-    cannot be evaluated (no such group, no finished run) fails. `stat` is "mean" (default: the
+    """One result per claim: {"claim", "ok", "verdict", "detail", "stat", "registered"}.
+    `verdict` is "pass", "fail" (the numbers say no, or the claim cannot be evaluated: no such
+    group, a bad key) or "open" (a run of its rows has not finished, so the seeds still to come
+    could turn it); `ok` is verdict == "pass". `stat` is "mean" (default: the
     test mean, optionally + margin), "solved" (seeds solved; Wilson interval or Fisher test) or
     "frontier" (largest table solved in >= half the seeds)."""
     results = []
@@ -414,10 +420,18 @@ def check_expectations(groups: list[Group], expects: list[dict],
                 ok, detail, used = _check_frontier(pool, e, op)
             else:
                 ok, detail, used = _check_mean(pool, e, op)
+            missing = sum(g.counts["missing"] for g in used)
+            verdict = "pass" if ok else "fail"
+            if missing:  # the unfinished seeds may still turn it either way
+                total = sum(len(g.runs) for g in used)
+                verdict, detail = "open", f"{detail}; {missing} of its {total} runs not finished"
+        except ClaimOpen as exc:
+            ok, verdict, detail = False, "open", f"cannot check yet: {exc}"
         except (RecallLabError, KeyError, TypeError, ValueError) as exc:
-            ok, detail = False, f"cannot check: {exc}"
+            ok, verdict, detail = False, "fail", f"cannot check: {exc}"
         launched = [r.registration for g in used for r in g.runs if r.status == "done"]
-        results.append({"claim": claim, "ok": bool(ok), "detail": detail,
+        results.append({"claim": claim, "ok": bool(ok and verdict == "pass"),
+                        "verdict": verdict, "detail": detail,
                         "stat": e.get("stat", "mean"),
                         "registered": prereg.status(e, launched, registry or {})})
     return results
@@ -476,7 +490,7 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
 
 
 def _claim_lines(checks: list[dict]) -> list[str]:
-    return [f"- {'PASS' if c['ok'] else 'FAIL'}: {c['claim']} ({c['detail']}); "
+    return [f"- {c['verdict'].upper()}: {c['claim']} ({c['detail']}); "
             f"{c['registered']['status']}: {c['registered']['text']}" for c in checks]
 
 

@@ -305,3 +305,25 @@ def test_frontier_claim_refuses_a_cut_short_sweep(table_sweep):
     (table_sweep / victim / ck.SUMMARY).unlink()
     checks = build_report([table_sweep])["checks"]
     assert not checks[2]["ok"] and "unfinished runs at mamba / levels=8" in checks[2]["detail"]
+    # open, not failed: the runs that decide it have not finished
+    assert [c["verdict"] for c in checks] == ["pass", "open", "open"], checks
+    assert "1 of its 6 runs not finished" in checks[1]["detail"]
+
+
+def test_verdicts_pass_fail_and_open(table_sweep):
+    """A claim is open while a run of its rows is unfinished, failed when its numbers say no or
+    it cannot be evaluated for another reason (a bad key), passed when they say yes."""
+    checks = build_report([table_sweep])["checks"]
+    assert [c["verdict"] for c in checks] == ["pass", "fail", "pass"], checks
+    assert [c["ok"] for c in checks] == [True, False, True]
+    bad = [{"stat": "median", "a": {"model.name": "mamba"}, "value": 0.5}]
+    checks = build_report([table_sweep], experiment={"report": {"expect": bad}})["checks"]
+    assert checks[0]["verdict"] == "fail"
+    # a group with no finished run at all: open
+    index = json.loads((table_sweep / "sweep.json").read_text())
+    for e in index["runs"]:
+        if e["config"]["model"]["name"] == "mamba+hax" and "levels8" in e["name"]:
+            (table_sweep / e["name"] / ck.SUMMARY).unlink()
+    checks = build_report([table_sweep])["checks"]
+    assert [c["verdict"] for c in checks] == ["open", "open", "open"], checks
+    assert checks[0]["detail"].startswith("cannot check yet: mamba+hax / levels=8")
