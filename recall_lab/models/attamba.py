@@ -25,10 +25,12 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from recall_lab.attention import make_pattern, sparse_attention
-from recall_lab.attention.attamba import AttambaPattern, chunk_starts
+from recall_lab.attention.attamba import AttambaDecoder, AttambaPattern, chunk_starts
+from recall_lab.attention.decode import attend
 from recall_lab.config import AttambaConfig, ModelConfig
 from recall_lab.models.hybrid import SparseBranch
 from recall_lab.models.layers import SwiGLU, rope
@@ -174,6 +176,9 @@ class AttambaBlock(nn.Module):
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
 
+    def allocate_cache(self, batch: int, max_len: int) -> AttambaCache:
+        return self.attn.allocate_cache(max_len, self.norm1.weight.device)
+
     def step(self, x_t: Tensor, cache: AttambaCache) -> Tensor:
         x_t = x_t + self.attn.step(self.norm1(x_t), cache)
         return x_t + self.mlp(self.norm2(x_t))
@@ -190,15 +195,9 @@ def decode(model: nn.Module, ids: Tensor) -> tuple[Tensor, int]:
     Returns (logits [b, l, vocab], most keys any layer kept at once). Eval mode expected.
     """
     b, length = ids.shape
-    caches = [blk.attn.allocate_cache(length, ids.device) for blk in model.blocks]
-    out = []
-    for t in range(length):
-        x = model.embed(ids[:, t])
-        for blk, cache in zip(model.blocks, caches, strict=True):
-            x = blk.step(x, cache)
-        head = model.output_weight() if hasattr(model, "output_weight") else model.embed.weight
-        out.append(model.norm(x) @ head.t())
-    return torch.stack(out, dim=1), max(c.max_kept for c in caches)
+    cache = model.allocate_cache(b, length)
+    out = [model.step(ids[:, t], cache) for t in range(length)]
+    return torch.stack(out, dim=1), max(c.max_kept for c in cache.blocks)
 
 
 # --------------------------------------------------------------------------- lab hybrid branch
@@ -235,6 +234,25 @@ class ChunkS6(nn.Module):
         return y.transpose(1, 2).to(u.dtype)
 
 
+    def step(self, u: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        """One token u [b, d] from scan state h [b, d, n] (zeros at a chunk start); the same
+        float32 A, D and bias as `forward`."""
+        dt, B, C = torch.split(self.x_proj(u), [self.dt_rank, self.d_state, self.d_state], -1)
+        delta = F.softplus(dt @ self.dt_proj.weight.t() + self.dt_proj.bias.float().to(u.dtype))
+        A = -torch.exp(self.A_log.float()).to(u.dtype)
+        h = torch.exp(delta[..., None] * A) * h + (delta * u)[..., None] * B[:, None, :]
+        return (h * C[:, None, :]).sum(-1) + self.D.float().to(u.dtype) * u, h
+
+
+@dataclass
+class BranchCache:
+    """Decode state of `AttambaBranch`: its pattern's decoder and the two chunk-reset scans."""
+
+    dec: AttambaDecoder
+    k_state: Tensor | None = None
+    v_state: Tensor | None = None
+
+
 class AttambaBranch(nn.Module):
     """LAB INVENTION (not in paper 003): the hybrid branch with chunk-reset S6 keys/values.
 
@@ -264,6 +282,19 @@ class AttambaBranch(nn.Module):
         idx = self.pattern.indices_for(ends)
         out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)
         return out[:, 0] * self.scale
+
+    def allocate_cache(self) -> BranchCache:
+        return BranchCache(AttambaDecoder(self.pattern))
+
+    def step(self, xc: Tensor, cache: BranchCache) -> Tensor:
+        """One token's xc [b, d_inner] -> [b, d_inner] (eval mode)."""
+        if cache.dec.starts_chunk(cache.dec.t):  # the key/value scans restart at a chunk start
+            zero = xc.new_zeros(*xc.shape, self.k_ssm.d_state)
+            cache.k_state, cache.v_state = zero, zero.clone()
+        ks, cache.k_state = self.k_ssm.step(xc, cache.k_state)
+        vs, cache.v_state = self.v_ssm.step(xc, cache.v_state)
+        q, k, v = self.q(xc)[:, None], self.k(ks + xc)[:, None], (vs + xc)[:, None]
+        return attend(q, cache.dec.step(q, k, v), self.d_qk**-0.5)[:, 0] * self.scale
 
 
 def attamba_branch(cfg: ModelConfig, mixer: nn.Module, layer: int) -> nn.Module:
