@@ -77,6 +77,23 @@ def decode(model: nn.Module, ids: Tensor, n_prefill: int = 0) -> Tensor:
     return torch.cat(out, dim=1)
 
 
+@torch.no_grad()
+def decode_prompted(model: nn.Module, ids: Tensor, sep: int) -> Tensor:
+    """`decode` of a batch of recall prompts: each row's information component (the tokens
+    before its first `sep`) is the prefill, the inquiry is stepped; rows are grouped by where
+    their first SEP is (DeciMamba's prefill keeps a count that depends on it)."""
+    is_sep = ids == sep
+    first = torch.where(is_sep.any(1), is_sep.to(torch.int8).argmax(1), ids.shape[1])
+    out = None
+    for n in sorted(set(first.tolist())):
+        rows = (first == n).nonzero().flatten()
+        logits = decode(model, ids[rows], n_prefill=n)
+        if out is None:
+            out = logits.new_zeros(*ids.shape, logits.shape[-1])
+        out[rows] = logits
+    return out
+
+
 def state_growth(model: nn.Module) -> str:
     """How the model's decode state grows with L: the largest growth of its blocks' decoders."""
     growth = ["constant"]
@@ -88,4 +105,28 @@ def state_growth(model: nn.Module) -> str:
     return max(growth, key=GROWTH_ORDER.index)
 
 
-__all__ = ["DecodeCache", "allocate_cache", "decode", "prefill", "state_growth", "step"]
+def _size(n: int) -> str:
+    for unit, scale in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+@torch.no_grad()
+def decode_state(model: nn.Module) -> str:
+    """What `recall-lab models` shows: the decode state's bytes for one sequence when they do
+    not depend on L (measured after one step; every buffer is allocated by then), else how it
+    grows ("grows as L", "grows as L/P")."""
+    growth = state_growth(model)
+    if growth != "constant":
+        return f"grows as {growth}"
+    was = model.training
+    model.eval()
+    cache = allocate_cache(model, 1, 1)
+    step(model, torch.zeros(1, dtype=torch.int64, device=model.embed.weight.device), cache)
+    model.train(was)
+    return f"const {_size(cache.nbytes())}"
+
+
+__all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state", "prefill", "state_growth",
+           "step"]
