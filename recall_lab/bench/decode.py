@@ -99,11 +99,10 @@ def run(console: Any, quick: bool, max_len: int | None = None,
     table.add_column("bytes exp.", justify="right")
     for r in results:
         first, last = r["rows"][0], r["rows"][-1]
-        fmt = (lambda x: "-" if x is None else f"{x:.2f}")
         table.add_row(r["model"], r["state"], f"{first['seconds']['median'] * 1e3:.2f}",
                       f"{last['seconds']['median'] * 1e3:.2f}", f"{first['bytes'] / 2**20:.2f}",
-                      f"{last['bytes'] / 2**20:.2f}", fmt(r["time_exponent"]),
-                      fmt(r["bytes_exponent"]))
+                      f"{last['bytes'] / 2**20:.2f}", _exp(r["time_exponent"]),
+                      _exp(r["bytes_exponent"]))
     console.print(table)
     return {"lengths": lengths, "reps": REPS, "threads": 1, "vocab": VOCAB, "models": results}
 

@@ -128,5 +128,5 @@ def decode_state(model: nn.Module) -> str:
     return f"const {_size(cache.nbytes())}"
 
 
-__all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state", "prefill", "state_growth",
-           "step"]
+__all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state", "prefill",
+           "state_growth", "step"]

@@ -18,8 +18,8 @@ from torch import nn
 from recall_lab.config import ModelConfig
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.blocks import LMOutput
-from recall_lab.models.decode import DecodeCache, allocate_cache, step
 from recall_lab.models.decimation import decimated_forward
+from recall_lab.models.decode import DecodeCache, allocate_cache, step
 
 
 class RecallLM(nn.Module):
