@@ -49,10 +49,11 @@ def slope(lengths: list[int], values: list[float]) -> float:
 
 
 @torch.no_grad()
-def measure(name: str, lengths: list[int], reps: int = REPS) -> dict:
+def measure(name: str, lengths: list[int], reps: int | None = None) -> dict:
     from recall_lab.models import build_model
     from recall_lab.models.decode import state_growth
 
+    reps = reps or REPS
     total = lengths[-1] + reps
     torch.manual_seed(0)
     model = build_model(name, VOCAB, max_len=total).eval()
@@ -78,7 +79,8 @@ def measure(name: str, lengths: list[int], reps: int = REPS) -> dict:
 
 
 def run(console: Any, quick: bool, max_len: int | None = None,
-        models: tuple[str, ...] = MODELS) -> dict:
+        models: tuple[str, ...] | None = None) -> dict:
+    models = models or MODELS
     max_len = max_len or (QUICK_MAX_LEN if quick else MAX_LEN)
     lengths = ladder(max_len)
     before = torch.get_num_threads()
