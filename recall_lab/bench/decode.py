@@ -5,12 +5,14 @@ for the sparse hybrids instead of a KV cache that grows with L).
 Each model (registry defaults: 2 layers, d_model 64, k 64; `max_len` = the longest length, which
 fixes D's gap) is built in eval mode and fed one random token at a time from an empty cache
 (`RecallLM.step`, batch 1, one torch thread). At every length L of the ladder (powers of two from
-1K to `max_len`, or from max_len/16 when max_len < 16K) the next `REPS` steps are timed one by one
-(`record.summarise`: median, p20, p80) and the cache's bytes are read (`DecodeCache.nbytes`, the
-tensors it holds; the KV cache grows by doubling its capacity). The growth exponent is the
-least-squares slope of log(median time) and of log(bytes) against log(L): 0 for a state that does
-not grow, 1 for one linear in L. Every token up to the longest L is stepped (no shortcut), so a
-run costs sum over models of max_len steps; on a shared CPU the times are upper bounds.
+1K to `max_len`, or from max_len/16 when max_len < 16K) the next `REPS` steps are timed one by
+one (`record.summarise`: median, p20, p80) in process CPU time, "cpu_seconds" (what the step
+computes; on a shared machine the wall time, "seconds", also holds the wait for a core), and the
+cache's bytes are read (`DecodeCache.nbytes`, the tensors it holds; the KV cache grows by
+doubling its capacity). The growth exponents are least-squares slopes against log(L) of
+log(median CPU time) ("time_exponent"), of the wall time and of log(bytes): 0 for a cost that
+does not grow with L, 1 for one linear in L. Every token up to the longest L is stepped (no
+shortcut), so a run costs, per model, max_len steps.
 
 `figure(results, path)` draws both curves per model (a PNG for docs/results/decode).
 """
@@ -64,16 +66,20 @@ def measure(name: str, lengths: list[int], reps: int | None = None) -> dict:
         while t < length:
             model.step(ids[t:t + 1], cache)
             t += 1
-        times = []
+        wall, cpu = [], []
         for _ in range(reps):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             model.step(ids[t:t + 1], cache)
-            times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
+            wall.append(time.perf_counter() - start)
             t += 1
-        rows.append({"L": length, "seconds": summarise(times), "bytes": cache.nbytes()})
-    med = [r["seconds"]["median"] for r in rows]
+        rows.append({"L": length, "seconds": summarise(wall), "cpu_seconds": summarise(cpu),
+                     "bytes": cache.nbytes()})
+    med = [r["cpu_seconds"]["median"] for r in rows]
+    wall_med = [r["seconds"]["median"] for r in rows]
     return {"model": name, "state": state_growth(model), "rows": rows,
             "time_exponent": slope(lengths, med) if len(lengths) > 1 else None,
+            "wall_exponent": slope(lengths, wall_med) if len(lengths) > 1 else None,
             "bytes_exponent": slope(lengths, [r["bytes"] for r in rows])
             if len(lengths) > 1 else None}
 
@@ -89,8 +95,8 @@ def run(console: Any, quick: bool, max_len: int | None = None,
         results = [measure(name, lengths) for name in models]
     finally:
         torch.set_num_threads(before)
-    table = Table(title=f"decode: ms per token and state at L = {lengths[0]} .. {lengths[-1]} "
-                        "(batch 1, 1 thread)")
+    table = Table(title=f"decode: CPU ms per token and state at L = {lengths[0]} .. "
+                        f"{lengths[-1]} (batch 1, 1 thread)")
     table.add_column("model")
     table.add_column("state")
     for length in (lengths[0], lengths[-1]):
@@ -101,8 +107,8 @@ def run(console: Any, quick: bool, max_len: int | None = None,
     table.add_column("bytes exp.", justify="right")
     for r in results:
         first, last = r["rows"][0], r["rows"][-1]
-        table.add_row(r["model"], r["state"], f"{first['seconds']['median'] * 1e3:.2f}",
-                      f"{last['seconds']['median'] * 1e3:.2f}", f"{first['bytes'] / 2**20:.2f}",
+        table.add_row(r["model"], r["state"], f"{first['cpu_seconds']['median'] * 1e3:.2f}",
+                      f"{last['cpu_seconds']['median'] * 1e3:.2f}", f"{first['bytes'] / 2**20:.2f}",
                       f"{last['bytes'] / 2**20:.2f}", _exp(r["time_exponent"]),
                       _exp(r["bytes_exponent"]))
     console.print(table)
@@ -117,10 +123,11 @@ def figure(results: dict, path) -> Any:
     for r in results["models"]:
         xs = [row["L"] for row in r["rows"]]
         label = f"{r['model']} ({_exp(r['time_exponent'])}, {_exp(r['bytes_exponent'])})"
-        axes[0].plot(xs, [row["seconds"]["median"] * 1e3 for row in r["rows"]], "o-",
+        axes[0].plot(xs, [row["cpu_seconds"]["median"] * 1e3 for row in r["rows"]], "o-",
                      label=label)
         axes[1].plot(xs, [row["bytes"] / 2**20 for row in r["rows"]], "o-", label=r["model"])
-    for ax, what in zip(axes, ("ms per token (median)", "decode state (MiB)"), strict=True):
+    for ax, what in zip(axes, ("CPU ms per token (median)", "decode state (MiB)"),
+                        strict=True):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("context length L")
