@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -59,7 +59,6 @@ class SSMCache:
 
     state: object
     branch: object = None
-    t: int = field(default=0)
 
 
 class SSMBlock(nn.Module):
@@ -121,7 +120,6 @@ class SSMBlock(nn.Module):
             k = keep.view(-1, *[1] * (new.ssm.dim() - 1))
             new.ssm = torch.where(k, new.ssm, cache.state.ssm)
         cache.state = new
-        cache.t += 1
         return x_t + out
 
 
