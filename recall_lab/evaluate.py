@@ -19,10 +19,12 @@ import torch.nn.functional as F
 from generators import IGNORE, TaskSpec
 from generators.errors import RecallLabError
 from generators.joint_recall import sep_positions
+from generators.vocab import Vocab
 from recall_lab.config import RunConfig
 from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
 from recall_lab.device import resolve_device
 from recall_lab.models.decimation import resolve_auto_layers
+from recall_lab.models.decode import decode_prompted
 from recall_lab.models.registry import with_attention
 from recall_lab.runs import (
     base_task,
@@ -64,8 +66,11 @@ def _trim(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def evaluate(
     model: torch.nn.Module, inputs: np.ndarray, targets: np.ndarray,
     batch_size: int = 64, device: str | torch.device = "cpu", autocast: bool = False,
+    decode: bool = False,
 ) -> dict[str, float]:
-    """loss / acc / exact / n over a fixed set, in eval mode (training mode restored after)."""
+    """loss / acc / exact / n over a fixed set, in eval mode (training mode restored after).
+    `decode`: logits by recurrent decoding (models/decode.py: prefill each row's information
+    component, then step through the inquiry) instead of the parallel forward."""
     check_batch_size(batch_size)
     was_training = model.training
     model.eval()
@@ -75,8 +80,11 @@ def evaluate(
             x, y = _trim(inputs[start:start + batch_size], targets[start:start + batch_size])
             xt = torch.from_numpy(np.ascontiguousarray(x)).to(device)
             yt = torch.from_numpy(np.ascontiguousarray(y)).to(device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                logits = model(xt).logits
+            if decode:
+                logits = decode_prompted(model, xt, Vocab.SEP)
+            else:
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    logits = model(xt).logits
             for k, v in batch_metrics(logits, yt).items():
                 totals[k] = totals.get(k, 0.0) + float(v)
     finally:
@@ -93,6 +101,7 @@ def evaluate(
 def evaluate_run(
     run: Path, spec, n: int = 512, data_seed: int = 0, which: str = "best",
     batch_size: int = 64, device: str = "auto", decimate=None, attention: str | None = None,
+    decode: bool = False,
 ) -> dict:
     """Evaluate a finished (or running) run's `which` weights ("best" or "last") on a task,
     e.g. longer sequences or other table sizes than it was trained on (extrapolation).
@@ -102,7 +111,10 @@ def evaluate_run(
     the run's own task.
 
     `attention` (`recall_lab.models.registry.ATTENTIONS`): evaluate with another attention than the
-    run's, e.g. "full" after SE-Attn fine-tuning (seed 001 App. A, E.4)."""
+    run's, e.g. "full" after SE-Attn fine-tuning (seed 001 App. A, E.4).
+
+    `decode`: also evaluate by recurrent decoding (float32, no autocast) and report its metrics
+    under "decode", with whether its accuracy equals the parallel evaluation's."""
     run = Path(run)
     check_batch_size(batch_size)
     cfg = load_run_config(run)
@@ -122,6 +134,10 @@ def evaluate_run(
         extra["kept_non_filler"] = kept_non_filler(model, x[:batch_size], spec, dev)
     if attention is not None:
         extra["attention"] = attention
+    if decode:
+        dec = evaluate(model, x, y, batch_size, dev, decode=True)
+        extra["decode"] = {**dec, "acc_equal": dec["acc"] == metrics["acc"],
+                           "exact_equal": dec["exact"] == metrics["exact"]}
     return {"run": str(run), "checkpoint": which, "task": spec.model_dump(mode="json"),
             "max_len": spec.max_len, "data_seed": data_seed, **metrics, **extra}
 

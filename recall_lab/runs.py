@@ -214,7 +214,8 @@ def resume_config(out: Path | None, model: str | None, steps: int | None
 
 
 def eval_target(run: Path, task: str | None, n: int, batch_size: int, length_factor: int,
-                decimate: str | None, attention: str | None) -> tuple[RunConfig, Any, str, Any]:
+                decimate: str | None, attention: str | None, decode: bool = False
+                ) -> tuple[RunConfig, Any, str, Any]:
     """What `recall-lab eval RUN` evaluates: (the run's config, the task spec, its label for
     the result file's name, the DeciMamba setting or None). The task is the run's own unless
     given; `length_factor` lengthens it with filler."""
@@ -233,6 +234,8 @@ def eval_target(run: Path, task: str | None, n: int, batch_size: int, length_fac
         label += "-deci-" + decimate.replace(",", "-")
     if attention is not None:
         label += f"-attn-{attention}"
+    if decode:
+        label += "-decode"
     return cfg, spec, label, deci
 
 

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, check_qk, union_indices
+from recall_lab.attention.decode import Decoder, Keys
 from recall_lab.attention.fixed import sliding_window_indices
 
 CHUNKINGS = ("uniform", "cyclic", "random")
@@ -188,6 +189,51 @@ class AttambaPattern(Pattern):
         length = check_qk(q, k)
         return self.indices_for(self.ends(length, q.device)), None
 
+    def decoder(self) -> AttambaDecoder:
+        return AttambaDecoder(self)
+
     def extra_repr(self) -> str:
         return (f"P={self.chunk}, leading={self.leading!r}, chunking={self.chunking!r}, "
                 f"offset={self.offset}, layer={self.layer}/{self.n_layers}")
+
+
+class AttambaDecoder(Decoder):
+    """Decode state of the attamba pattern (Eq. 6-7): the keys/values of the chunk ends so far
+    plus the leading window, at most ceil(t/P) + leading (grows as L/P). The ends come from the
+    pattern (the mode it is in) and are extended by doubling: they never depend on the length
+    asked for (the pattern is causal), so a prefix of them is the decode's."""
+
+    growth = "L/P"
+
+    def __init__(self, pattern: AttambaPattern) -> None:
+        super().__init__()
+        self.pattern = pattern
+        self.ends = torch.zeros(0, dtype=torch.bool)
+        self.kept: dict[int, tuple[Tensor, Tensor]] = {}  # position -> (k, v) [B, H, d]
+
+    def is_end(self, t: int) -> bool:
+        if t >= self.ends.numel():
+            self.ends = self.pattern.ends(max(256, 2 * (t + 1))).cpu()
+        return bool(self.ends[t])
+
+    def starts_chunk(self, t: int) -> bool:
+        """Position t starts a chunk (the key/value SSMs restart there)."""
+        return t == 0 or self.is_end(t - 1)
+
+    def _in_window(self, pos: int, t: int) -> bool:
+        lead = self.pattern.leading
+        if lead == "chunk":  # own partial chunk: no end in [pos, t)
+            return all(not self.is_end(p) for p in range(pos, t))
+        return t - int(lead) < pos <= t
+
+    def _step(self, q: Tensor, k: Tensor, v: Tensor) -> Keys:
+        t = self.t
+        self.kept[t] = (k, v)
+        for pos in [p for p in self.kept if not (self.is_end(p) or self._in_window(p, t))]:
+            del self.kept[pos]  # neither a chunk end nor in the leading window: never read again
+        pos = torch.tensor(list(self.kept), dtype=torch.int64, device=k.device)[None, None]
+        if not self.kept:
+            return Keys(pos, k.new_zeros(*k.shape[:2], 0, k.shape[-1]),
+                        v.new_zeros(*v.shape[:2], 0, v.shape[-1]))
+        return Keys(pos, torch.stack([kv[0] for kv in self.kept.values()], dim=-2),
+                    torch.stack([kv[1] for kv in self.kept.values()], dim=-2))

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from generators.errors import RecallLabError
 from recall_lab.attention import native
+from recall_lab.attention.decode import Decoder, PrefixDecoder, UnionDecoder, make_decoder
 
 
 def check_qk(q: Tensor, k: Tensor) -> int:
@@ -36,6 +37,11 @@ class Pattern(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, budget={self.budget}"
+
+    def decoder(self) -> Decoder:
+        """Decode state for one query at a time (attention/decode.py); this default keeps every
+        token and re-runs the pattern on the prefix (exact for a causal pattern, grows as L)."""
+        return PrefixDecoder(self)
 
 
 def union_indices(*parts: Tensor) -> Tensor:
@@ -81,3 +87,6 @@ class UnionPattern(Pattern):
             if a is not None:
                 aux = a if aux is None else aux + a
         return union_indices(*idxs), aux
+
+    def decoder(self) -> Decoder:
+        return UnionDecoder([make_decoder(p) for p in self.parts])

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, UnionPattern, check_qk
+from recall_lab.attention.decode import Decoder, FullDecoder, SlotDecoder
 
 RELEASE_MAX_LEN = 2048
 
@@ -93,6 +94,19 @@ class FixedPattern(Pattern):
     def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None]:
         return self.indices(check_qk(q, k), q.device), None
+
+    def decoder(self) -> Decoder:
+        """n slots: SW overwrites slot t mod n; Sink fills slots 0..n-1 once; D writes dilated
+        position t = m g + g - 1 into slot m mod n (the n latest); full keeps every key."""
+        n = self.budget
+        if self.name == "sw":
+            return SlotDecoder(n, lambda t: t % n)
+        if self.name == "sink":
+            return SlotDecoder(n, lambda t: t if t < n else None)
+        if self.name == "d":
+            g = self.gap
+            return SlotDecoder(n, lambda t: (t // g) % n if t % g == g - 1 else None)
+        return FullDecoder()
 
 
 def a_pattern(k: int) -> UnionPattern:

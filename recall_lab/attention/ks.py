@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from generators.errors import RecallLabError
 from recall_lab.attention import native
 from recall_lab.attention.base import Pattern, check_qk
+from recall_lab.attention.decode import Decoder, Keys
 
 
 def causal_topk_indices(scores: Tensor, n: int) -> Tensor:
@@ -153,3 +154,47 @@ class KSPattern(Pattern):
             return self.mlp(rows).squeeze(-1)
 
         return idx, ks_ranking_loss(x, q, k, self.budget, self.scale, score_at=score_at)
+
+    def decoder(self) -> KSDecoder:
+        return KSDecoder(self)
+
+
+class KSDecoder(Decoder):
+    """Decode state of KS: the running sum of q (Eq. 14's prefix, float32 as `KSPattern.inputs`)
+    and the n best (score, position, k, v) so far. Key j's score is fixed at j, so the top-n
+    among 0..t is the top-n of (the top-n among 0..t-1) and x_t: constant in L. Scores are
+    compared in float32 with ties to the earlier key, as `causal_topk_indices`."""
+
+    growth = "constant"
+
+    def __init__(self, pattern: KSPattern) -> None:
+        super().__init__()
+        self.pattern = pattern
+        self.sum_q: Tensor | None = None
+        self.score = self.pos = self.k = self.v = None
+
+    def _step(self, q: Tensor, k: Tensor, v: Tensor) -> Keys:
+        n = self.pattern.budget
+        b, h, d = k.shape
+        if self.sum_q is None:
+            self.sum_q = torch.zeros(b, h, d, dtype=torch.float32, device=k.device)
+            self.score = torch.full((b, h, n), float("-inf"), device=k.device)
+            self.pos = torch.full((b, h, n), -1, dtype=torch.int64, device=k.device)
+            self.k = k.new_zeros(b, h, n, d)
+            self.v = v.new_zeros(b, h, n, v.shape[-1])
+        self.sum_q += q.detach().float()
+        inp = torch.cat([k.detach().float(), F.normalize(self.sum_q, dim=-1)], -1)
+        with torch.no_grad():
+            x = self.pattern.mlp(inp.to(self.pattern.mlp[0].weight.dtype)).squeeze(-1).float()
+        score = torch.cat([self.score, x[..., None]], -1)  # [B, H, n + 1]
+        pos = torch.cat([self.pos, torch.full_like(self.pos[..., :1], self.t)], -1)
+        # best first, ties to the earlier position: sort by position, then stably by score
+        by_pos = pos.masked_fill(pos < 0, 1 << 62).argsort(-1)
+        by_score = score.gather(-1, by_pos).sort(dim=-1, descending=True, stable=True).indices
+        keep = by_pos.gather(-1, by_score)[..., :n]
+        kk = torch.cat([self.k, k.unsqueeze(-2)], -2)
+        vv = torch.cat([self.v, v.unsqueeze(-2)], -2)
+        self.score, self.pos = score.gather(-1, keep), pos.gather(-1, keep)
+        self.k = kk.gather(-2, keep[..., None].expand(*keep.shape, d))
+        self.v = vv.gather(-2, keep[..., None].expand(*keep.shape, vv.shape[-1]))
+        return Keys(self.pos, self.k, self.v)

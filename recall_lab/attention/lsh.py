@@ -11,6 +11,7 @@ from torch import Tensor
 from generators.errors import RecallLabError
 from recall_lab.attention import native
 from recall_lab.attention.base import Pattern, check_qk
+from recall_lab.attention.decode import Decoder, Keys
 
 LSH_RULES = ("sign", "argmax")
 
@@ -126,5 +127,57 @@ class LSHPattern(Pattern):
             idx = lsh_indices(causal_center(q), causal_center(k), self.budget, planes, self.rule)
         return idx, None
 
+    def decoder(self) -> LSHDecoder:
+        return LSHDecoder(self)
+
     def extra_repr(self) -> str:
         return f"budget={self.budget}, h={self.h}, rule={self.rule!r}, seed={self.seed}"
+
+
+class LSHDecoder(Decoder):
+    """Decode state of LSH: the running sums of q and k (the causal centre of Eq. 5) and a ring of
+    the n latest keys per bin, [B, H, bins, n] slots (2^h bins for sign-bit, h for argmax): the
+    bin of key j is fixed when j arrives, so query t's n latest same-bin keys are in its bin's
+    ring. Constant in L (bins x n x (d + dv) per head). Planes as the pattern's (eval: seeded)."""
+
+    growth = "constant"
+
+    def __init__(self, pattern: LSHPattern) -> None:
+        super().__init__()
+        self.pattern = pattern
+        self.n_bins = 2**pattern.h if pattern.rule == "sign" else pattern.h
+        self.sums: Tensor | None = None  # [2, B, H, d]: running sums of q and k
+        self.planes: Tensor | None = None
+        self.count = self.pos = self.k = self.v = None
+
+    def _alloc(self, k: Tensor, v: Tensor, dt: torch.dtype) -> None:
+        b, h, d = k.shape
+        n, nb = self.pattern.budget, self.n_bins
+        self.sums = torch.zeros(2, b, h, d, dtype=dt, device=k.device)
+        self.planes = self.pattern.planes(d, h, k.device)
+        self.count = torch.zeros(b, h, nb, dtype=torch.int64, device=k.device)
+        self.pos = torch.full((b, h, nb * n), -1, dtype=torch.int64, device=k.device)
+        self.k = k.new_zeros(b, h, nb * n, d)
+        self.v = v.new_zeros(b, h, nb * n, v.shape[-1])
+
+    def _step(self, q: Tensor, k: Tensor, v: Tensor) -> Keys:
+        dt = _at_least_fp32(q.dtype)
+        if self.sums is None:
+            self._alloc(k, v, dt)
+        x = torch.stack([q.to(dt), k.to(dt)])
+        self.sums += x
+        centred = F.normalize(x - self.sums / (self.t + 1), dim=-1, eps=1e-12)
+        bins = lsh_bins(centred.unsqueeze(-2), self.planes, self.pattern.rule)[..., 0]  # [2,B,H]
+        n = self.pattern.budget
+        bq, bk = bins[0], bins[1]
+        c = self.count.gather(-1, bk[..., None])  # [B, H, 1]
+        slot = bk[..., None] * n + c % n
+        self.count.scatter_add_(-1, bk[..., None], torch.ones_like(c))
+        self.pos.scatter_(-1, slot, torch.full_like(slot, self.t))
+        d, dv = k.shape[-1], v.shape[-1]
+        self.k.scatter_(-2, slot[..., None].expand(*slot.shape, d), k.unsqueeze(-2))
+        self.v.scatter_(-2, slot[..., None].expand(*slot.shape, dv), v.unsqueeze(-2))
+        read = bq[..., None] * n + torch.arange(n, device=k.device)  # [B, H, n]
+        return Keys(self.pos.gather(-1, read),
+                    self.k.gather(-2, read[..., None].expand(*read.shape, d)),
+                    self.v.gather(-2, read[..., None].expand(*read.shape, dv)))

@@ -42,7 +42,10 @@ query).
 Adding a pattern: a file with its index function and `Pattern` module, and one `PatternRow` in
 `PATTERN_TABLE` (or `register_pattern` for one that lives outside the package, as the tests'
 own do); `make_pattern`, the hybrid branch, model names (`mamba+NAME`) and the generic tests read
-the table.
+the table. Decoding needs nothing more: a pattern without a `decoder()` method decodes with the
+exact prefix decoder (attention/decode.py); a bounded decode state is an optional method in the
+pattern's file (as fixed.py, lsh.py, ks.py, seattn.py, attamba.py have), tied to the parallel
+form by the generic decode test.
 """
 
 from __future__ import annotations

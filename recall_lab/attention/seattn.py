@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from generators.errors import RecallLabError
+from recall_lab.attention.decode import FullDecoder, Keys, gather_keys
 
 SCORINGS = ("prefix", "token", "chunk")
 SUMMARIES = ("value", "key")
@@ -230,10 +231,66 @@ class SEAttnPattern(torch.nn.Module):
                                  retrieval=self.retrieval, seed=seed, landmark=landmark)
         return idx, None
 
+    def decoder(self) -> SEAttnDecoder:
+        return SEAttnDecoder(self)
+
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, chunk={self.chunk}, block={self.block}, topk={self.topk}, "
                 f"chunk_choices={self.chunk_choices}, scoring={self.scoring!r}, "
                 f"summary={self.summary!r}, pool={self.pool!r}, retrieval={self.retrieval!r}")
+
+
+class SEAttnDecoder(FullDecoder):
+    """Decode state of SE-Attn (eval mode): every q, k, v (any full block before the query's
+    chunk may be retrieved, so memory grows as L), the summary of each block once it is full,
+    and the query sum of the current chunk; per token O(L/S d) scoring plus the k S + M keys.
+    ``scoring="chunk"`` reads later queries of the chunk and cannot decode."""
+
+    def __init__(self, pattern: SEAttnPattern) -> None:
+        super().__init__()
+        if pattern.scoring == "chunk":
+            raise RecallLabError("seattn scoring='chunk' is not causal: it cannot decode token "
+                                 "by token (use scoring='prefix')")
+        self.pattern, self.keep_q = pattern, True
+        self.summaries: list[Tensor] = []
+        self.qsum: Tensor | None = None
+
+    def _step(self, q: Tensor, k: Tensor, v: Tensor) -> Keys:
+        p, t = self.pattern, self.t
+        self.append(q, k, v)
+        chunk, block = p.chunk, p.block
+        cs = t // chunk * chunk
+        dt = torch.promote_types(q.dtype, torch.float32)
+        qt = q.detach().to(dt)
+        self.qsum = qt if t == cs or p.scoring == "token" else self.qsum + qt
+        relevance = p.retrieval == "relevance" and p.topk > 0
+        if relevance and (t + 1) % block == 0:  # block j is full: its summary is fixed now
+            lo = t + 1 - block
+            qb, kb, vb = (x[..., lo:t + 1, :].detach().to(dt) for x in (self.q, self.k, self.v))
+            landmark = (landmark_queries(q.shape[1], q.shape[-1], p.seed, q.device)
+                        if p.pool == "landmark" else None)
+            self.summaries.append(block_summaries(qb, kb, vb, block, p.summary, p.pool,
+                                                  landmark))
+        n_cand = cs // block  # blocks that end before the chunk starts
+        own = torch.arange(cs, cs + chunk, device=k.device)
+        own = torch.where(own <= t, own, -1)[None, None].expand(*k.shape[:2], chunk)
+        n = min(p.topk, n_cand)
+        if p.retrieval == "none" or n == 0:
+            pos = own
+        else:
+            if p.retrieval == "random":
+                starts = torch.tensor([cs], device=k.device)
+                r = random_scores(q.shape[1], starts, n_cand, p.seed)[:, :, 0]  # [1, H, U]
+                r = r.expand(k.shape[0], -1, -1)
+            else:
+                c = torch.cat(self.summaries[:n_cand], dim=-2)  # [B, H, U, dx]
+                r = (c @ self.qsum.unsqueeze(-1)).squeeze(-1)
+            blocks = r.topk(n, dim=-1).indices  # [B, H, n]
+            offs = torch.arange(block, device=k.device)
+            toks = (blocks[..., None] * block + offs).flatten(-2)
+            pos = torch.cat([toks, own], dim=-1)
+        m = t + 1
+        return gather_keys(pos, self.k[..., :m, :], self.v[..., :m, :])
 
 
 VARIANTS = {

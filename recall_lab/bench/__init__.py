@@ -7,6 +7,8 @@ returns JSON-serialisable results, and optionally `PEERS`: the distributions it 
 `{"machine": record.machine_info(peers), "<name>": results, ...}`; timed cases use
 `record.summarise` (median, p20, p80, reps).
 
+`decode` also takes `--max-len` (the longest context it steps to).
+
 `--device cuda` (DEVICE_BENCHES only) runs `cuda.run` instead: our GPU paths beside the GPU
 peers (FlexAttention with its backward, dense SDPA, mamba-ssm); on the CPU nothing changes.
 """
@@ -16,11 +18,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-BENCHES = ("generate", "ssm", "attention", "train", "analysis")
+BENCHES = ("generate", "ssm", "attention", "train", "analysis", "decode")
 DEVICE_BENCHES = ("ssm", "attention", "train")
 
 
-def run_bench(name: str, console: Any, quick: bool, device: str = "cpu") -> dict:
+def run_bench(name: str, console: Any, quick: bool, device: str = "cpu",
+              max_len: int | None = None) -> dict:
     if device != "cpu":
         from recall_lab.bench import cuda
 
@@ -28,6 +31,8 @@ def run_bench(name: str, console: Any, quick: bool, device: str = "cpu") -> dict
     mod = importlib.import_module(f"recall_lab.bench.{name}")
     if name == "train":  # its subprocesses would take a visible GPU: tell them the device
         return mod.run(console, quick, device="cpu")
+    if name == "decode":
+        return mod.run(console, quick, max_len=max_len)
     return mod.run(console, quick)
 
 

@@ -30,6 +30,8 @@ def register(app: GuardedApp) -> None:
         device: str = typer.Option(
             "cpu", help=f"cpu, or cuda[:N] for {', '.join(DEVICE_BENCHES)}: our GPU paths beside "
             "FlexAttention (with backward), dense SDPA and mamba-ssm."),
+        max_len: int = typer.Option(None, "--max-len", min=8, help="decode: the longest "
+                                    "context stepped to (default 65536; --quick 2048)."),
     ) -> None:
         """Benchmark fast paths against their baselines in the same run and print ratios."""
         from recall_lab.commands.progress import Running
@@ -63,7 +65,7 @@ def register(app: GuardedApp) -> None:
         for name in names:
             with Running(console, f"bench {name}"):  # plain lines when piped
                 results[name] = run_bench(name, console, quick,
-                                          str(dev) if on_gpu else "cpu")
+                                          str(dev) if on_gpu else "cpu", max_len=max_len)
         results["machine"]["loadavg_end"] = list(os.getloadavg())
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,10 @@ def register(app: GuardedApp) -> None:
                                       "attention than the run's: full, sw, se, se-paper, "
                                       "se-nomem, se-random (seed 001 evaluates SE-Attn "
                                       "fine-tunes with full)."),
+        decode: bool = typer.Option(False, "--decode", help="Also evaluate by recurrent "
+                                    "decoding (prefill each information component, then step "
+                                    "through the inquiry) and say whether its accuracy equals "
+                                    "the parallel evaluation's."),
         out: Path = typer.Option(None, help="JSON result file (default RUN/eval-TASK-nN-sS-"
                                  "CHECKPOINT.json)."),
         force: bool = typer.Option(False, help="Overwrite the result file."),
@@ -122,17 +126,26 @@ def register(app: GuardedApp) -> None:
         from recall_lab.runs import eval_target, refuse_overwrite
 
         cfg, spec, label, deci = eval_target(run, task, n, batch_size, length_factor, decimate,
-                                             attention)
+                                             attention, decode)
         dest = out or run / f"eval-{label}-n{n}-s{data_seed}-{checkpoint}.json"
         refuse_overwrite(dest, force)
         res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
-                           attention)
+                           attention, decode)
         table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
         for col in ("max length", "samples", "acc", "exact", "loss"):
             table.add_column(col, justify="right")
-        table.add_row(str(res["max_len"]), str(res["n"]), f"{res['acc']:.4f}",
-                      f"{res['exact']:.4f}", f"{res['loss']:.4f}")
+        rows = [("", res)] + ([("decode", res["decode"])] if decode else [])
+        if decode:
+            table.add_column("forward", justify="left")
+        for how, r in rows:
+            table.add_row(str(res["max_len"]), str(r["n"]), f"{r['acc']:.4f}",
+                          f"{r['exact']:.4f}", f"{r['loss']:.4f}",
+                          *([how or "parallel"] if decode else []))
         console.print(table)
+        if decode:
+            same = res["decode"]["acc_equal"]
+            console.print(f"decode accuracy {'equals' if same else 'DIFFERS FROM'} the parallel "
+                          "evaluation's", highlight=False)
         write_json(dest, {**res, "task_name": label})
         console.print(f"written to {dest}")
 
@@ -141,14 +154,15 @@ def register(app: GuardedApp) -> None:
         task: str = typer.Option("paper-mqjr", "--task", "-t", help="Task whose vocabulary "
                                  "sizes the embedding."),
     ) -> None:
-        """List the named models (seed 004 Table 1 rows) with their parameter counts."""
+        """List the named models (seed 004 Table 1 rows) with their parameter counts and
+        decode-state sizes (constant bytes per sequence, or how they grow with the length L)."""
         from rich.table import Table
 
         from recall_lab.models.registry import listed_models, listing_row
 
         spec, name = resolve_task(task)
         table = Table(title=f"models (vocabulary of {name or task}: {spec.vocab().size})")
-        for col in ("name", "backbone", "branch", "d_model", "k", "params"):
+        for col in ("name", "backbone", "branch", "d_model", "k", "params", "decode state"):
             table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
                              else "right")
         for mname in listed_models():

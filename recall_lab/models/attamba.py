@@ -22,13 +22,15 @@ xc) with the same pattern: the control for what the key/value SSMs add.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from recall_lab.attention import make_pattern, sparse_attention
-from recall_lab.attention.attamba import AttambaPattern, chunk_starts
+from recall_lab.attention.attamba import AttambaDecoder, AttambaPattern, chunk_starts
+from recall_lab.attention.decode import attend
 from recall_lab.config import AttambaConfig, ModelConfig
 from recall_lab.models.hybrid import SparseBranch
 from recall_lab.models.layers import SwiGLU, rope
@@ -65,13 +67,12 @@ def kv_cache_slots(cfg: ModelConfig, length: int) -> int:
 
 @dataclass
 class AttambaCache:
-    """Decoding state of one attamba layer: K/V SSM states and the kept keys/values by position."""
+    """Decoding state of one attamba layer: the K/V SSM states and the pattern's decode state
+    (chunk-end keys/values + the leading window, attention/attamba.AttambaDecoder)."""
 
-    ends: Tensor  # bool [max_len]: chunk ends of this layer (eval mode)
-    t: int = 0
+    dec: AttambaDecoder
     k_state: object = None
     v_state: object = None
-    kept: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict)  # pos -> (k, v) [b,h,d]
     max_kept: int = 0
 
 
@@ -117,26 +118,15 @@ class AttambaAttention(nn.Module):
 
     # ----------------------------------------------------------------- test-time form (Eq. 6-7)
 
-    def allocate_cache(self, max_len: int, device=None) -> AttambaCache:
-        return AttambaCache(ends=self.pattern.ends(max_len, device).cpu())
-
-    def _window(self, t: int, ends: Tensor) -> range:
-        lead = self.pattern.leading
-        if lead == "chunk":  # own partial chunk: from the last start <= t
-            start = t
-            while start > 0 and not bool(ends[start - 1]):
-                start -= 1
-            return range(start, t + 1)
-        return range(max(0, t - int(lead) + 1), t + 1)
+    def allocate_cache(self, max_len: int | None = None, device=None) -> AttambaCache:
+        return AttambaCache(AttambaDecoder(self.pattern))
 
     def step(self, x_t: Tensor, cache: AttambaCache) -> Tensor:
         """One token x_t [b, d] -> [b, d]; keeps only chunk-end keys/values + the window."""
-        t = cache.t
-        if t >= cache.ends.numel():
-            raise ValueError(f"cache was allocated for {cache.ends.numel()} tokens")
+        t = cache.dec.t
         b = x_t.shape[0]
         if self.kv_mode == "ssm":
-            if t == 0 or bool(cache.ends[t - 1]):  # chunk start: the SSMs restart from zero
+            if cache.dec.starts_chunk(t):  # chunk start: the SSMs restart from zero
                 cache.k_state = self.k_ssm.allocate_state(b, x_t.device, x_t.dtype)
                 cache.v_state = self.v_ssm.allocate_state(b, x_t.device, x_t.dtype)
             k, cache.k_state = self.k_ssm.step(x_t, cache.k_state)
@@ -144,20 +134,11 @@ class AttambaAttention(nn.Module):
             k, v = k + x_t, v + x_t
         else:
             k, v = self.kv(x_t).chunk(2, dim=-1)
-        q = rope(self.q(x_t).view(b, self.n_heads, 1, self.head_dim), start=t)
+        q = rope(self.q(x_t).view(b, self.n_heads, 1, self.head_dim), start=t)[:, :, 0]
         k = rope(k.view(b, self.n_heads, 1, self.head_dim), start=t)[:, :, 0]
-        cache.kept[t] = (k, v.view(b, self.n_heads, self.head_dim))
-        window = self._window(t, cache.ends)
-        for pos in [p for p in cache.kept if not (bool(cache.ends[p]) or p in window)]:
-            del cache.kept[pos]  # neither a chunk end nor in the leading window: dropped
-        cache.max_kept = max(cache.max_kept, len(cache.kept))
-        cache.t = t + 1
-        if not cache.kept:
-            return self.out(x_t.new_zeros(b, self.n_heads * self.head_dim))
-        K = torch.stack([kv[0] for kv in cache.kept.values()], dim=2)  # [b, h, m, d]
-        V = torch.stack([kv[1] for kv in cache.kept.values()], dim=2)
-        w = torch.softmax((q @ K.transpose(-1, -2)) * self.head_dim**-0.5, dim=-1)
-        return self.out((w @ V).reshape(b, -1))
+        keys = cache.dec.step(q, k, v.view(b, self.n_heads, self.head_dim))
+        cache.max_kept = max(cache.max_kept, keys.pos.shape[-1])
+        return self.out(attend(q, keys, self.head_dim**-0.5).reshape(b, -1))
 
 
 class AttambaBlock(nn.Module):
@@ -173,6 +154,9 @@ class AttambaBlock(nn.Module):
     def forward(self, x: Tensor, aux: list, params: list | None) -> Tensor:
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))
+
+    def allocate_cache(self, batch: int, max_len: int) -> AttambaCache:
+        return self.attn.allocate_cache(max_len)
 
     def step(self, x_t: Tensor, cache: AttambaCache) -> Tensor:
         x_t = x_t + self.attn.step(self.norm1(x_t), cache)
@@ -190,15 +174,9 @@ def decode(model: nn.Module, ids: Tensor) -> tuple[Tensor, int]:
     Returns (logits [b, l, vocab], most keys any layer kept at once). Eval mode expected.
     """
     b, length = ids.shape
-    caches = [blk.attn.allocate_cache(length, ids.device) for blk in model.blocks]
-    out = []
-    for t in range(length):
-        x = model.embed(ids[:, t])
-        for blk, cache in zip(model.blocks, caches, strict=True):
-            x = blk.step(x, cache)
-        head = model.output_weight() if hasattr(model, "output_weight") else model.embed.weight
-        out.append(model.norm(x) @ head.t())
-    return torch.stack(out, dim=1), max(c.max_kept for c in caches)
+    cache = model.allocate_cache(b, length)
+    out = [model.step(ids[:, t], cache) for t in range(length)]
+    return torch.stack(out, dim=1), max(c.max_kept for c in cache.blocks)
 
 
 # --------------------------------------------------------------------------- lab hybrid branch
@@ -235,6 +213,25 @@ class ChunkS6(nn.Module):
         return y.transpose(1, 2).to(u.dtype)
 
 
+    def step(self, u: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        """One token u [b, d] from scan state h [b, d, n] (zeros at a chunk start); the same
+        float32 A, D and bias as `forward`."""
+        dt, B, C = torch.split(self.x_proj(u), [self.dt_rank, self.d_state, self.d_state], -1)
+        delta = F.softplus(dt @ self.dt_proj.weight.t() + self.dt_proj.bias.float().to(u.dtype))
+        A = -torch.exp(self.A_log.float()).to(u.dtype)
+        h = torch.exp(delta[..., None] * A) * h + (delta * u)[..., None] * B[:, None, :]
+        return (h * C[:, None, :]).sum(-1) + self.D.float().to(u.dtype) * u, h
+
+
+@dataclass
+class BranchCache:
+    """Decode state of `AttambaBranch`: its pattern's decoder and the two chunk-reset scans."""
+
+    dec: AttambaDecoder
+    k_state: Tensor | None = None
+    v_state: Tensor | None = None
+
+
 class AttambaBranch(nn.Module):
     """LAB INVENTION (not in paper 003): the hybrid branch with chunk-reset S6 keys/values.
 
@@ -264,6 +261,19 @@ class AttambaBranch(nn.Module):
         idx = self.pattern.indices_for(ends)
         out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)
         return out[:, 0] * self.scale
+
+    def allocate_cache(self) -> BranchCache:
+        return BranchCache(AttambaDecoder(self.pattern))
+
+    def step(self, xc: Tensor, cache: BranchCache) -> Tensor:
+        """One token's xc [b, d_inner] -> [b, d_inner] (eval mode)."""
+        if cache.dec.starts_chunk(cache.dec.t):  # the key/value scans restart at a chunk start
+            zero = xc.new_zeros(*xc.shape, self.k_ssm.d_state)
+            cache.k_state, cache.v_state = zero, zero.clone()
+        ks, cache.k_state = self.k_ssm.step(xc, cache.k_state)
+        vs, cache.v_state = self.v_ssm.step(xc, cache.v_state)
+        q, k, v = self.q(xc)[:, None], self.k(ks + xc)[:, None], (vs + xc)[:, None]
+        return attend(q, cache.dec.step(q, k, v), self.d_qk**-0.5)[:, 0] * self.scale
 
 
 def attamba_branch(cfg: ModelConfig, mixer: nn.Module, layer: int) -> nn.Module:

@@ -53,6 +53,14 @@ def _n_heads(mixer: nn.Module) -> int:
     return 1
 
 
+@dataclass
+class SSMCache:
+    """Decode state of an SSM block: the mixer's conv + scan state and the branch's state."""
+
+    state: object
+    branch: object = None
+
+
 class SSMBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, with_branch: bool = True, layer: int = 0) -> None:
         super().__init__()
@@ -90,6 +98,30 @@ class SSMBlock(nn.Module):
         out, kept = out
         return kept.gather(x, 1) + out, kept
 
+    def allocate_cache(self, batch: int, max_len: int) -> SSMCache:
+        p = self.mixer.A_log
+        branch = None if self.branch is None else self.branch.allocate_cache()
+        return SSMCache(self.mixer.allocate_state(batch, p.device, p.dtype), branch)
+
+    def step(self, x_t: torch.Tensor, cache: SSMCache, keep: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """One token x_t [b, d] -> [b, d]. `keep` (bool [b], DeciMamba's prefill): rows where it
+        is False advance the conv state only, so the scan sees the kept tokens alone (the conv
+        of a decimating layer runs at full length, Alg. 1)."""
+        side = None
+        if self.branch is not None:
+            branch, dec = self.branch, cache.branch
+
+            def side(xc: torch.Tensor) -> torch.Tensor:
+                return branch.step(xc, dec)
+
+        out, new = self.mixer.step(self.norm(x_t), cache.state, side=side)
+        if keep is not None:
+            k = keep.view(-1, *[1] * (new.ssm.dim() - 1))
+            new.ssm = torch.where(k, new.ssm, cache.state.ssm)
+        cache.state = new
+        return x_t + out
+
 
 class MLPBlock(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
@@ -99,6 +131,12 @@ class MLPBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
         return x + self.mlp(self.norm(x))
+
+    def allocate_cache(self, batch: int, max_len: int) -> None:
+        return None  # position-wise: no state
+
+    def step(self, x_t: torch.Tensor, cache: None) -> torch.Tensor:
+        return x_t + self.mlp(self.norm(x_t))
 
 
 class AttentionBlock(nn.Module):
@@ -115,6 +153,13 @@ class AttentionBlock(nn.Module):
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         return self.mlp(x, aux, params)
+
+    def allocate_cache(self, batch: int, max_len: int):
+        return self.attn.allocate_cache()
+
+    def step(self, x_t: torch.Tensor, cache) -> torch.Tensor:
+        x_t = x_t + self.attn.step(self.norm1(x_t), cache)
+        return self.mlp.step(x_t, None)
 
 
 def attention_layer(cfg: ModelConfig) -> AttentionBlock:

@@ -69,6 +69,45 @@ def decimated_forward(model, ids: torch.Tensor, return_params: bool = False):
     return LMOutput(logits=logits, aux_loss=aux_loss, params=params, kept=kept_mask)
 
 
+def decimated_prefill(model, ids: torch.Tensor, caches: list) -> torch.Tensor:
+    """Feed a context ids [b, l] (no SEP: all of it may be dropped) into empty block caches the
+    DeciMamba way (seed 002 Sec. 4): layer by layer, each block steps over its input sequence;
+    a decimating layer first picks its kept tokens as the parallel forward does, then steps over
+    every input token with the scan advancing on the kept ones only, and passes on the kept
+    positions' outputs. Returns the logits [b, l, vocab], zeros at dropped positions. The
+    inquiry then decodes token by token with `step` (no decimation after the prefill)."""
+    cfg: DecimationConfig = model.decimation
+    layers = decimating_layers(cfg, len(model.blocks))
+    b, length = ids.shape
+    if bool((ids == Vocab.SEP).any()):
+        raise RecallLabError("a DeciMamba prefill is the context only: it must not hold SEP "
+                             "(the inquiry from SEP on is decoded token by token)")
+    x = model.embed(ids)
+    pos = torch.arange(length, device=ids.device).expand(b, length)
+    n_ctx = torch.full((b,), length, dtype=torch.int64, device=ids.device)
+    s = 0
+    for i, (block, cache) in enumerate(zip(model.blocks, caches, strict=True)):
+        keep = None
+        if i in layers:
+            n_keep = keep_count(n_ctx, s, cfg.L_base, cfg.beta, cfg.min_len, cfg.top_k)
+            _, kept = block(x, [], None, decimate=Decimate(n_keep, n_ctx, cfg.score))
+            keep = torch.zeros(b, x.shape[1], dtype=torch.bool, device=ids.device)
+            keep.scatter_(1, kept.idx, kept.valid)
+        out = torch.stack([block.step(x[:, t], cache, **({} if keep is None else
+                                                         {"keep": keep[:, t]}))
+                           for t in range(x.shape[1])], dim=1)
+        if keep is not None:  # every row keeps n_keep tokens: no SEP, one context length
+            x, pos = kept.gather(out, 1), kept.gather(pos, 1)
+            n_ctx = n_keep
+            s += 1
+        else:
+            x = out
+    short = model.norm(x) @ model.output_weight().t()
+    vocab = short.shape[-1]
+    return short.new_zeros(b, length, vocab).scatter(1, pos[..., None].expand(-1, -1, vocab),
+                                                     short)
+
+
 @torch.no_grad()
 def resolve_auto_layers(model, ids: torch.Tensor) -> DecimationConfig:
     """Replace `layers="auto"` by the `n_auto` SSM layers with the largest Mamba Mean Distance of

@@ -15,9 +15,9 @@ its plain SSM and the branch cannot swamp the SSM output early ("promotes stable
 non-zero, so the q/k projections receive gradient from the first step (with 0 they get none until
 the vector has moved).
 
-Not implemented: a recurrent `step()` path. The mixers' `step` ignores the branch (it would need
-the q/k history and the pattern's state per layer), so a hybrid decodes only by full forward
-passes over the prefix; plain SSM mixers can step.
+Decoding (`step`): the mixer's step calls the branch's step with the token's xc; the branch keeps
+its pattern's decode state (attention/decode.py: ring buffers, top-n, or the exact prefix
+fallback) and attends over the keys it lists, as the parallel form does.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from generators.errors import RecallLabError
 from recall_lab.attention import make_pattern, sparse_attention
+from recall_lab.attention.decode import Decoder, attend, make_decoder
 from recall_lab.attention.ks import KSPattern
 from recall_lab.attention.patterns import PATTERN_TABLE
 from recall_lab.attention.release_reference import release_sparse_attention
@@ -98,6 +100,20 @@ class SparseBranch(nn.Module):
         if aux is not None and torch.is_tensor(aux_loss):
             aux.append(aux_loss)
         return out.transpose(1, 2).reshape(b, length, d_inner) * self.scale
+
+    def allocate_cache(self) -> Decoder:
+        if self.semantics == "release":
+            raise RecallLabError("the release's semantics are not causal: they cannot decode")
+        return make_decoder(self.pattern)
+
+    def step(self, xc: torch.Tensor, dec: Decoder) -> torch.Tensor:
+        """One token's xc [b, d_inner] -> the branch output [b, d_inner] (eval mode)."""
+        b, d_inner = xc.shape
+        h = self.n_heads
+        q, k = self.qk(xc).view(b, 2, h, self.d_qk).unbind(1)
+        v = xc.view(b, h, d_inner // h)
+        out = attend(q, dec.step(q, k, v), self.d_qk**-0.5)
+        return out.reshape(b, d_inner) * self.scale
 
     def _release(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """The same q, k, v and KS scorer through the release's dense-mask semantics (it divides

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recall_lab.attention import make_pattern, sparse_attention
+from recall_lab.attention.decode import Decoder, FullDecoder, attend, make_decoder
 
 
 class SwiGLU(nn.Module):
@@ -65,6 +66,19 @@ class _HeadsAttention(nn.Module):
     def _merge(self, o: torch.Tensor) -> torch.Tensor:
         b, _, length, _ = o.shape
         return self.out(o.transpose(1, 2).reshape(b, length, -1))
+
+    def allocate_cache(self) -> Decoder:
+        pattern = getattr(self, "pattern", None)
+        return FullDecoder() if pattern is None else make_decoder(pattern)
+
+    def step(self, x_t: torch.Tensor, dec: Decoder) -> torch.Tensor:
+        """One token x_t [b, d_model] at position dec.t -> [b, d_model]: the decode state lists
+        the keys (full attention: every key, the KV cache), RoPE at the token's position."""
+        b = x_t.shape[0]
+        q, k, v = self.qkv(x_t).view(b, 3, self.n_heads, self.head_dim).unbind(1)
+        q, k = (rope(x.unsqueeze(2), start=dec.t)[:, :, 0] for x in (q, k))
+        o = attend(q, dec.step(q, k, v), self.head_dim**-0.5)
+        return self.out(o.reshape(b, -1))
 
 
 class CausalSelfAttention(_HeadsAttention):

@@ -19,6 +19,7 @@ from recall_lab.config import ModelConfig
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.blocks import LMOutput
 from recall_lab.models.decimation import decimated_forward
+from recall_lab.models.decode import DecodeCache, allocate_cache, step
 
 
 class RecallLM(nn.Module):
@@ -84,6 +85,14 @@ class RecallLM(nn.Module):
         logits = self.norm(x) @ self.output_weight().t()
         aux_loss = torch.stack([a.float() for a in aux]).sum() if aux else None
         return LMOutput(logits=logits, aux_loss=aux_loss, params=params)
+
+    def allocate_cache(self, batch: int, max_len: int) -> DecodeCache:
+        """Empty decode state for `step` (models/decode.py), for up to max_len tokens."""
+        return allocate_cache(self, batch, max_len)
+
+    def step(self, ids_t: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
+        """Token ids [b] -> next-token logits [b, vocab]; eval mode (LSH planes fixed)."""
+        return step(self, ids_t, cache)
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """AdamW groups (nanoGPT's `configure_optimizers` rule, with mamba-ssm's tags): weight

@@ -28,6 +28,7 @@ from generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
+from recall_lab.models.decode import decode_state
 from recall_lab.models.lm import RecallLM
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
@@ -187,11 +188,13 @@ def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
 
 def listing_row(name: str, vocab_size: int) -> dict:
     """One row of `recall-lab models`: name, backbone, branch, d_model, k (the attention budget,
-    Attamba's chunk size P or DeciMamba's L_base) and the parameter count."""
+    Attamba's chunk size P or DeciMamba's L_base), the parameter count and the decode state
+    (bytes per sequence when constant in L, else how it grows; models/decode.py)."""
     m = build_model(name, vocab_size)
     c = m.config
     k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
     if c.decimation is not None:
         k = f"L_base={c.decimation.L_base}"
     return {"name": name, "backbone": c.arch, "branch": c.pattern or ARCH_TABLE[c.arch].branch,
-            "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}"}
+            "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}",
+            "decode state": decode_state(m)}

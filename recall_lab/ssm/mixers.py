@@ -240,8 +240,10 @@ class MambaMixer(nn.Module):
             ssm=torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
         )
 
-    def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
-        """One token x_t [b, d_model] -> (y_t [b, d_model], new state). Ignores `side`."""
+    def step(self, x_t: Tensor, state: MixerState, side: Side | None = None
+             ) -> tuple[Tensor, MixerState]:
+        """One token x_t [b, d_model] -> (y_t [b, d_model], new state). `side(xc_t [b, d_inner])`:
+        the hybrid branch's step, added before the gate as in `forward`."""
         xs, z = self.in_proj(x_t).chunk(2, dim=-1)
         xc, conv = _conv_step(state.conv, xs, self.conv1d.weight, self.conv1d.bias)
         xc = F.silu(xc)
@@ -251,6 +253,8 @@ class MambaMixer(nn.Module):
         B_t, C_t = B[:, None, :, 0], C[:, None, :, 0]  # [b, 1, n]
         h = torch.exp(delta.unsqueeze(-1) * A) * state.ssm + (delta * xc).unsqueeze(-1) * B_t
         y = (h * C_t).sum(-1) + self.D * xc
+        if side is not None:
+            y = y + side(xc)
         y = y * F.silu(z)
         return self.out_proj(y), MixerState(conv=conv, ssm=h)
 
@@ -382,8 +386,10 @@ class Mamba2Mixer(nn.Module):
                             dtype=dtype),
         )
 
-    def step(self, x_t: Tensor, state: MixerState) -> tuple[Tensor, MixerState]:
-        """One token x_t [b, d_model] -> (y_t [b, d_model], new state). Ignores `side`."""
+    def step(self, x_t: Tensor, state: MixerState, side: Side | None = None
+             ) -> tuple[Tensor, MixerState]:
+        """One token x_t [b, d_model] -> (y_t [b, d_model], new state). `side(xc_t [b, d_inner])`:
+        the hybrid branch's step, added before the gated norm as in `forward`."""
         b = x_t.shape[0]
         z, xBC, dt = self._split(self.in_proj(x_t))
         xBC, conv = _conv_step(state.conv, xBC, self.conv1d.weight, self.conv1d.bias)
@@ -398,5 +404,8 @@ class Mamba2Mixer(nn.Module):
         decay = torch.exp(delta * -torch.exp(self.A_log))[:, :, None, None]
         h = decay * state.ssm + (delta[:, :, None] * xh).unsqueeze(-1) * B.unsqueeze(2)
         y = (h * C.unsqueeze(2)).sum(-1) + self.D[:, None] * xh
-        y = self.norm(y.reshape(b, self.d_inner), z)
+        y = y.reshape(b, self.d_inner)
+        if side is not None:
+            y = y + side(xc)
+        y = self.norm(y, z)
         return self.out_proj(y), MixerState(conv=conv, ssm=h)
