@@ -96,7 +96,8 @@ def register(app: GuardedApp) -> None:
         if tm and tm["overhead_per_run_s"] is not None:
             console.print(f"time: {tm['wall_s']:.1f} s wall on {tm['workers']} workers, "
                           f"{tm['train_s']:.1f} s in training loops; "
-                          f"{tm['overhead_per_run_s']:.2f} s per run outside training",
+                          f"{tm['overhead_per_run_s']:.2f} s per run outside training "
+                          f"({tm['in_run_overhead_per_run_s']:.2f} s of it inside the runs)",
                           highlight=False)
         return min(c["failed"], MAX_EXIT)
 

@@ -316,13 +316,16 @@ def sweep_timing(wall: float, results: list[dict], workers: int) -> dict:
     `wall_s_this_session`), and the per-run overhead outside training: worker wall time
     (wall x workers, capped by the runs started) minus training, per finished run. It counts
     process start, imports, model building, evaluation of the best weights and the length
-    tests, and time a worker sat idle at the end of the sweep."""
+    tests, and time a worker sat idle at the end of the sweep; `in_run_overhead_per_run_s` is
+    the part inside `execute` (building, the final test, the first run's imports)."""
     done = [r for r in results if r.get("status") == "done"]
     train = sum(float(r["summary"].get("wall_s_this_session") or 0.0) for r in done)
+    in_runs = sum(float(r.get("wall_s") or 0.0) for r in done)  # execute(), first run's imports
     busy = wall * max(1, min(workers, len(results)))
     per_run = (busy - train) / len(done) if done else None
     return {"wall_s": wall, "train_s": train, "runs": len(done),
-            "workers": max(1, min(workers, len(results))), "overhead_per_run_s": per_run}
+            "workers": max(1, min(workers, len(results))), "overhead_per_run_s": per_run,
+            "in_run_overhead_per_run_s": (in_runs - train) / len(done) if done else None}
 
 
 def read_index(folder: Path) -> dict | None:
