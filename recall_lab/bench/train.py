@@ -16,6 +16,19 @@ layer at the same shape (batch x length, d_qk = the mixer's state size, v = d_in
 time on the one thread, so inflated alike by machine load; mean of 5 steps after 2 warm-ups): LSH
 indices, KS scores (MLP), KS causal top-n, KS ranking loss, union, the attention op forward, and
 the backward of the attention + KS scorer.
+
+Roofline: every row also gives its effective GFLOP/s, 6 x parameters x tokens per step (the
+dense rule of thumb for forward + backward; it leaves out the scans' and attention's own FLOPs,
+so it is a lower bound) over the step's median wall time, and that over the peak of one thread's
+float32 matmul measured in the same run (512 x 512 x 512, fastest of 20; printed).
+
+Time-to-answer (env ``RECALL_LAB_BENCH_ANSWER=1``; minutes, so off by default): the capacity
+experiment's `transformer` and `mamba` cells at 8 pairs (experiments/capacity.toml: batch 32,
+warm-up 500, up to 2500 steps, early stop at held-out accuracy 0.99), seed 0, each trained by
+`train_run` in a fresh one-thread process (``--answer MODEL``): wall time from the process's
+start to its summary (imports and the final test included), the step it stopped at and its test
+accuracy. Fixed seeds make the step count deterministic, so two commits' times compare where
+their step counts agree.
 """
 
 from __future__ import annotations
@@ -28,6 +41,8 @@ import sys
 import time
 
 from recall_lab.bench.record import summarise
+
+_START = time.perf_counter()  # a child's start, for time-to-answer
 
 PARTS = ("lsh indices", "ks scores", "ks top-n", "ks loss", "union", "attention fwd",
          "backward")
@@ -96,6 +111,47 @@ def _spawn(name: str, batch: int, steps: int, device: str = "auto") -> dict | No
     return out
 
 
+def matmul_peak(size: int = 512, reps: int = 20) -> float:
+    """GFLOP/s of one thread's float32 matmul at size^3: the fastest of `reps` (on a shared
+    machine the fastest is the one least slowed by other jobs)."""
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(3):
+        a @ b
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    return 2 * size**3 / min(ts) / 1e9
+
+
+def time_to_answer(name: str, seed: int = 0) -> dict:
+    """Train the capacity experiment's `name` cell at 8 pairs (state 4) to its stop rule in a
+    temporary folder; wall time from this process's start (module docstring)."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from recall_lab.experiments.grid import load_experiment
+    from recall_lab.train import train_run
+
+    torch.set_num_threads(1)
+    toml = Path(__file__).resolve().parents[2] / "experiments" / "capacity.toml"
+    exp = load_experiment(toml)
+    run = next(r for r in exp.runs if r.config.model.name == name and r.config.model.d_state == 4
+               and r.config.task.levels == [[8, 8]] and r.config.train.seed == seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = train_run(run.config, Path(tmp) / "run")
+    return {"model": name, "seed": seed, "stopped_at": summary["stopped_at"],
+            "stopped": summary["stopped"], "test_acc": summary["test"]["acc"],
+            "train_s": summary["wall_s_this_session"],
+            "wall_s": time.perf_counter() - _START}
+
+
 def branch_breakdown(batch: int, length: int, d_qk: int, d_v: int = 128, reps: int = 5) -> dict:
     """Milliseconds per part of one HAX branch layer's training step (module docstring)."""
     import torch
@@ -159,6 +215,7 @@ def run(console, quick: bool, device: str = "auto") -> dict:
             status.update(f"timing {name}")
             r = _spawn(name, batch, steps, device=device)
             rows.append(r if r is not None else {"model": name, "failed": True})
+    peak = _child("--peak", device="cpu")
     ok = [r for r in rows if not r.get("failed")]
     base = next((r for r in ok if r["model"] == "mamba"), None)
     length = ok[0]["length"] if ok else None
@@ -166,12 +223,14 @@ def run(console, quick: bool, device: str = "auto") -> dict:
     table = Table(title=f"training throughput, mini-mqjr, batch {batch} x {length}, {device}, "
                   f"1 thread, {steps} steps per model (medians; p20-p80 of wall ms)")
     for col in ("model", "params", "ms/step", "p20-p80", "tokens/s", "vs mamba",
-                "cpu ms/step", "vs mamba (cpu)"):
+                "cpu ms/step", "vs mamba (cpu)", "GFLOP/s", "of peak"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for r in rows:
         if r.get("failed"):
-            table.add_row(r["model"], "failed", *["-"] * 6)
+            table.add_row(r["model"], "failed", *["-"] * 8)
             continue
+        r["gflops"] = 6 * r["params"] * r["tokens"] / r["wall_s"]["median"] / 1e9
+        r["of_peak"] = peak and r["gflops"] / peak["gflops"]
         r["tokens_per_s"] = r["tokens"] / r["wall_s"]["median"]
         r["vs_mamba"] = base and r["tokens_per_s"] / (base["tokens"] / base["wall_s"]["median"])
         r["vs_mamba_cpu"] = base and base["cpu_s"]["median"] / r["cpu_s"]["median"]
@@ -180,8 +239,31 @@ def run(console, quick: bool, device: str = "auto") -> dict:
                       f"{r['tokens_per_s']:,.0f}",
                       "-" if r["vs_mamba"] is None else f"{r['vs_mamba']:.2f}x",
                       f"{r['cpu_s']['median'] * 1e3:.0f}",
-                      "-" if r["vs_mamba_cpu"] is None else f"{r['vs_mamba_cpu']:.2f}x")
+                      "-" if r["vs_mamba_cpu"] is None else f"{r['vs_mamba_cpu']:.2f}x",
+                      f"{r['gflops']:.1f}", "-" if not r["of_peak"] else f"{r['of_peak']:.0%}")
     console.print(table)
+    if peak:
+        console.print(f"peak: one thread's float32 matmul 512^3, {peak['gflops']:.1f} GFLOP/s; "
+                      "GFLOP/s = 6 x params x tokens / step time (a lower bound)",
+                      highlight=False)
+    answers = []
+    if os.environ.get("RECALL_LAB_BENCH_ANSWER") == "1":
+        for name in ("transformer", "mamba"):
+            status_line = f"time-to-answer: training capacity's {name} cell (minutes)"
+            with console.status(status_line):
+                answers.append(_child("--answer", name, device="cpu")
+                               or {"model": name, "failed": True})
+        at = Table(title="time-to-answer: capacity cells at 8 pairs, seed 0, to held-out acc "
+                         "0.99 (or 2500 steps), 1 thread")
+        for col in ("model", "stopped at", "test acc", "training s", "wall s"):
+            at.add_column(col, justify="left" if col == "model" else "right")
+        for a in answers:
+            if a.get("failed"):
+                at.add_row(a["model"], "failed", "-", "-", "-")
+            else:
+                at.add_row(a["model"], f"{a['stopped_at']} ({a['stopped']})",
+                           f"{a['test_acc']:.3f}", f"{a['train_s']:.1f}", f"{a['wall_s']:.1f}")
+        console.print(at)
     breakdown = []
     if length is not None and (device == "cpu" or not torch.cuda.is_available()):
         for d_qk, label in ((16, "mamba+hax"), (64, "mamba2+hax")):
@@ -201,15 +283,22 @@ def run(console, quick: bool, device: str = "auto") -> dict:
                               for b in breakdown))
         console.print(bt)
     return {"device": device, "task": "mini-mqjr", "batch": batch, "steps": steps,
-            "threads": 1, "rows": rows, "hax_branch_ms": breakdown}
+            "threads": 1, "rows": rows, "hax_branch_ms": breakdown,
+            "matmul_peak_gflops": peak and peak["gflops"], "time_to_answer": answers}
 
 
 def _main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs=3, metavar=("MODEL", "BATCH", "STEPS"))
     ap.add_argument("--breakdown", nargs=3, type=int, metavar=("BATCH", "LENGTH", "D_QK"))
+    ap.add_argument("--peak", action="store_true")
+    ap.add_argument("--answer", metavar="MODEL")
     args = ap.parse_args(argv)
-    if args.case:
+    if args.peak:
+        print(json.dumps({"gflops": matmul_peak()}))
+    elif args.answer:
+        print(json.dumps(time_to_answer(args.answer)))
+    elif args.case:
         name, batch, steps = args.case
         print(json.dumps(_time_model(name, int(batch), int(steps))))
     elif args.breakdown:

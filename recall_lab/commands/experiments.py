@@ -92,6 +92,13 @@ def register(app: GuardedApp) -> None:
         console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
                       f"({c['skipped']} were already), {c['failed']} failed; "
                       f"index {out / exp.name / 'sweep.json'}", highlight=False)
+        tm = index.get("timing")
+        if tm and tm["overhead_per_run_s"] is not None:
+            console.print(f"time: {tm['wall_s']:.1f} s wall on {tm['workers']} workers, "
+                          f"{tm['train_s']:.1f} s in training loops; "
+                          f"{tm['overhead_per_run_s']:.2f} s per run outside training "
+                          f"({tm['in_run_overhead_per_run_s']:.2f} s of it inside the runs)",
+                          highlight=False)
         return min(c["failed"], MAX_EXIT)
 
     @app.command()

@@ -122,19 +122,42 @@ def _send(*event: Any) -> None:
         _events.put(event)
 
 
+def fresh_run_state(threads: int) -> None:
+    """What a run may find changed by the runs before it in the same (warm) worker, put back to
+    a new process's values: the RNGs (torch's, Python's, numpy's global ones), the thread count,
+    grad mode and default dtype. `train_run` seeds torch itself; the rest is so that no code path
+    can read state another run left behind (tests/experiments/test_engine.py runs two configs in
+    one process in both orders and compares the weights)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+
+
 def execute(job: dict) -> dict:
     """Train one run (the unit of work of both engines): {"name", "status", "summary" | "error",
-    "traceback"}. Every exception is caught and returned: one run's failure is not the sweep's."""
+    "traceback", "wall_s"}. Every exception is caught and returned: one run's failure is not the
+    sweep's. The pool's workers live for the whole sweep, so torch is imported (and the native
+    kernels loaded) once per worker, not once per run; `fresh_run_state` keeps a run's result
+    independent of what that worker ran before."""
     name = job["name"]
+    t0 = time.perf_counter()
     try:
-        import torch
+        import torch  # noqa: F401 - first run of a worker: the import is counted as overhead
 
         from recall_lab.config import RunConfig
         from recall_lab.ssm import retain_freed_memory
         from recall_lab.train import train_run
 
         retain_freed_memory()
-        torch.set_num_threads(job["threads"])
+        fresh_run_state(job["threads"])
         cfg = RunConfig.model_validate(job["config"])
         _send("running", name)
         last = [0.0]
@@ -147,7 +170,8 @@ def execute(job: dict) -> dict:
 
         summary = train_run(cfg, Path(job["dir"]), resume=job["resume"], force=not job["resume"],
                             progress=progress, log=tuple(job.get("log", ())))
-        return {"name": name, "status": "done", "summary": summary}
+        return {"name": name, "status": "done", "summary": summary,
+                "wall_s": time.perf_counter() - t0}
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         lines = str(exc).strip().splitlines()
         error = lines[0] if lines else type(exc).__name__
@@ -287,6 +311,23 @@ def _finished_entry(entry: dict, summary: dict) -> dict:
             "valid": summary.get("valid"), "test": summary.get("test")}
 
 
+def sweep_timing(wall: float, results: list[dict], workers: int) -> dict:
+    """Where a sweep's time went: its wall time, the runs' training loops (each summary's
+    `wall_s_this_session`), and the per-run overhead outside training: worker wall time
+    (wall x workers, capped by the runs started) minus training, per finished run. It counts
+    process start, imports, model building, evaluation of the best weights and the length
+    tests, and time a worker sat idle at the end of the sweep; `in_run_overhead_per_run_s` is
+    the part inside `execute` (building, the final test, the first run's imports)."""
+    done = [r for r in results if r.get("status") == "done"]
+    train = sum(float(r["summary"].get("wall_s_this_session") or 0.0) for r in done)
+    in_runs = sum(float(r.get("wall_s") or 0.0) for r in done)  # execute(), first run's imports
+    busy = wall * max(1, min(workers, len(results)))
+    per_run = (busy - train) / len(done) if done else None
+    return {"wall_s": wall, "train_s": train, "runs": len(done),
+            "workers": max(1, min(workers, len(results))), "overhead_per_run_s": per_run,
+            "in_run_overhead_per_run_s": (in_runs - train) / len(done) if done else None}
+
+
 def read_index(folder: Path) -> dict | None:
     path = Path(folder) / INDEX
     return ck.read_json(path, "sweep index") if path.is_file() else None
@@ -348,7 +389,10 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         if todo:
             save()
 
+        results: list[dict] = []
+
         def on_result(result: dict) -> None:
+            results.append(result)
             job = by_name[result["name"]]
             base = {**_entry(job, result["status"]),
                     "registration": entries[job.run.name].get("registration")}
@@ -360,6 +404,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             save()
             monitor.finished(result["name"], result)
 
+        started = time.perf_counter()
         if todo:
             try:
                 if engine == "local":
@@ -371,6 +416,8 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
                     if e["status"] == "running":
                         e["status"] = "pending"
                 save()
+        if todo:
+            index["timing"] = sweep_timing(time.perf_counter() - started, results, workers)
         statuses = [e["status"] for e in entries.values()]
         index["counts"] = {"runs": len(jobs), "ran": len(todo),
                            "skipped": len(jobs) - len(todo), "done": statuses.count("done"),

@@ -1,7 +1,7 @@
 """Native CPU kernels: the C files in this folder, compiled once per machine, called via ctypes.
 
-What is here: `ssm.c` (Mamba's selective scan, Mamba2's SSD as its recurrence, the mixers'
-causal conv + SiLU; their autograd functions are in recall_lab/ssm/native.py) and `attention.c`
+What is here: `ssm.c` (Mamba's selective scan, also fused with the mixer's element-wise chain,
+Mamba2's SSD as its recurrence, the mixers' causal conv + SiLU; their autograd functions are in recall_lab/ssm/native.py) and `attention.c`
 (the sparse-attention op's forward and backward; recall_lab/attention/native.py).
 
 Why native code: the torch paths of these ops make many element-wise passes over large intermediate
@@ -61,6 +61,8 @@ SIGNATURES: dict[str, list] = {
     "scan_bwd": [_P] * 13 + [_L] * 6 + [_P, _L],
     "ssd_fwd": [_P] * 8 + [_L] * 7 + [_P, _L],
     "ssd_bwd": [_P] * 13 + [_L] * 7 + [_P, _L],
+    "s6f_fwd": [_P, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L, _P, _P, _P] + [_L] * 5 + [_P, _L],
+    "s6f_bwd": [_P, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L] + [_P] * 12 + [_L] * 5 + [_P, _L],
     "conv_silu_fwd": [_P, _L, _P, _P, _P] + [_L] * 5,
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,

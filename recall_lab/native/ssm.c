@@ -456,3 +456,203 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
     FOR_RANGES(rows, nt)
     conv_silu_bwd_range(x, xs, wT, bias, gy, gx, gw_part, gb_part, L, C, K, R0(rows), R1(rows));
 }
+
+/* ---- Mamba (S6) fused with the mixer's element-wise chain, channels-last ----
+ * What MambaMixer computes around the scan, in one pass per direction, in the layout its
+ * projections produce (so no transposes or copies between them and the scan):
+ *   delta = softplus(dtr + bias),  h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t,
+ *   y = C_t . h_t + Dskip u_t (+ side_t),   out = y * silu(z_t)  (out = y when z is NULL).
+ * The loops run over channels d (contiguous here), the N states as an outer loop, so they
+ * vectorise for any N (the per-channel scan above vectorises over N only: at N = 4 a quarter
+ * of a vector register). softplus as torch computes it (threshold 20).
+ * Layouts (float32): u, out, gu, gdtr, gz, gside [Bt, L, D] contiguous; dtr [Bt, L, D] with
+ * token stride dts; z [Bt, L, D] with token stride zs; Bm, Cm [Bt, L, N] with token stride bcs
+ * (slices of one projection need no copy); AT [N, D] (A transposed); bias, Dskip [D] (Dskip may
+ * be NULL); side [Bt, L, D] or NULL; last, glast [Bt, D, N] (glast may be NULL);
+ * gB, gC [Bt, L, N] contiguous; per-row partial sums gbias_part, gD_part [Bt, D],
+ * gAT_part [Bt, N, D] (summed over rows by the caller). Rows [b0, b1) belong to one call.
+ * Scratch: forward N D floats; backward (L (N + 2) + N + 4) D floats. */
+static inline float softplus_t(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+static void s6f_fwd_range(const float* u, const float* dtr, long dts, const float* bias,
+                          const float* AT, const float* Bm, const float* Cm, long bcs,
+                          const float* Dskip, const float* z, long zs, const float* side,
+                          float* out, float* last, long L, long D, long N, long b0, long b1,
+                          float* scratch) {
+    float* h = scratch; /* [N, D] */
+    float dl[D], du[D], acc[D];
+    for (long b = b0; b < b1; b++) {
+        for (long i = 0; i < N * D; i++) h[i] = 0.f;
+        for (long t = 0; t < L; t++) {
+            const long bt = b * L + t;
+            const float* ut = u + bt * D;
+            const float* rt = dtr + bt * dts;
+            const float* Bt = Bm + bt * bcs;
+            const float* Ct = Cm + bt * bcs;
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) {
+                dl[d] = softplus_t(rt[d] + bias[d]);
+                du[d] = dl[d] * ut[d];
+                acc[d] = 0.f;
+            }
+            for (long n = 0; n < N; n++) {
+                const float bn = Bt[n], cn = Ct[n];
+                const float* An = AT + n * D;
+                float* hn = h + n * D;
+                _Pragma("omp simd")
+                for (long d = 0; d < D; d++) {
+                    hn[d] = expf(dl[d] * An[d]) * hn[d] + du[d] * bn;
+                    acc[d] += hn[d] * cn;
+                }
+            }
+            float* ot = out + bt * D;
+            const float* st = side ? side + bt * D : NULL;
+            const float* zt = z ? z + bt * zs : NULL;
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) {
+                float y = acc[d] + (Dskip ? Dskip[d] * ut[d] : 0.f) + (st ? st[d] : 0.f);
+                ot[d] = zt ? y * zt[d] / (1.f + expf(-zt[d])) : y;
+            }
+        }
+        for (long n = 0; n < N; n++)
+            for (long d = 0; d < D; d++) last[(b * D + d) * N + n] = h[n * D + d];
+    }
+}
+
+static void s6f_bwd_range(const float* u, const float* dtr, long dts, const float* bias,
+                          const float* AT, const float* Bm, const float* Cm, long bcs,
+                          const float* Dskip, const float* z, long zs, const float* side,
+                          const float* gout, const float* glast, float* gu, float* gdtr,
+                          float* gz, float* gside, float* gB, float* gC, float* gbias_part,
+                          float* gD_part, float* gAT_part, long L, long D, long N, long b0,
+                          long b1, float* scratch) {
+    float* H = scratch;                /* [L, N, D] states */
+    float* DL = H + L * N * D;         /* [L, D] delta */
+    float* GY = DL + L * D;            /* [L, D] d loss / d y (before the gate) */
+    float* dh = GY + L * D;            /* [N, D] */
+    float* gdu = dh + N * D;           /* [D] */
+    float* gdl = gdu + D;              /* [D] */
+    float* acc = gdl + D;              /* [D] */
+    float* zero = acc + D;             /* [D] h_{-1} */
+    for (long d = 0; d < D; d++) zero[d] = 0.f;
+    for (long b = b0; b < b1; b++) {
+        float* gbias = gbias_part + b * D;
+        float* gDs = gD_part + b * D;
+        float* gAT = gAT_part + b * N * D;
+        for (long d = 0; d < D; d++) gbias[d] = gDs[d] = 0.f;
+        for (long i = 0; i < N * D; i++) gAT[i] = 0.f;
+        /* forward again: states, delta, and the gradient at y (which needs y for the gate) */
+        for (long t = 0; t < L; t++) {
+            const long bt = b * L + t;
+            const float* ut = u + bt * D;
+            const float* rt = dtr + bt * dts;
+            const float* Bt = Bm + bt * bcs;
+            const float* Ct = Cm + bt * bcs;
+            float* dl = DL + t * D;
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) {
+                dl[d] = softplus_t(rt[d] + bias[d]);
+                acc[d] = 0.f;
+            }
+            for (long n = 0; n < N; n++) {
+                const float bn = Bt[n], cn = Ct[n];
+                const float* An = AT + n * D;
+                const float* hp = t ? H + ((t - 1) * N + n) * D : zero;
+                float* hn = H + (t * N + n) * D;
+                _Pragma("omp simd")
+                for (long d = 0; d < D; d++) {
+                    hn[d] = expf(dl[d] * An[d]) * hp[d] + dl[d] * ut[d] * bn;
+                    acc[d] += hn[d] * cn;
+                }
+            }
+            const float* st = side ? side + bt * D : NULL;
+            const float* zt = z ? z + bt * zs : NULL;
+            const float* go = gout + bt * D;
+            float* gy = GY + t * D;
+            float* gzt = gz ? gz + bt * D : NULL;
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) {
+                float y = acc[d] + (Dskip ? Dskip[d] * ut[d] : 0.f) + (st ? st[d] : 0.f);
+                if (zt) {
+                    const float sg = 1.f / (1.f + expf(-zt[d]));
+                    gy[d] = go[d] * zt[d] * sg;
+                    gzt[d] = go[d] * y * sg * (1.f + zt[d] * (1.f - sg));
+                } else {
+                    gy[d] = go[d];
+                }
+                gDs[d] += gy[d] * ut[d];
+            }
+            if (gside) {
+                float* gst = gside + bt * D;
+                for (long d = 0; d < D; d++) gst[d] = gy[d];
+            }
+        }
+        for (long n = 0; n < N; n++)
+            for (long d = 0; d < D; d++)
+                dh[n * D + d] = glast ? glast[(b * D + d) * N + n] : 0.f;
+        for (long t = L - 1; t >= 0; t--) {
+            const long bt = b * L + t;
+            const float* ut = u + bt * D;
+            const float* rt = dtr + bt * dts;
+            const float* Bt = Bm + bt * bcs;
+            const float* Ct = Cm + bt * bcs;
+            const float* dl = DL + t * D;
+            const float* gy = GY + t * D;
+            for (long d = 0; d < D; d++) gdu[d] = gdl[d] = 0.f;
+            for (long n = 0; n < N; n++) {
+                const float bn = Bt[n], cn = Ct[n];
+                const float* An = AT + n * D;
+                const float* hn = H + (t * N + n) * D;
+                const float* hp = t ? H + ((t - 1) * N + n) * D : zero;
+                float* dhn = dh + n * D;
+                float* gAn = gAT + n * D;
+                float gc = 0.f, gb = 0.f;
+                _Pragma("omp simd reduction(+:gc, gb)")
+                for (long d = 0; d < D; d++) {
+                    const float a = expf(dl[d] * An[d]);
+                    const float g = dhn[d] + gy[d] * cn;
+                    gc += hn[d] * gy[d];
+                    gdu[d] += g * bn;
+                    gb += g * dl[d] * ut[d];
+                    const float gda = g * a * hp[d]; /* d loss / d a_t, times a_t */
+                    gdl[d] += gda * An[d];
+                    gAn[d] += gda * dl[d];
+                    dhn[d] = a * g;
+                }
+                gC[bt * N + n] = gc;
+                gB[bt * N + n] = gb;
+            }
+            float* gut = gu + bt * D;
+            float* grt = gdtr + bt * D;
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) {
+                const float gdelta = gdl[d] + gdu[d] * ut[d];
+                const float g = gdelta / (1.f + expf(-(rt[d] + bias[d]))); /* softplus' */
+                gut[d] = gdu[d] * dl[d] + (Dskip ? gy[d] * Dskip[d] : 0.f);
+                grt[d] = g;
+                gbias[d] += g;
+            }
+        }
+    }
+}
+
+void s6f_fwd(const float* u, const float* dtr, long dts, const float* bias, const float* AT,
+             const float* Bm, const float* Cm, long bcs, const float* Dskip, const float* z,
+             long zs, const float* side, float* out, float* last, long L, long D, long N,
+             long rows, long nt, float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    s6f_fwd_range(u, dtr, dts, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, out, last, L, D, N,
+                  R0(rows), R1(rows), scratch + part * stride);
+}
+
+void s6f_bwd(const float* u, const float* dtr, long dts, const float* bias, const float* AT,
+             const float* Bm, const float* Cm, long bcs, const float* Dskip, const float* z,
+             long zs, const float* side, const float* gout, const float* glast, float* gu,
+             float* gdtr, float* gz, float* gside, float* gB, float* gC, float* gbias_part,
+             float* gD_part, float* gAT_part, long L, long D, long N, long rows, long nt,
+             float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    s6f_bwd_range(u, dtr, dts, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, gout, glast, gu, gdtr,
+                  gz, gside, gB, gC, gbias_part, gD_part, gAT_part, L, D, N, R0(rows), R1(rows),
+                  scratch + part * stride);
+}

@@ -206,10 +206,13 @@ class MambaMixer(nn.Module):
         _check_d_model(x, self.d_model)
         _check_decimate(decimate, reset)
         xs, z = self.in_proj(x).chunk(2, dim=-1)  # [b, l, d] each
+        A = -torch.exp(_fp(self.A_log))
+        if (self._native_ok and reset is None and decimate is None and not return_params
+                and native.fused_usable(x, A, self.in_proj.weight, self.x_proj.weight)):
+            return self._forward_fused(xs, z, A, side, x.dtype)
         xc = _conv_silu(xs, self.conv1d, reset, self._native_ok).transpose(1, 2)  # [b, d, l]
         z = z.transpose(1, 2)
         dt, B, C = self._ssm_inputs(xc)
-        A = -torch.exp(_fp(self.A_log))
         kept = None
         if decimate is not None:  # Alg. 1 l.5-6: select by Delta, gather after the conv
             delta = F.softplus(dt + self.dt_proj.bias[:, None])
@@ -230,6 +233,19 @@ class MambaMixer(nn.Module):
             delta = F.softplus(dt + self.dt_proj.bias[:, None])
             params = SSMParams(delta=delta, A=A, B=B, C=C, x=xc, D=self.D)
         return _result(out, kept, params)
+
+    def _forward_fused(self, xs: Tensor, z: Tensor, A: Tensor, side: Side | None, dtype):
+        """The training path on the CPU: the same computation in the projections' own layout
+        [b, l, *] (no transposes or copies), the scan and its element-wise chain (delta bias +
+        softplus, D skip, side, SiLU gate) in one native call each way (native.py). The path
+        below is its reference (tests/ssm/test_ssm_native.py compares the two)."""
+        xc = native.conv_silu(xs, self.conv1d.weight, self.conv1d.bias)  # [b, l, d]
+        dt, B, C = torch.split(self.x_proj(xc), [self.dt_rank, self.d_state, self.d_state],
+                               dim=-1)
+        dt = dt @ self.dt_proj.weight.t()  # [b, l, d], contiguous
+        y = native.selective_scan_fused(xc, dt, A, B, C, _fp(self.D), z, _fp(self.dt_proj.bias),
+                                        side=None if side is None else side(xc))
+        return self.out_proj(y.to(dtype))
 
     def allocate_state(self, batch: int, device=None, dtype=None) -> MixerState:
         p = self.A_log

@@ -64,6 +64,68 @@ class _NativeScanCore(torch.autograd.Function):
         return gu, gdelta, gA.sum(0), gB, gC, None
 
 
+def _tokens(t: Tensor) -> tuple[Tensor, int]:
+    """(t, its token stride) for a [b, l, c] tensor with contiguous channels and rows (a column
+    slice of a projection's output qualifies as is); a copy only when it does not."""
+    if t.stride(2) != 1 or t.stride(0) != t.shape[1] * t.stride(1):
+        t = t.contiguous()
+    return t, t.stride(1)
+
+
+class _NativeS6Fused(torch.autograd.Function):
+    """out [b, l, d], h_L [b, d, n] of Mamba's scan with its element-wise chain (ssm.c, s6f_*):
+    out = (scan(u, softplus(dtr + bias), A, B, C) + D u + side) * silu(z). u [b, l, d]; dtr,
+    z [b, l, d] and B, C [b, l, n] with contiguous channels (strided tokens allowed); A [d, n];
+    bias, D [d]; D, z, side optional; all float32."""
+
+    @staticmethod
+    def forward(ctx, u, dtr, bias, A, B, C, D, z, side):
+        lib = kernels.lib()
+        b, length, d = u.shape
+        n = A.shape[1]
+        u = u.contiguous()
+        dtr, dts = _tokens(dtr)
+        B, C = _tokens(B)[0], _tokens(C)[0]
+        if B.stride(1) != C.stride(1):
+            B, C = B.contiguous(), C.contiguous()
+        z, zs = (None, 0) if z is None else _tokens(z)
+        side = None if side is None else side.contiguous()
+        AT = A.t().contiguous()
+        bias, D = bias.contiguous(), None if D is None else D.contiguous()
+        out = u.new_empty(b, length, d)
+        last = u.new_empty(b, d, n)
+        buf = u.new_empty(kernels.ranges(b) * n * d)
+        lib.s6f_fwd(_ptr(u), _ptr(dtr), dts, _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), B.stride(1),
+                    _ptr(D), _ptr(z), zs, _ptr(side), _ptr(out), _ptr(last), length, d, n, b,
+                    kernels.threads(), buf.data_ptr(), n * d)
+        ctx.save_for_backward(u, dtr, bias, AT, B, C, D, z, side)
+        ctx.strides = (dts, B.stride(1), zs)
+        return out, last
+
+    @staticmethod
+    def backward(ctx, gout, glast):
+        lib = kernels.lib()
+        u, dtr, bias, AT, B, C, D, z, side = ctx.saved_tensors
+        dts, bcs, zs = ctx.strides
+        b, length, d = u.shape
+        n = AT.shape[0]
+        gout = torch.zeros_like(u) if gout is None else gout.contiguous()
+        glast = None if glast is None else glast.contiguous()
+        gu, gdtr = torch.empty_like(u), torch.empty_like(u)
+        gz = None if z is None else torch.empty_like(u)
+        gside = None if side is None else torch.empty_like(u)
+        gB, gC = u.new_empty(b, length, n), u.new_empty(b, length, n)
+        gbias, gD, gAT = u.new_empty(b, d), u.new_empty(b, d), u.new_empty(b, n, d)
+        per = (length * (n + 2) + n + 4) * d  # scratch floats per row range (ssm.c)
+        buf = u.new_empty(kernels.ranges(b) * per)
+        ptrs = [_ptr(t) for t in (gout, glast, gu, gdtr, gz, gside, gB, gC, gbias, gD, gAT)]
+        lib.s6f_bwd(_ptr(u), _ptr(dtr), dts, _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), bcs,
+                    _ptr(D), _ptr(z), zs, _ptr(side), *ptrs, length, d, n, b, kernels.threads(),
+                    buf.data_ptr(), per)
+        return (gu, gdtr, gbias.sum(0), gAT.sum(0).t(), gB, gC,
+                None if D is None else gD.sum(0), gz, gside)
+
+
 class _NativeSSDCore(torch.autograd.Function):
     """y [b, l, h, p], S_L [b, h, p, n] from x [b, l, h, p], dt [b, l, h] (after bias and
     softplus), A [h], B, C [b, l, g, n], keep [b, l] or None; all float32 and contiguous."""
@@ -220,3 +282,29 @@ def ssd_native(
                                     B.to(ct).contiguous(), C.to(ct).contiguous(), keep)
     y = finish_ssd_output(y, x_in, D, z, x.dtype)
     return (y, final) if return_final_states else y
+
+
+def fused_usable(u: Tensor, A: Tensor, *tensors: Tensor | None) -> bool:
+    """Whether `selective_scan_fused` takes these: CPU, all float32, A [d, n] with at most
+    `scan_max_state()` states (one group of B and C)."""
+    if u.device.type != "cpu" or not kernels.available() or A.dim() != 2:
+        return False
+    if any(t is not None and t.dtype != torch.float32 for t in (u, A, *tensors)):
+        return False
+    return 0 < A.shape[-1] <= kernels.constant("scan_max_state")
+
+
+def selective_scan_fused(u: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                         D: Tensor | None, z: Tensor | None, delta_bias: Tensor,
+                         side: Tensor | None = None, return_last_state: bool = False
+                         ) -> Tensor | tuple[Tensor, Tensor]:
+    """MambaMixer's scan and the element-wise chain around it, channels-last, in one native
+    call each way: ``(scan(u, softplus(dt + delta_bias), A, B, C) + D u + side) * silu(z)``.
+
+    u, dt, z, side: [b, l, d]; B, C: [b, l, n] (column slices of the projections are taken
+    without copies); A: [d, n]; D, delta_bias: [d]. The same as ``selective_scan_ref`` on the
+    transposed inputs with delta_softplus (and z=None, side added, then the gate), which is the
+    torch reference it is tested against (tests/ssm/test_ssm_native.py). No resets, groups or
+    float64 (`fused_usable`); the mixer takes its other path for those."""
+    y, last = _NativeS6Fused.apply(u, dt, delta_bias, A, B, C, D, z, side)
+    return (y, last) if return_last_state else y

@@ -31,3 +31,8 @@ def test_steps_and_models_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("RECALL_LAB_BENCH_STEPS", "17")
     train.run(Console(file=io.StringIO(), width=200), quick=False)
     assert seen == [("mamba", 32, 17), ("mamba+hax", 32, 17)]
+
+
+def test_matmul_peak_is_measured_in_its_own_subprocess():
+    out = train._child("--peak")
+    assert out is not None and out["gflops"] > 0

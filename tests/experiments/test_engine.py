@@ -126,3 +126,43 @@ def test_an_interrupted_sweep_stops_its_workers_and_leaves_runs_pending(tmp_path
     assert status == {2: "done", 3000: "pending", 3001: "pending"}
     long_run = next(r for r in exp.runs if r.config.train.steps == 3000)
     assert not (tmp_path / "tiny" / long_run.name / ck.SUMMARY).exists()
+
+
+def test_a_warm_worker_gives_each_run_the_weights_of_a_fresh_process(tmp_path, tiny):
+    """Pool workers run many configs each (engine.execute in one process): a run's weights must
+    not depend on what that process ran before. Two configs in one process, in both orders,
+    after torch's RNG and thread count were disturbed: byte-identical weights."""
+    import torch
+
+    from recall_lab.experiments.engine import execute
+
+    tiny["grid"] = {"model.name": ["mamba+hax", "mamba2"], "train.seed": [1]}
+    runs = expand(tiny, "x").runs
+    weights = {}
+    before = torch.get_num_threads()
+    try:
+        for order in (runs, runs[::-1]):
+            tag = "ab" if order is runs else "ba"
+            torch.manual_seed(123)
+            torch.rand(7)
+            for r in order:
+                job = {"name": r.name, "config": r.config.to_json(), "threads": 1,
+                       "dir": str(tmp_path / tag / r.name), "resume": False}
+                result = execute(job)
+                assert result["status"] == "done", result.get("traceback")
+                assert result["wall_s"] >= result["summary"]["wall_s_this_session"]
+                weights[tag, r.name] = (tmp_path / tag / r.name / ck.MODEL).read_bytes()
+                torch.set_num_threads(2)  # left behind for the next run
+    finally:
+        torch.set_num_threads(before)
+    for r in runs:
+        assert weights["ab", r.name] == weights["ba", r.name]
+
+
+def test_the_sweep_records_its_time_outside_training(tmp_path, tiny):
+    tiny["grid"] = {"model.name": ["mamba"], "train.seed": [0, 1]}
+    index = run_sweep(expand(tiny, "x"), tmp_path, workers=1)
+    tm = index["timing"]
+    assert tm["runs"] == 2 and tm["workers"] == 1
+    assert 0 < tm["train_s"] < tm["wall_s"]
+    assert tm["overhead_per_run_s"] == pytest.approx((tm["wall_s"] - tm["train_s"]) / 2)
