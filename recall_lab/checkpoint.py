@@ -17,6 +17,8 @@ Layout of a run directory:
                          the single commit point of a checkpoint
     summary.json         final: best step, held-out and test metrics of the best weights, speed
     .lock                held (an OS lock, `RunLock`) by the process training into the folder
+    .recall-lab          the marker `{"kind": "run", ...}` (generators/folders.py): --force
+                         deletes only in a folder that holds a run
 
 A write that fails (disk full, permissions) ends in one `RecallLabError` naming the file; its
 temporary file is removed and the previous version of the file stays in place.
@@ -24,8 +26,6 @@ temporary file is removed and the previous version of the file stays in place.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import fnmatch
 import json
 import os
@@ -40,6 +40,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
 from generators.errors import RecallLabError
+from generators.folders import MARKER, FolderLock
 
 CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
     "config.json", "metrics.jsonl", "model.safetensors", "best.safetensors",
@@ -103,60 +104,19 @@ def append_line(path: Path, row: dict) -> None:
 
 # ---- run folders: lock, lab-written files -------------------------------------------------------
 
-class RunLock:
-    """An exclusive OS lock (`flock`) on RUN/.lock, held while a process trains into RUN.
-
-    A second `train` (new, --force or --resume) on a run in use is refused with one line. The
-    kernel drops the lock when its holder dies (kill -9 included), so a stale `.lock` file never
-    blocks: only a live process holds the lock. The file holds the holder's pid, for the message.
-    """
+class RunLock(FolderLock):
+    """The OS lock on RUN/.lock (`generators.folders.FolderLock`), held while a process trains
+    into RUN: a second `train` (new, --force or --resume) on a run in use is refused with one
+    line; the kernel drops the lock when its holder dies (kill -9 included)."""
 
     def __init__(self, run: Path) -> None:
-        self.path = Path(run) / LOCK
-        self._fd: int | None = None
+        super().__init__(Path(run) / LOCK, Path(run))
         self.new_run = False  # set by train: this process began a new run in the folder
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        if self._fd is not None:
-            return
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise RecallLabError(f"cannot lock {self.path}: {_reason(exc)}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RecallLabError(f"cannot lock {self.path}: {_reason(exc)}") from None
-            who = f" (pid {holder})" if holder.isdigit() else ""
-            raise RecallLabError(f"{self.path.parent} is in use by another recall-lab "
-                                 f"process{who}; wait for it to finish or stop it") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def is_lab_file(name: str) -> bool:
     """Whether a run folder's entry `name` is one recall-lab writes (what --force may delete)."""
-    return (name in RUN_FILES or name == LOCK or bool(_TMP_NAME.fullmatch(name))
+    return (name in RUN_FILES or name in (LOCK, MARKER) or bool(_TMP_NAME.fullmatch(name))
             or any(fnmatch.fnmatchcase(name, p) for p in LAB_PATTERNS))
 
 

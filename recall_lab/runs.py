@@ -12,6 +12,7 @@ the model registry turns names into `ModelConfig`s.
 from __future__ import annotations
 
 import glob
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from torch import nn
 from generators import PRESETS
 from generators.dataset import manifest_spec, read_manifest
 from generators.errors import RecallLabError
+from generators.folders import read_marker, write_marker
 from recall_lab import checkpoint as ck
 from recall_lab.config import (
     RUN_TABLES,
@@ -156,6 +158,33 @@ def refuse_overwrite(path: Path, force: bool, *, folder: bool = False,
                          f"overwrite it{hint}")
 
 
+# A run folder written before the marker (`.recall-lab`) existed: its config.json has the run
+# config's tables with these model fields, beside a file only a run writes. Another program's
+# config.json (a Hugging Face model's `{"architectures": [...]}`) has none of them.
+_LEGACY_MODEL_KEYS = ("name", "arch", "vocab_size")
+_LEGACY_RUN_FILES = (ck.METRICS, ck.RESUME, ck.SUMMARY)
+
+
+def is_lab_run(folder: Path) -> bool:
+    """Whether `folder` holds a recall-lab run (what --force may clear): its marker says "run",
+    or (a run from before the marker) its config.json is a run config (tables model, train,
+    task; model.name, arch, vocab_size) and metrics.jsonl, resume.safetensors or summary.json
+    is beside it."""
+    folder = Path(folder)
+    kind = read_marker(folder)
+    if kind is not None:
+        return kind == "run"
+    try:
+        data = json.loads((folder / ck.CONFIG).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    if not (isinstance(data, dict) and all(isinstance(data.get(t), dict) for t in RUN_TABLES)):
+        return False
+    if not all(k in data["model"] for k in _LEGACY_MODEL_KEYS):
+        return False
+    return any((folder / f).is_file() for f in _LEGACY_RUN_FILES)
+
+
 def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> None:
     """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
     without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes
@@ -168,7 +197,7 @@ def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> N
         if not out.is_dir() or not any(e.name != ck.LOCK for e in out.iterdir()):
             return False
         refuse_overwrite(out, force, folder=True, resume=True)
-        if not (out / ck.CONFIG).is_file():
+        if not is_lab_run(out):
             raise RecallLabError(
                 f"{out} is not empty and is not a recall-lab run; refusing to delete it"
             )
@@ -183,6 +212,7 @@ def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> N
         lock.acquire()
     if replaceable():  # checked again under the lock: another process may have written meanwhile
         ck.clear_run(out)
+    write_marker(out, "run")
 
 
 def drop_stub(out: Path) -> None:

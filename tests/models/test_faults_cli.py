@@ -213,3 +213,42 @@ def test_demo_force_keeps_a_folder_with_foreign_files(tmp_path):
     before = snapshot(out)
     fails_with(["demo", "--out", out, "--steps", "1", "--force"], "'notes.txt'")
     assert snapshot(out) == before
+
+
+def test_force_refuses_another_programs_folder(tmp_path):
+    """A folder of another program that has a `config.json` (a Hugging Face model) is not a run:
+    `train --force` into it exits 2 and leaves every byte as it was (issue 28)."""
+    other = tmp_path / "bert"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    (other / "pytorch_model.bin").write_bytes(b"\x80\x02weights")
+    before = snapshot(other)
+    fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--steps", "1",
+                "--eval-samples", "4", "--device", "cpu", "--out", other, "--force"],
+               "not a recall-lab run")
+    assert snapshot(other) == before
+    # a run config's tables without any file only a run writes: still not a run
+    (other / "config.json").write_text(json.dumps(
+        {"model": {"name": "mamba", "arch": "mamba", "vocab_size": 9}, "train": {}, "task": {}}))
+    before = snapshot(other)
+    fails_with(["train", *TINY, "--task", "mini-mqar", "--out", other, "--force"],
+               "not a recall-lab run")
+    assert snapshot(other) == before
+
+
+def test_force_recognises_a_run_by_its_marker_and_an_old_run_by_its_files(tmp_path, dataset,
+                                                                          run):
+    """A run carries the marker `.recall-lab` ({"kind": "run"}); a run written before the marker
+    existed (none) is still replaced, by the stricter rule; a marker of another kind is not."""
+    from generators.folders import MARKER, read_marker
+
+    assert read_marker(run) == "run"
+    (run / MARKER).unlink()  # a run from before the marker
+    r = runner.invoke(app, ["train", *TINY, "--data", str(dataset), "--force", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    assert read_marker(run) == "run"
+    (run / MARKER).write_text(json.dumps({"kind": "dataset", "version": 1}))
+    before = snapshot(run)
+    fails_with(["train", *TINY, "--data", dataset, "--force", "--out", run],
+               "not a recall-lab run")
+    assert snapshot(run) == before
