@@ -24,6 +24,7 @@ from generators import PRESETS
 from generators.dataset import manifest_spec, read_manifest
 from generators.errors import RecallLabError
 from generators.folders import read_marker, write_marker
+from generators.joint_recall import check_samples_fit
 from recall_lab import checkpoint as ck
 from recall_lab.config import (
     RUN_TABLES,
@@ -56,11 +57,17 @@ def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
                              "expected [model], [train], [task]")
     run_tables(data, where)  # each one a table, before any field is read
     model_tab = dict(data.get("model") or {})
+    if "vocab_size" in model_tab:
+        raise RecallLabError(f"{where}: [model] vocab_size is set by the task's vocabulary; "
+                             "remove it")
     name = model_tab.pop("name", None)
     if name is None:
         raise RecallLabError(f"{where}: no model given: set model.name or pass --model NAME "
                              "(see `recall-lab models`)")
     train_tab = dict(data.get("train") or {})
+    if train_tab.get("data") is not None and not isinstance(train_tab["data"], str):
+        raise RecallLabError(f"{where}: train.data must be a dataset folder (a string), got "
+                             f"{type(train_tab['data']).__name__} {train_tab['data']!r}")
     if train_tab.get("data") is not None:
         manifest = read_manifest(Path(train_tab["data"]))
         spec, task_name = manifest_spec(manifest), manifest.get("preset")
@@ -257,6 +264,7 @@ def eval_target(run: Path, task: str | None, n: int, batch_size: int, length_fac
     label = name or (Path(task).stem if task else "task")
     if length_factor != 1:
         spec, label = spec.at_length(length_factor), f"{label}-x{length_factor}"
+    check_samples_fit(spec, n, "--n")
     deci = None
     if decimate is not None:
         deci = "off" if decimate == "off" else parse_decimate(decimate)

@@ -28,6 +28,8 @@ import torch
 
 import recall_lab
 from generators.errors import RecallLabError
+from generators.joint_recall import check_samples_fit
+from generators.limits import available_bytes
 from recall_lab import checkpoint as ck
 from recall_lab import native
 from recall_lab.config import RunConfig
@@ -87,13 +89,7 @@ def _available_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return available_bytes()
 
 
 def estimate_train_bytes(cfg: RunConfig) -> int:
@@ -126,6 +122,9 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
         raise RecallLabError(
             f"model vocabulary ({m.vocab_size}) differs from the task's ({task.vocab().size})"
         )
+    if t.data is None:  # streamed held-out sets are generated whole (a dataset's are its own)
+        check_samples_fit(task, t.eval_samples, "eval_samples (--eval-samples)")
+        check_samples_fit(task, t.test_samples, "test_samples")
     need, have = estimate_train_bytes(cfg), _available_bytes(device)
     if have is not None and need > have:
         raise RecallLabError(

@@ -57,11 +57,11 @@ def register(app: GuardedApp) -> None:
         others = outside_grid(exp, out)
         if others:
             console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
-                          f"this grid (left alone), e.g. {others[0]}", highlight=False,
-                          soft_wrap=True)
+                          f"this grid (left alone), e.g. {others[0]}", markup=False,
+                          highlight=False, soft_wrap=True)
         if dry_run:
             jobs = plan(exp, out)
-            table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",
+            table = Table(title=escape(f"{exp.name}: {len(jobs)} runs -> {out / exp.name}"),
                           caption="tokens = steps x batch x longest sample (padding "
                                   "included: an upper bound)")
             table.add_column("run", no_wrap=True)

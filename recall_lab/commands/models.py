@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from recall_lab.commands.experiments import report_table
 from recall_lab.commands.progress import SweepProgress, TrainProgress
@@ -82,13 +83,14 @@ def register(app: GuardedApp) -> None:
             refuse_overwrite(run_dir, force, folder=True, resume=True)
             start = 0
         check_run(cfg, resolve_device(cfg.train.device))
-        console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
-                      f" (max length {cfg.task.max_len}) -> {run_dir}")
+        console.print(f"[bold]{escape(cfg.model.name)}[/] on "
+                      f"{escape(cfg.task_name or cfg.task.describe())}"
+                      f" (max length {cfg.task.max_len}) -> {escape(str(run_dir))}")
         with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
             summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
                                 log=kinds)
         print_summary(console, summary, cfg)
-        console.print(f"run written to {run_dir}")
+        console.print(f"run written to {run_dir}", markup=False)
 
     @app.command("eval")
     def eval_(
@@ -127,14 +129,14 @@ def register(app: GuardedApp) -> None:
         refuse_overwrite(dest, force)
         res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
                            attention)
-        table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
+        table = Table(title=escape(f"{cfg.model.name} on {label} ({spec.describe()})"))
         for col in ("max length", "samples", "acc", "exact", "loss"):
             table.add_column(col, justify="right")
         table.add_row(str(res["max_len"]), str(res["n"]), f"{res['acc']:.4f}",
                       f"{res['exact']:.4f}", f"{res['loss']:.4f}")
         console.print(table)
         write_json(dest, {**res, "task_name": label})
-        console.print(f"written to {dest}")
+        console.print(f"written to {dest}", markup=False)
 
     @app.command()
     def models(
@@ -147,7 +149,8 @@ def register(app: GuardedApp) -> None:
         from recall_lab.models.registry import listed_models, listing_row
 
         spec, name = resolve_task(task)
-        table = Table(title=f"models (vocabulary of {name or task}: {spec.vocab().size})")
+        table = Table(title=escape(f"models (vocabulary of {name or task}: "
+                                          f"{spec.vocab().size})"))
         for col in ("name", "backbone", "branch", "d_model", "k", "params"):
             table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
                              else "right")
