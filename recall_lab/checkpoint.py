@@ -229,27 +229,65 @@ def save_resume(
     save_tensors(path, tensors, meta)
 
 
+def _resume_error(path: Path, what: str) -> RecallLabError:
+    return RecallLabError(f"corrupt resume checkpoint: {path} {what}")
+
+
+def check_resume_info(path: Path, meta: Any) -> dict:
+    """The JSON half of a resume checkpoint, its keys and types checked before any is used."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("param_groups"), list):
+        raise _resume_error(path, "has no training state (param_groups)")
+    step = meta.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise _resume_error(path, f"has no valid 'step' (got {step!r})")
+    best = meta.get("best")
+    if not isinstance(best, dict) or not {"acc", "loss", "step"} <= set(best):
+        raise _resume_error(path, "has no valid 'best' (acc, loss, step)")
+    return meta
+
+
 def load_resume(
     path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> dict:
-    """Restore what `save_resume` wrote (RNG included) and return its `info`."""
+    """Restore what `save_resume` wrote (RNG included) and return its `info`. Every key and
+    tensor shape is checked before anything is used: one line naming the file and the field."""
     tensors, meta = load_tensors(path, "resume checkpoint")
-    if not isinstance(meta, dict) or "param_groups" not in meta:
-        raise RecallLabError(f"corrupt resume checkpoint: {path} has no training state")
+    meta = check_resume_info(path, meta)
+    rng = tensors.get("rng.cpu")
+    if rng is None or rng.dtype != torch.uint8 or rng.dim() != 1:
+        raise _resume_error(path, "has no valid 'rng.cpu' (the CPU random state)")
     _load_state(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, path)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
             _, pid, name = key.split(".", 2)
+            if not pid.isdigit() or int(pid) >= len(params):
+                raise _resume_error(path, f"has optimizer state {key!r} for no parameter")
+            if name in ("exp_avg", "exp_avg_sq") and value.shape != params[int(pid)].shape:
+                raise _resume_error(path, f"has optimizer state {key!r} of shape "
+                                    f"{tuple(value.shape)}; its parameter is "
+                                    f"{tuple(params[int(pid)].shape)}")
             state.setdefault(int(pid), {})[name] = value
     try:
         optimizer.load_state_dict({"state": state, "param_groups": meta.pop("param_groups")})
-    except (ValueError, KeyError, RuntimeError) as exc:
-        raise RecallLabError(f"corrupt resume checkpoint: {path} ({exc})") from None
-    torch.set_rng_state(tensors["rng.cpu"])
+    except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+        raise _resume_error(path, f"({exc})") from None
+    torch.set_rng_state(rng)
     if torch.cuda.is_available():
         keys = [t for t in tensors if t.startswith("rng.cuda.")]
         cuda = [tensors[k] for k in sorted(keys, key=lambda t: int(t.rsplit(".", 1)[1]))]
         if cuda:
             torch.cuda.set_rng_state_all(cuda)
     return meta
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """A run's metrics.jsonl, each row checked to be an object with an integer `step` (a torn
+    last line of a killed run is dropped, as `read_lines` does)."""
+    rows = read_lines(path)
+    for i, row in enumerate(rows, 1):
+        step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise RecallLabError(f"corrupt metrics: {path} line {i} has no integer 'step'")
+    return rows

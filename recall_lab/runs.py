@@ -232,19 +232,78 @@ def drop_stub(out: Path) -> None:
 
 def resume_step(out: Path) -> int:
     """The step a run in `out` resumes from (its last checkpoint)."""
-    _, meta = ck.load_tensors(out / ck.RESUME, "resume checkpoint")
-    return int((meta or {}).get("step", 0))
+    path = out / ck.RESUME
+    _, meta = ck.load_tensors(path, "resume checkpoint")
+    return ck.check_resume_info(path, meta)["step"]
 
 
-def resume_config(out: Path | None, model: str | None, steps: int | None
-                  ) -> tuple[RunConfig, Path, int]:
-    """(config, folder, start step) of `train --resume --out OUT`: the run's own config; a
-    --model other than the run's is refused, --steps may change the step count."""
+def run_identity(cfg: RunConfig) -> dict:
+    """What a run's resume checkpoint records of its config: all of it but `train.steps` (a
+    resume may raise it). A resume whose config.json no longer matches it is refused."""
+    data = cfg.to_json()
+    data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
+    return data
+
+
+def first_difference(old: Any, new: Any, where: str = "") -> str | None:
+    """The first dotted key at which two JSON values differ, with both values; None if equal."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            diff = first_difference(old.get(key), new.get(key), f"{where}.{key}" if where
+                                    else str(key))
+            if diff is not None:
+                return diff
+        return None
+    return None if old == new else f"{where or 'value'} {old!r} -> {new!r}"
+
+
+def check_resume_matches(out: Path, cfg: RunConfig, info: dict, data_sha256: str | None) -> None:
+    """Refuse a resume whose config or data changed since the checkpoint (resume.safetensors
+    records both), naming the difference. Checkpoints from before they were recorded pass."""
+    recorded = info.get("config")
+    if recorded is not None:
+        diff = first_difference(recorded, run_identity(cfg))
+        if diff is not None:
+            raise RecallLabError(f"{out / ck.CONFIG} changed since the last checkpoint ({diff}); "
+                                 "refusing to resume (start a new run)")
+    if info.get("data_sha256") is not None and info["data_sha256"] != data_sha256:
+        raise RecallLabError(f"dataset {cfg.train.data} changed since the run began (its "
+                             "manifest's content hash differs: regenerated?); refusing to "
+                             "resume (start a new run)")
+
+
+def resume_config(out: Path | None, model: str | None, steps: int | None,
+                  given: dict[str, Any] | None = None) -> tuple[RunConfig, Path, int]:
+    """(config, folder, start step) of `train --resume --out OUT`: the run's own config; --steps
+    may change the step count. Any other flag in `given` (flag -> value, None = not given) must
+    agree with the run's config: a resume never trains on something else than the run began
+    with, so a contradicting flag is refused, naming it."""
     if out is None:
         raise RecallLabError("--resume needs --out RUN_DIR")
     cfg = load_run_config(out)
     if model is not None and model != cfg.model.name:
         raise RecallLabError(f"{out} is a run of {cfg.model.name!r}, not {model!r}")
+    for flag, value in (given or {}).items():
+        if value is None:
+            continue
+        field = flag.lstrip("-").replace("-", "_")
+        if flag == "--task":
+            ours = resolve_task(str(value))[0]
+            same, have = ours == cfg.task, cfg.task_name or cfg.task.describe()
+        elif field in TrainConfig.model_fields:
+            have = getattr(cfg.train, field)
+            same = (str(Path(value)) == str(Path(have))) if field == "data" and have else \
+                value == have
+        elif field in ("k", "d_model"):
+            have = getattr(cfg.model, field)
+            same = value == have
+        else:  # --config, --decimate: a resume takes the run's own
+            raise RecallLabError(f"--resume continues {out} with its own config; {flag} cannot "
+                                 "change it (start a new run instead)")
+        if not same:
+            raise RecallLabError(f"--resume continues {out} with its own config: {flag} {value}"
+                                 f" differs from the run's {have} (drop {flag}, or start a new "
+                                 "run)")
     if steps is not None:
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
     return cfg, out, resume_step(out)

@@ -39,10 +39,12 @@ from recall_lab.evaluate import batch_metrics, evaluate, length_tests
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.runs import (
     build_run_model,
+    check_resume_matches,
     drop_stub,
     load_run_config,
     prepare_run_dir,
     resolve_base_run,
+    run_identity,
 )
 from recall_lab.tracking import Trackers
 
@@ -211,8 +213,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     start, best = 0, {"acc": -1.0, "loss": math.inf, "step": None}
     if resume:
         info = ck.load_resume(out / ck.RESUME, model, opt)
-        start, best = int(info["step"]), info["best"]
-        rows = [r for r in ck.read_lines(out / ck.METRICS) if r["step"] <= start]
+        check_resume_matches(out, cfg, info, data.fingerprint)
+        start, best = info["step"], info["best"]
+        rows = [r for r in ck.read_metrics(out / ck.METRICS) if r["step"] <= start]
         ck.write_lines(out / ck.METRICS, rows)
     else:
         prepare_run_dir(out, force, lock)
@@ -221,6 +224,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                                         "n_params": model.n_params()})
         (out / ck.METRICS).touch()
 
+    identity, data_sha256 = run_identity(cfg), data.fingerprint  # what a resume must match
     trackers = Trackers(log, out, cfg.to_json())  # optional TensorBoard / offline W&B
     model.train()
     acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
@@ -274,7 +278,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                 ck.save_weights(out / ck.BEST, model)
             ck.save_weights(out / ck.MODEL, model)
             # resume.safetensors last: it is the commit point of this checkpoint
-            ck.save_resume(out / ck.RESUME, model, opt, {"step": done, "best": best})
+            ck.save_resume(out / ck.RESUME, model, opt, {
+                "step": done, "best": best, "config": identity, "data_sha256": data_sha256})
             acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
             event["valid"] = v
             stopped = stop_reason(t, best, done)

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from generators.errors import RecallLabError
 from recall_lab.commands.experiments import report_table
 from recall_lab.commands.progress import SweepProgress, TrainProgress
 from recall_lab.commands.shell import GuardedApp, console
@@ -76,7 +77,13 @@ def register(app: GuardedApp) -> None:
                 "patience": patience,
                 "data": str(data) if data is not None else None}
         if resume:
-            cfg, run_dir, start = resume_config(out, model, steps)
+            if force:
+                raise RecallLabError("--resume continues a run and --force replaces it: give "
+                                     "one of them")
+            given = {"--" + k.replace("_", "-"): v for k, v in over.items() if k != "steps"}
+            given.update({"--task": task, "--config": config, "--k": k, "--d-model": d_model,
+                          "--decimate": decimate})
+            cfg, run_dir, start = resume_config(out, model, steps, given)
         else:
             cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate)
             run_dir = out or run_dir_name(cfg)
