@@ -191,6 +191,13 @@ class ModelConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _options_have_a_pattern(self) -> ModelConfig:
+        if self.pattern_opts and self.pattern is None:
+            raise RecallLabError(f"pattern_opts {sorted(self.pattern_opts)} given, but model "
+                                 f"{self.name!r} has no attention branch to take them")
+        return self
+
+    @model_validator(mode="after")
     def _release_fits(self) -> ModelConfig:
         if self.branch_semantics == "release" and self.pattern not in RELEASE_PATTERNS:
             raise RecallLabError(

@@ -49,9 +49,13 @@ def register(app: GuardedApp) -> None:
         resumed, failures recorded; the exit code is the number of failed runs."""
         from rich.table import Table
 
-        from recall_lab.experiments.engine import outside_grid, plan, run_sweep
+        from recall_lab.experiments.engine import ENGINES, outside_grid, plan, run_sweep
         from recall_lab.experiments.grid import load_experiment, train_tokens
 
+        if engine not in ENGINES:  # checked before --dry-run too: a dry run shows a real plan
+            raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+        if address is not None and engine != "ray":
+            raise RecallLabError("--address is a Ray cluster's address: give it with --engine ray")
         kinds = parse_log(log)
         exp = load_experiment(experiment)
         others = outside_grid(exp, out)

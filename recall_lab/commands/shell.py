@@ -18,7 +18,9 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import signal
 import sys
+import threading
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -103,9 +105,27 @@ def check_values(fn: Callable[..., Any], values: dict[str, Any]) -> None:
 
 
 def raise_bad(message: str) -> None:
-    from generators.errors import RecallLabError
-
     raise RecallLabError(message)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so it stops as Ctrl-C does: `finally` blocks run
+    (locks released, temporaries removed, a sweep's workers stopped and its index saved) and
+    multiprocessing's semaphores are released (without it, a SIGTERM to `sweep` ended with the
+    resource tracker's "leaked semaphore objects" warning)."""
+
+
+def terminate_as_interrupt() -> Callable[[], None]:
+    """Install the SIGTERM handler that raises `Terminated`; returns what restores the old one
+    (only the main thread can set handlers: elsewhere it does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    old = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def guarded(fn: F) -> F:
@@ -114,6 +134,7 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        restore = terminate_as_interrupt()
         try:
             check_values(fn, kwargs)
             code = fn(*args, **kwargs)
@@ -122,9 +143,14 @@ def guarded(fn: F) -> F:
         except OSError as exc:  # disk full, permissions, missing files: one line naming the path
             where = f"{exc.filename}: " if exc.filename else ""
             fail(f"{where}{exc.strerror or one_line(exc)}")
+        except Terminated:
+            err_console.print("terminated")
+            sys.exit(143)
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)
+        finally:
+            restore()
         if code:
             raise typer.Exit(code)
 
