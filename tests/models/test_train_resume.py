@@ -77,7 +77,8 @@ def test_checkpoint_round_trip_without_unpickling(tmp_path, monkeypatch):
     ids = torch.randint(0, 20, (2, 9))
     model(ids).logits.sum().backward()
     opt.step()
-    ck.save_resume(tmp_path / "r.safetensors", model, opt, {"step": 7, "best": {"acc": 0.5}})
+    best = {"acc": 0.5, "loss": 1.0, "step": 6}
+    ck.save_resume(tmp_path / "r.safetensors", model, opt, {"step": 7, "best": best})
     ck.save_weights(tmp_path / "w.safetensors", model)
     rng = torch.get_rng_state()
 
@@ -92,7 +93,7 @@ def test_checkpoint_round_trip_without_unpickling(tmp_path, monkeypatch):
     model2 = build_model("mamba+hax", 20, d_model=16, d_state=4, k=4)
     opt2 = torch.optim.AdamW(model2.parameters(), lr=1e-2)
     info = ck.load_resume(tmp_path / "r.safetensors", model2, opt2)
-    assert info == {"step": 7, "best": {"acc": 0.5}}
+    assert info == {"step": 7, "best": best}
     assert torch.equal(torch.get_rng_state(), rng)
     for (n, p), (_, p2) in zip(model.named_parameters(), model2.named_parameters(), strict=True):
         assert torch.equal(p, p2), n
