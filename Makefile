@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test bench lint docs clean-venv gpu-check
+.PHONY: demo test fuzz bench lint docs clean-venv gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ $(ORACLE): $(STAMP)
 
 test: $(ORACLE)
 	$(BIN)/python -m pytest -q
+
+# the command line's fuzzer (tests/test_fuzz_cli.py) with a larger budget than the suite's: its
+# table of every option and TOML field as always, and FUZZ_EXAMPLES random cases per Hypothesis
+# test (the suite draws 40, derandomized; here they are fresh each time)
+FUZZ_EXAMPLES ?= 1000
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_fuzz_cli.py
 
 # the [bench] extra: the peers the benches compare against (torch is installed first, so pip
 # keeps it); a bench whose peer could not be installed says so

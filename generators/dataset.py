@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from generators.errors import RecallLabError
+from generators.folders import MARKER, FolderLock, read_marker, write_marker
 from generators.joint_recall import (
     GENERATOR_VERSION,
     IGNORE,
@@ -295,14 +296,20 @@ def check_output_dir(out: Path, force: bool) -> None:
 
 
 def check_replaceable(out: Path) -> None:
-    """`out` holds a recall-lab dataset and nothing else (manifest.json and its shards), so
-    --force may replace it; anything else (a user's notes, another tool's files) is refused."""
+    """`out` holds a recall-lab dataset and nothing else (its marker, manifest.json and its
+    shards), so --force may replace it; anything else (a user's notes, another tool's files, a
+    run) is refused. A dataset written before the marker existed is recognised by its manifest
+    (`format` = "recall-lab-dataset", shape checked)."""
+    kind = read_marker(out)
     try:
-        manifest = read_manifest(out)
+        if kind not in (None, "dataset"):
+            raise RecallLabError("marked as another kind")
+        manifest = read_manifest(out, check_hash=False)  # an edited manifest is still ours
     except RecallLabError:
         raise RecallLabError(f"{out} is not a recall-lab dataset; refusing to replace it "
                              "(--force only replaces a dataset this tool wrote)") from None
-    ours = {"manifest.json"} | {sh["file"] for split in SPLITS for sh in manifest["splits"][split]}
+    ours = {"manifest.json", MARKER} | {sh["file"] for split in SPLITS
+                                        for sh in manifest["splits"][split]}
     foreign = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
     if foreign:
         raise RecallLabError(f"{out} holds {foreign[0]!r}, which recall-lab did not write; "
@@ -403,8 +410,23 @@ def write_dataset(
     if workers < 1:
         raise RecallLabError(f"workers must be >= 1, got {workers}")
     out = Path(out)
-    check_output_dir(out, force)
     counts = {s: int(counts.get(s, 0)) for s in SPLITS}
+    plan_shards(counts, shard_size, out)  # the shard size is checked before anything is written
+    check_output_dir(out, force)  # refuse early, before the lock file is made
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecallLabError(f"cannot create {out.parent}: {exc.strerror or exc}") from None
+    with FolderLock(out.parent / f".{out.name}.lock", out, unlink=True):
+        # under the lock (a second `generate` into OUT is refused): checked again, since
+        # another process may have written OUT between the first check and the lock
+        check_output_dir(out, force)
+        return _write_locked(spec, out, counts, seed, preset, workers, shard_size, on_shard)
+
+
+def _write_locked(spec: TaskSpec, out: Path, counts: dict[str, int], seed: int,
+                  preset: str | None, workers: int, shard_size: int,
+                  on_shard: Callable[[dict], None] | None) -> dict:
     remove_stale_temporaries(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -480,7 +502,9 @@ def _write_into(spec: TaskSpec, out: Path, tmp: Path, counts: dict[str, int], se
         "ignore_index": IGNORE,
         "layout": layout(spec),
     }
+    manifest["content_sha256"] = manifest_hash(manifest)
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    write_marker(tmp, "dataset")
     if out.exists():
         if any(out.iterdir()):
             check_replaceable(out)  # again: the folder may have changed meanwhile
@@ -520,9 +544,19 @@ def _manifest_error(path: Path, exc: ValidationError) -> RecallLabError:
     return RecallLabError(f"{path} is not a valid recall-lab manifest: {loc}: {e['msg']}")
 
 
-def read_manifest(folder: Path) -> dict:
+def manifest_hash(manifest: dict) -> str:
+    """sha256 of the manifest's content (canonical JSON, without its own `content_sha256`):
+    written into the manifest, checked when it is read, and kept by a run trained on the
+    dataset (a resume refuses a dataset that changed under it)."""
+    body = {k: v for k, v in manifest.items() if k != "content_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def read_manifest(folder: Path, *, check_hash: bool = True) -> dict:
     """`folder/manifest.json`, its shape checked (format, counts, shard entries, counts = sum of
-    the shards' rows): one clear line for anything else."""
+    the shards' rows) and its `content_sha256` (datasets written since it exists) against its
+    content, so a manifest edited after its shards were written is refused: one clear line for
+    anything else."""
     folder = Path(folder)
     path = folder / "manifest.json"
     if not path.is_file():
@@ -555,6 +589,11 @@ def read_manifest(folder: Path) -> dict:
         manifest_spec(manifest)
     except ValidationError as exc:
         raise _manifest_error(path, exc) from None
+    stored = manifest.get("content_sha256")
+    if check_hash and stored is not None and stored != manifest_hash(manifest):
+        raise RecallLabError(f"{path} was edited after its shards were written (its "
+                             "content_sha256 does not match its content); regenerate the "
+                             "dataset")
     return manifest
 
 

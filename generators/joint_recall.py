@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from generators.errors import RecallLabError
+from generators.limits import check_fits
 from generators.spec import TaskSpec
 from generators.vocab import Vocab
 
@@ -189,6 +190,18 @@ def smallest_dtype(vocab: Vocab) -> np.dtype:
     return np.dtype(np.int64)
 
 
+# Bytes per token that `generate` holds at its peak: int64 inputs and targets, the narrow rows
+# they are built from and value_targets' temporaries.
+SAMPLE_BYTES_PER_TOKEN = 32
+
+
+def check_samples_fit(spec: TaskSpec, n: int, what: str | None = None) -> None:
+    """Refuse `n` samples of `spec` (padded to its longest) that the machine cannot hold: one
+    line naming `what` (an option) instead of a huge allocation."""
+    check_fits(n * spec.max_len * SAMPLE_BYTES_PER_TOKEN,
+               f"{what or 'the samples'}: {n:,} samples of {spec.max_len} tokens")
+
+
 def generate_rows(
     spec: TaskSpec,
     n: int,
@@ -211,6 +224,7 @@ def build_rows(
     block each (written in place through views, cache-resident), then copied into their rows."""
     if n < 0:
         raise RecallLabError(f"sample count must be >= 0, got {n}")
+    check_samples_fit(spec, n)
     rng = _as_rng(seed)
     vocab = spec.vocab()
     lo = np.array([a for a, _ in spec.levels], dtype=np.int64)

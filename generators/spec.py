@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from generators.errors import RecallLabError
+from generators.fields import Int
 from generators.vocab import Vocab
 
 
@@ -27,13 +28,13 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    levels: tuple[tuple[int, int], ...] = Field(min_length=1)
-    values: int = Field(ge=2)
-    pools: tuple[int, ...] | None = None
-    seq_len: int | None = None
-    filler: tuple[int, int] = (0, 0)  # filler tokens between the information blocks, per sample
-    filler_gap: tuple[int, int] = (0, 0)  # filler tokens between information and SEP
-    filler_ids: int = Field(0, ge=0)  # distinct filler ids in the Vocab (after every other id)
+    levels: tuple[tuple[Int, Int], ...] = Field(min_length=1)
+    values: Int = Field(ge=2)
+    pools: tuple[Int, ...] | None = None
+    seq_len: Int | None = None
+    filler: tuple[Int, Int] = (0, 0)  # filler tokens between the information blocks, per sample
+    filler_gap: tuple[Int, Int] = (0, 0)  # filler tokens between information and SEP
+    filler_ids: Int = Field(0, ge=0)  # distinct filler ids in the Vocab (after every other id)
 
     @field_validator("filler", "filler_gap", mode="before")
     @classmethod
@@ -137,9 +138,9 @@ class Preset(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     spec: TaskSpec
-    train: int
-    valid: int
-    test: int
+    train: Int
+    valid: Int
+    test: Int
     about: str
 
 

@@ -17,6 +17,8 @@ Layout of a run directory:
                          the single commit point of a checkpoint
     summary.json         final: best step, held-out and test metrics of the best weights, speed
     .lock                held (an OS lock, `RunLock`) by the process training into the folder
+    .recall-lab          the marker `{"kind": "run", ...}` (generators/folders.py): --force
+                         deletes only in a folder that holds a run
 
 A write that fails (disk full, permissions) ends in one `RecallLabError` naming the file; its
 temporary file is removed and the previous version of the file stays in place.
@@ -24,8 +26,6 @@ temporary file is removed and the previous version of the file stays in place.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import fnmatch
 import json
 import os
@@ -40,6 +40,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
 from generators.errors import RecallLabError
+from generators.folders import MARKER, FolderLock
 
 CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
     "config.json", "metrics.jsonl", "model.safetensors", "best.safetensors",
@@ -103,60 +104,19 @@ def append_line(path: Path, row: dict) -> None:
 
 # ---- run folders: lock, lab-written files -------------------------------------------------------
 
-class RunLock:
-    """An exclusive OS lock (`flock`) on RUN/.lock, held while a process trains into RUN.
-
-    A second `train` (new, --force or --resume) on a run in use is refused with one line. The
-    kernel drops the lock when its holder dies (kill -9 included), so a stale `.lock` file never
-    blocks: only a live process holds the lock. The file holds the holder's pid, for the message.
-    """
+class RunLock(FolderLock):
+    """The OS lock on RUN/.lock (`generators.folders.FolderLock`), held while a process trains
+    into RUN: a second `train` (new, --force or --resume) on a run in use is refused with one
+    line; the kernel drops the lock when its holder dies (kill -9 included)."""
 
     def __init__(self, run: Path) -> None:
-        self.path = Path(run) / LOCK
-        self._fd: int | None = None
+        super().__init__(Path(run) / LOCK, Path(run))
         self.new_run = False  # set by train: this process began a new run in the folder
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> None:
-        if self._fd is not None:
-            return
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise RecallLabError(f"cannot lock {self.path}: {_reason(exc)}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RecallLabError(f"cannot lock {self.path}: {_reason(exc)}") from None
-            who = f" (pid {holder})" if holder.isdigit() else ""
-            raise RecallLabError(f"{self.path.parent} is in use by another recall-lab "
-                                 f"process{who}; wait for it to finish or stop it") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def is_lab_file(name: str) -> bool:
     """Whether a run folder's entry `name` is one recall-lab writes (what --force may delete)."""
-    return (name in RUN_FILES or name == LOCK or bool(_TMP_NAME.fullmatch(name))
+    return (name in RUN_FILES or name in (LOCK, MARKER) or bool(_TMP_NAME.fullmatch(name))
             or any(fnmatch.fnmatchcase(name, p) for p in LAB_PATTERNS))
 
 
@@ -269,27 +229,65 @@ def save_resume(
     save_tensors(path, tensors, meta)
 
 
+def _resume_error(path: Path, what: str) -> RecallLabError:
+    return RecallLabError(f"corrupt resume checkpoint: {path} {what}")
+
+
+def check_resume_info(path: Path, meta: Any) -> dict:
+    """The JSON half of a resume checkpoint, its keys and types checked before any is used."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("param_groups"), list):
+        raise _resume_error(path, "has no training state (param_groups)")
+    step = meta.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise _resume_error(path, f"has no valid 'step' (got {step!r})")
+    best = meta.get("best")
+    if not isinstance(best, dict) or not {"acc", "loss", "step"} <= set(best):
+        raise _resume_error(path, "has no valid 'best' (acc, loss, step)")
+    return meta
+
+
 def load_resume(
     path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 ) -> dict:
-    """Restore what `save_resume` wrote (RNG included) and return its `info`."""
+    """Restore what `save_resume` wrote (RNG included) and return its `info`. Every key and
+    tensor shape is checked before anything is used: one line naming the file and the field."""
     tensors, meta = load_tensors(path, "resume checkpoint")
-    if not isinstance(meta, dict) or "param_groups" not in meta:
-        raise RecallLabError(f"corrupt resume checkpoint: {path} has no training state")
+    meta = check_resume_info(path, meta)
+    rng = tensors.get("rng.cpu")
+    if rng is None or rng.dtype != torch.uint8 or rng.dim() != 1:
+        raise _resume_error(path, "has no valid 'rng.cpu' (the CPU random state)")
     _load_state(model, {k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, path)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         if key.startswith("optim."):
             _, pid, name = key.split(".", 2)
+            if not pid.isdigit() or int(pid) >= len(params):
+                raise _resume_error(path, f"has optimizer state {key!r} for no parameter")
+            if name in ("exp_avg", "exp_avg_sq") and value.shape != params[int(pid)].shape:
+                raise _resume_error(path, f"has optimizer state {key!r} of shape "
+                                    f"{tuple(value.shape)}; its parameter is "
+                                    f"{tuple(params[int(pid)].shape)}")
             state.setdefault(int(pid), {})[name] = value
     try:
         optimizer.load_state_dict({"state": state, "param_groups": meta.pop("param_groups")})
-    except (ValueError, KeyError, RuntimeError) as exc:
-        raise RecallLabError(f"corrupt resume checkpoint: {path} ({exc})") from None
-    torch.set_rng_state(tensors["rng.cpu"])
+    except (ValueError, KeyError, RuntimeError, TypeError) as exc:
+        raise _resume_error(path, f"({exc})") from None
+    torch.set_rng_state(rng)
     if torch.cuda.is_available():
         keys = [t for t in tensors if t.startswith("rng.cuda.")]
         cuda = [tensors[k] for k in sorted(keys, key=lambda t: int(t.rsplit(".", 1)[1]))]
         if cuda:
             torch.cuda.set_rng_state_all(cuda)
     return meta
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """A run's metrics.jsonl, each row checked to be an object with an integer `step` (a torn
+    last line of a killed run is dropped, as `read_lines` does)."""
+    rows = read_lines(path)
+    for i, row in enumerate(rows, 1):
+        step = row.get("step") if isinstance(row, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise RecallLabError(f"corrupt metrics: {path} line {i} has no integer 'step'")
+    return rows

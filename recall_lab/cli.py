@@ -9,7 +9,7 @@ import typer
 from recall_lab.commands import register_all
 
 # commands/bench.py still imports these from here
-from recall_lab.commands.shell import PIPE_WIDTH, console, err_console, fail, guarded  # noqa: F401
+from recall_lab.commands.shell import PIPE_WIDTH, OneLineGroup, console, err_console, fail, guarded  # noqa: F401
 
 app = typer.Typer(
     name="recall-lab",
@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineGroup,  # a flag click cannot parse: one `error:` line too
 )
 register_all(app)
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from generators import PRESETS, TaskSpec, get_preset
 from generators.errors import RecallLabError
+from generators.fields import Float, Int
 
 # Branch patterns the original HAX release implements (attention/release_reference.py's
 # RELEASE_ARCHS without "full"; a test keeps the two equal); here because config imports no torch.
@@ -36,7 +37,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+Beta = Annotated[Float, Field(ge=0, lt=1)]
 Arch = Literal["mamba", "mamba2", "samba", "transformer", "mamba2-attn", "attamba"]
+# The architectures with multi-head attention layers (`n_heads` heads of d_model / n_heads).
+ATTENTION_ARCHS = ("samba", "transformer", "mamba2-attn", "attamba")
 
 
 class SEAttnConfig(BaseModel):
@@ -46,14 +50,14 @@ class SEAttnConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    chunk: int | None = Field(None, ge=1)  # chunk size M in evaluation (and training if fixed)
-    block: int | None = Field(None, ge=1)  # memory block size S
-    topk: int | None = Field(None, ge=0)  # blocks retrieved per query
-    chunk_choices: tuple[int, ...] = ()  # training: one M per forward drawn from these
+    chunk: Int | None = Field(None, ge=1)  # chunk size M in evaluation (and training if fixed)
+    block: Int | None = Field(None, ge=1)  # memory block size S
+    topk: Int | None = Field(None, ge=0)  # blocks retrieved per query
+    chunk_choices: tuple[Int, ...] = ()  # training: one M per forward drawn from these
     scoring: Literal["prefix", "token", "chunk"] = "prefix"  # "chunk" = paper, not causal
     # None: "value" (the paper's) where v has q's width, "key" in the hybrid branch (v = xc).
     summary: Literal["value", "key"] | None = None
-    seed: int = Field(0, ge=0)  # landmark queries, random retrieval in evaluation
+    seed: Int = Field(0, ge=0)  # landmark queries, random retrieval in evaluation
     # relevance | random (SE-Attn-Random) | none (NoMem); for attention layers (branch patterns
     # name it: seattn-random, seattn-nomem).
     retrieval: Literal["relevance", "random", "none"] | None = None
@@ -71,7 +75,7 @@ class AttnLayersConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     attention: Literal["full", "sw", "se"] = "full"  # sw: window k; se: seattn with budget k
-    after: tuple[int, ...] = (0,)
+    after: tuple[Int, ...] = (0,)
 
 
 class AttambaConfig(BaseModel):
@@ -85,16 +89,16 @@ class AttambaConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    chunk: int = Field(8, ge=1)  # P
-    leading: int | Literal["chunk"] | None = None  # None = P; "chunk" = own partial chunk (Eq. 5)
+    chunk: Int = Field(8, ge=1)  # P
+    leading: Int | Literal["chunk"] | None = None  # None = P; "chunk" = own partial chunk (Eq. 5)
     chunking: Literal["uniform", "cyclic", "random"] = "cyclic"
-    seed: int = Field(0, ge=0)  # eval-mode random boundaries
+    seed: Int = Field(0, ge=0)  # eval-mode random boundaries
     eval_chunking: Literal["uniform", "cyclic", "random"] | None = None  # test-time chunking
-    eval_chunk: int | None = Field(None, ge=1)  # test-time P
+    eval_chunk: Int | None = Field(None, ge=1)  # test-time P
     kv: Literal["ssm", "proj"] = "ssm"  # "proj": projected keys/values, same pattern (control)
-    kv_d_state: int = Field(32, ge=1)
-    kv_expand: int = Field(1, ge=1)
-    kv_headdim: int = Field(16, ge=1)
+    kv_d_state: Int = Field(32, ge=1)
+    kv_expand: Int = Field(1, ge=1)
+    kv_headdim: Int = Field(16, ge=1)
 
     def pattern_opts(self) -> dict:
         """Options of `make_pattern("attamba", chunk, ...)` (the layer is added per layer)."""
@@ -121,13 +125,13 @@ class DecimationConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    layers: tuple[int, ...] | Literal["auto"] = (-1,)
-    n_auto: int = Field(1, ge=1)
-    L_base: int = Field(32, ge=1)
-    beta: float = Field(0.5, gt=0, le=1)
-    min_len: int = Field(20, ge=0)
+    layers: tuple[Int, ...] | Literal["auto"] = (-1,)
+    n_auto: Int = Field(1, ge=1)
+    L_base: Int = Field(32, ge=1)
+    beta: Float = Field(0.5, gt=0, le=1)
+    min_len: Int = Field(20, ge=0)
     score: Literal["mean", "l2", "random", "xnorm"] = "mean"
-    top_k: float | None = Field(None, gt=0, le=1)
+    top_k: Float | None = Field(None, gt=0, le=1)
 
 
 class ModelConfig(BaseModel):
@@ -142,18 +146,18 @@ class ModelConfig(BaseModel):
     name: str
     arch: Arch
     pattern: str | None = None  # sparse-attention branch of the hybrid; None = plain SSM
-    vocab_size: int = Field(ge=4)
-    d_model: int = Field(64, ge=4)
-    n_layers: int = Field(2, ge=1)
-    k: int = Field(64, ge=1)
-    lsh_bits: int = Field(8, ge=1)  # sign-bit LSH h (seed 004 App. D.1)
-    d_state: int | None = Field(None, ge=1)  # None = the mixer's default (Mamba 16, Mamba2 64)
-    d_conv: int = Field(4, ge=1)
-    expand: int = Field(2, ge=1)
-    headdim: int | None = Field(None, ge=1)  # Mamba2 head size; None = mixer default
-    n_heads: int = Field(4, ge=1)  # attention heads of samba / transformer layers
-    mlp_mult: int = Field(4, ge=1)
-    side_scale_init: float = 0.1
+    vocab_size: Int = Field(ge=4)
+    d_model: Int = Field(64, ge=4)
+    n_layers: Int = Field(2, ge=1)
+    k: Int = Field(64, ge=1)
+    lsh_bits: Int = Field(8, ge=1)  # sign-bit LSH h (seed 004 App. D.1)
+    d_state: Int | None = Field(None, ge=1)  # None = the mixer's default (Mamba 16, Mamba2 64)
+    d_conv: Int = Field(4, ge=1)
+    expand: Int = Field(2, ge=1)
+    headdim: Int | None = Field(None, ge=1)  # Mamba2 head size; None = mixer default
+    n_heads: Int = Field(4, ge=1)  # attention heads of samba / transformer layers
+    mlp_mult: Int = Field(4, ge=1)
+    side_scale_init: Float = 0.1
     # Heads of the hybrid branch: 1 (one q, k of size d_state for all channels, like Mamba2's
     # B, C with ngroups=1) or "mixer" (Mamba2: one q, k per SSM head; Mamba has no heads: 1).
     branch_heads: Literal[1, "mixer"] = 1
@@ -167,17 +171,31 @@ class ModelConfig(BaseModel):
     # (round one's init) stays on a plateau. Residual out-projections are scaled by
     # 1/sqrt(n_residuals * n_layers) (GPT-2, mamba-ssm).
     tie_embeddings: bool = False
-    embed_std: float = Field(1.0, gt=0)
+    embed_std: Float = Field(1.0, gt=0)
     rescale_residual: bool = True
     # The longest sequence the model is built for: it fixes pattern parameters such as the gap
     # of the dilated pattern (ceil(max_len / n)), so query i reads the same keys however long the
     # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).
-    max_len: int | None = Field(None, ge=1)
+    max_len: Int | None = Field(None, ge=1)
     decimation: DecimationConfig | None = None  # DeciMamba (mamba / mamba2 without a branch)
     seattn: SEAttnConfig | None = None  # options of seattn* patterns (branch or layers)
     attn_layers: AttnLayersConfig | None = None  # arch mamba2-attn only (None = full after 0)
     # Attamba options (arch "attamba", pattern "attamba"); the registry fills the defaults.
     attamba: AttambaConfig | None = None
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> ModelConfig:
+        if self.arch in ATTENTION_ARCHS and self.d_model % self.n_heads:
+            raise RecallLabError(f"n_heads ({self.n_heads}) must divide d_model ({self.d_model}): "
+                                 "each attention head gets d_model / n_heads channels")
+        return self
+
+    @model_validator(mode="after")
+    def _options_have_a_pattern(self) -> ModelConfig:
+        if self.pattern_opts and self.pattern is None:
+            raise RecallLabError(f"pattern_opts {sorted(self.pattern_opts)} given, but model "
+                                 f"{self.name!r} has no attention branch to take them")
+        return self
 
     @model_validator(mode="after")
     def _release_fits(self) -> ModelConfig:
@@ -255,8 +273,8 @@ class FinetuneConfig(BaseModel):
     base_run: str
     checkpoint: Literal["best", "last"] = "best"
     adapter: Literal["lora", "lora+", "hylora", "full"] = "hylora"
-    rank: int = Field(8, ge=1)  # paper: 32 for Mamba-2-Hybrid at d_model 2560
-    alpha: float = Field(16.0, gt=0)  # alpha / rank = 2 as in the paper
+    rank: Int = Field(8, ge=1)  # paper: 32 for Mamba-2-Hybrid at d_model 2560
+    alpha: Float = Field(16.0, gt=0)  # alpha / rank = 2 as in the paper
 
 
 class TrainConfig(BaseModel):
@@ -267,37 +285,37 @@ class TrainConfig(BaseModel):
     # Defaults measured on CPU (docs/training.md "Training defaults", docs/results/recipe): with
     # warm-up 500, `transformer` solved mini-mqar (test >= 0.95 within 2500 steps) in 10 of 10
     # seeds, against 4 of 10 with warm-up 100 (experiments/recipe.toml).
-    steps: int = Field(2000, ge=1)
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
-    warmup: int = Field(500, ge=0)
+    steps: Int = Field(2000, ge=1)
+    batch_size: Int = Field(32, ge=1)
+    lr: Float = Field(3e-3, gt=0)
+    weight_decay: Float = Field(0.1, ge=0)
+    betas: tuple[Beta, Beta] = (0.9, 0.95)  # AdamW's decay rates: each in [0, 1)
+    warmup: Int = Field(500, ge=0)
     schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; paper: constant
-    min_lr: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    alpha: float = Field(0.1, ge=0)  # weight of the KS ranking loss (seed 004 Eq. 18)
-    seed: int = Field(0, ge=0)  # model init, hash planes, KS sampling
-    data_seed: int = Field(0, ge=0)  # training stream (or epoch order) and the held-out sets
+    min_lr: Float = Field(0.0, ge=0)
+    grad_clip: Float = Field(1.0, gt=0)
+    alpha: Float = Field(0.1, ge=0)  # weight of the KS ranking loss (seed 004 Eq. 18)
+    seed: Int = Field(0, ge=0)  # model init, hash planes, KS sampling
+    data_seed: Int = Field(0, ge=0)  # training stream (or epoch order) and the held-out sets
     # A dataset folder from `recall-lab generate`: train on its train split (a fresh seeded
     # order every epoch), evaluate on its valid / test splits. None = stream from the generator.
     data: str | None = None
-    eval_every: int = Field(200, ge=1)
-    eval_samples: int = Field(512, ge=1)
-    test_samples: int = Field(512, ge=1)
-    eval_batch_size: int | None = Field(None, ge=1)
+    eval_every: Int = Field(200, ge=1)
+    eval_samples: Int = Field(512, ge=1)
+    test_samples: Int = Field(512, ge=1)
+    eval_batch_size: Int | None = Field(None, ge=1)
     device: str = "auto"
     finetune: FinetuneConfig | None = None  # None = train from scratch
     # After training, also test the best weights at these multiples of the base task's length
     # (a fine-tune run's base run's task, else the run's own; same tables, more filler), with the
     # run's attention and, where it can be swapped, with full attention (seed 001 evaluates
     # SE-Attn fine-tunes with full attention): summary valid/test "x{f}" and "x{f}-full".
-    test_length_factors: tuple[int, ...] = ()
+    test_length_factors: tuple[Int, ...] = ()
     # Early stopping, checked at every evaluation: stop once the held-out accuracy reaches
     # `stop_at` (zoology stops at 0.99), or after `patience` evaluations without a better
     # checkpoint. None = train all `steps`. The summary says why a run stopped.
-    stop_at: float | None = Field(None, gt=0, le=1)
-    patience: int | None = Field(None, ge=1)
+    stop_at: Float | None = Field(None, gt=0, le=1)
+    patience: Int | None = Field(None, ge=1)
 
 
 class RunConfig(BaseModel):

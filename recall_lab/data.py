@@ -21,6 +21,7 @@ import torch
 from generators import TaskSpec, generate
 from generators.dataset import (
     SPLITS,
+    manifest_hash,
     manifest_spec,
     pad_rows,
     read_manifest,
@@ -209,6 +210,11 @@ class DataSource:
     def for_run(cls, cfg) -> DataSource:
         """The source of a `RunConfig`: its task, `train.data_seed` and `train.data`."""
         return cls(cfg.task, cfg.train.data_seed, cfg.train.data)
+
+    @property
+    def fingerprint(self) -> str | None:
+        """The content hash of a dataset's manifest (None for a stream, which is its config)."""
+        return manifest_hash(self.reader.manifest) if self.reader is not None else None
 
     def verify(self) -> None:
         """Check a dataset's shards against their sha256 now (a run does it before it touches

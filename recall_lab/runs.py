@@ -12,6 +12,7 @@ the model registry turns names into `ModelConfig`s.
 from __future__ import annotations
 
 import glob
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from torch import nn
 from generators import PRESETS
 from generators.dataset import manifest_spec, read_manifest
 from generators.errors import RecallLabError
+from generators.folders import read_marker, write_marker
+from generators.joint_recall import check_samples_fit
 from recall_lab import checkpoint as ck
 from recall_lab.config import (
     RUN_TABLES,
@@ -54,11 +57,17 @@ def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
                              "expected [model], [train], [task]")
     run_tables(data, where)  # each one a table, before any field is read
     model_tab = dict(data.get("model") or {})
+    if "vocab_size" in model_tab:
+        raise RecallLabError(f"{where}: [model] vocab_size is set by the task's vocabulary; "
+                             "remove it")
     name = model_tab.pop("name", None)
     if name is None:
         raise RecallLabError(f"{where}: no model given: set model.name or pass --model NAME "
                              "(see `recall-lab models`)")
     train_tab = dict(data.get("train") or {})
+    if train_tab.get("data") is not None and not isinstance(train_tab["data"], str):
+        raise RecallLabError(f"{where}: train.data must be a dataset folder (a string), got "
+                             f"{type(train_tab['data']).__name__} {train_tab['data']!r}")
     if train_tab.get("data") is not None:
         manifest = read_manifest(Path(train_tab["data"]))
         spec, task_name = manifest_spec(manifest), manifest.get("preset")
@@ -156,6 +165,33 @@ def refuse_overwrite(path: Path, force: bool, *, folder: bool = False,
                          f"overwrite it{hint}")
 
 
+# A run folder written before the marker (`.recall-lab`) existed: its config.json has the run
+# config's tables with these model fields, beside a file only a run writes. Another program's
+# config.json (a Hugging Face model's `{"architectures": [...]}`) has none of them.
+_LEGACY_MODEL_KEYS = ("name", "arch", "vocab_size")
+_LEGACY_RUN_FILES = (ck.METRICS, ck.RESUME, ck.SUMMARY)
+
+
+def is_lab_run(folder: Path) -> bool:
+    """Whether `folder` holds a recall-lab run (what --force may clear): its marker says "run",
+    or (a run from before the marker) its config.json is a run config (tables model, train,
+    task; model.name, arch, vocab_size) and metrics.jsonl, resume.safetensors or summary.json
+    is beside it."""
+    folder = Path(folder)
+    kind = read_marker(folder)
+    if kind is not None:
+        return kind == "run"
+    try:
+        data = json.loads((folder / ck.CONFIG).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    if not (isinstance(data, dict) and all(isinstance(data.get(t), dict) for t in RUN_TABLES)):
+        return False
+    if not all(k in data["model"] for k in _LEGACY_MODEL_KEYS):
+        return False
+    return any((folder / f).is_file() for f in _LEGACY_RUN_FILES)
+
+
 def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> None:
     """Create `out` for a new run (and take its lock); refuse to overwrite an existing run
     without `force`. With `force`, only the files recall-lab wrote are deleted (a user's notes
@@ -168,7 +204,7 @@ def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> N
         if not out.is_dir() or not any(e.name != ck.LOCK for e in out.iterdir()):
             return False
         refuse_overwrite(out, force, folder=True, resume=True)
-        if not (out / ck.CONFIG).is_file():
+        if not is_lab_run(out):
             raise RecallLabError(
                 f"{out} is not empty and is not a recall-lab run; refusing to delete it"
             )
@@ -183,6 +219,7 @@ def prepare_run_dir(out: Path, force: bool, lock: ck.RunLock | None = None) -> N
         lock.acquire()
     if replaceable():  # checked again under the lock: another process may have written meanwhile
         ck.clear_run(out)
+    write_marker(out, "run")
 
 
 def drop_stub(out: Path) -> None:
@@ -195,19 +232,78 @@ def drop_stub(out: Path) -> None:
 
 def resume_step(out: Path) -> int:
     """The step a run in `out` resumes from (its last checkpoint)."""
-    _, meta = ck.load_tensors(out / ck.RESUME, "resume checkpoint")
-    return int((meta or {}).get("step", 0))
+    path = out / ck.RESUME
+    _, meta = ck.load_tensors(path, "resume checkpoint")
+    return ck.check_resume_info(path, meta)["step"]
 
 
-def resume_config(out: Path | None, model: str | None, steps: int | None
-                  ) -> tuple[RunConfig, Path, int]:
-    """(config, folder, start step) of `train --resume --out OUT`: the run's own config; a
-    --model other than the run's is refused, --steps may change the step count."""
+def run_identity(cfg: RunConfig) -> dict:
+    """What a run's resume checkpoint records of its config: all of it but `train.steps` (a
+    resume may raise it). A resume whose config.json no longer matches it is refused."""
+    data = cfg.to_json()
+    data["train"] = {k: v for k, v in data["train"].items() if k != "steps"}
+    return data
+
+
+def first_difference(old: Any, new: Any, where: str = "") -> str | None:
+    """The first dotted key at which two JSON values differ, with both values; None if equal."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            diff = first_difference(old.get(key), new.get(key), f"{where}.{key}" if where
+                                    else str(key))
+            if diff is not None:
+                return diff
+        return None
+    return None if old == new else f"{where or 'value'} {old!r} -> {new!r}"
+
+
+def check_resume_matches(out: Path, cfg: RunConfig, info: dict, data_sha256: str | None) -> None:
+    """Refuse a resume whose config or data changed since the checkpoint (resume.safetensors
+    records both), naming the difference. Checkpoints from before they were recorded pass."""
+    recorded = info.get("config")
+    if recorded is not None:
+        diff = first_difference(recorded, run_identity(cfg))
+        if diff is not None:
+            raise RecallLabError(f"{out / ck.CONFIG} changed since the last checkpoint ({diff}); "
+                                 "refusing to resume (start a new run)")
+    if info.get("data_sha256") is not None and info["data_sha256"] != data_sha256:
+        raise RecallLabError(f"dataset {cfg.train.data} changed since the run began (its "
+                             "manifest's content hash differs: regenerated?); refusing to "
+                             "resume (start a new run)")
+
+
+def resume_config(out: Path | None, model: str | None, steps: int | None,
+                  given: dict[str, Any] | None = None) -> tuple[RunConfig, Path, int]:
+    """(config, folder, start step) of `train --resume --out OUT`: the run's own config; --steps
+    may change the step count. Any other flag in `given` (flag -> value, None = not given) must
+    agree with the run's config: a resume never trains on something else than the run began
+    with, so a contradicting flag is refused, naming it."""
     if out is None:
         raise RecallLabError("--resume needs --out RUN_DIR")
     cfg = load_run_config(out)
     if model is not None and model != cfg.model.name:
         raise RecallLabError(f"{out} is a run of {cfg.model.name!r}, not {model!r}")
+    for flag, value in (given or {}).items():
+        if value is None:
+            continue
+        field = flag.lstrip("-").replace("-", "_")
+        if flag == "--task":
+            ours = resolve_task(str(value))[0]
+            same, have = ours == cfg.task, cfg.task_name or cfg.task.describe()
+        elif field in TrainConfig.model_fields:
+            have = getattr(cfg.train, field)
+            same = (str(Path(value)) == str(Path(have))) if field == "data" and have else \
+                value == have
+        elif field in ("k", "d_model"):
+            have = getattr(cfg.model, field)
+            same = value == have
+        else:  # --config, --decimate: a resume takes the run's own
+            raise RecallLabError(f"--resume continues {out} with its own config; {flag} cannot "
+                                 "change it (start a new run instead)")
+        if not same:
+            raise RecallLabError(f"--resume continues {out} with its own config: {flag} {value}"
+                                 f" differs from the run's {have} (drop {flag}, or start a new "
+                                 "run)")
     if steps is not None:
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"steps": steps})})
     return cfg, out, resume_step(out)
@@ -228,6 +324,7 @@ def eval_target(run: Path, task: str | None, n: int, batch_size: int, length_fac
     label = name or (Path(task).stem if task else "task")
     if length_factor != 1:
         spec, label = spec.at_length(length_factor), f"{label}-x{length_factor}"
+    check_samples_fit(spec, n, "--n")
     deci = None
     if decimate is not None:
         deci = "off" if decimate == "off" else parse_decimate(decimate)

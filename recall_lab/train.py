@@ -28,6 +28,8 @@ import torch
 
 import recall_lab
 from generators.errors import RecallLabError
+from generators.joint_recall import check_samples_fit
+from generators.limits import available_bytes
 from recall_lab import checkpoint as ck
 from recall_lab import native
 from recall_lab.config import RunConfig
@@ -37,10 +39,12 @@ from recall_lab.evaluate import batch_metrics, evaluate, length_tests
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.runs import (
     build_run_model,
+    check_resume_matches,
     drop_stub,
     load_run_config,
     prepare_run_dir,
     resolve_base_run,
+    run_identity,
 )
 from recall_lab.tracking import Trackers
 
@@ -87,13 +91,7 @@ def _available_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return available_bytes()
 
 
 def estimate_train_bytes(cfg: RunConfig) -> int:
@@ -126,6 +124,9 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
         raise RecallLabError(
             f"model vocabulary ({m.vocab_size}) differs from the task's ({task.vocab().size})"
         )
+    if t.data is None:  # streamed held-out sets are generated whole (a dataset's are its own)
+        check_samples_fit(task, t.eval_samples, "eval_samples (--eval-samples)")
+        check_samples_fit(task, t.test_samples, "test_samples")
     need, have = estimate_train_bytes(cfg), _available_bytes(device)
     if have is not None and need > have:
         raise RecallLabError(
@@ -212,8 +213,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     start, best = 0, {"acc": -1.0, "loss": math.inf, "step": None}
     if resume:
         info = ck.load_resume(out / ck.RESUME, model, opt)
-        start, best = int(info["step"]), info["best"]
-        rows = [r for r in ck.read_lines(out / ck.METRICS) if r["step"] <= start]
+        check_resume_matches(out, cfg, info, data.fingerprint)
+        start, best = info["step"], info["best"]
+        rows = [r for r in ck.read_metrics(out / ck.METRICS) if r["step"] <= start]
         ck.write_lines(out / ck.METRICS, rows)
     else:
         prepare_run_dir(out, force, lock)
@@ -222,6 +224,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                                         "n_params": model.n_params()})
         (out / ck.METRICS).touch()
 
+    identity, data_sha256 = run_identity(cfg), data.fingerprint  # what a resume must match
     trackers = Trackers(log, out, cfg.to_json())  # optional TensorBoard / offline W&B
     model.train()
     acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
@@ -275,7 +278,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                 ck.save_weights(out / ck.BEST, model)
             ck.save_weights(out / ck.MODEL, model)
             # resume.safetensors last: it is the commit point of this checkpoint
-            ck.save_resume(out / ck.RESUME, model, opt, {"step": done, "best": best})
+            ck.save_resume(out / ck.RESUME, model, opt, {
+                "step": done, "best": best, "config": identity, "data_sha256": data_sha256})
             acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
             event["valid"] = v
             stopped = stop_reason(t, best, done)

@@ -71,7 +71,7 @@ def register(app: GuardedApp) -> None:
         console.print("MD last: Eq. 8 (last token); MD all: Eq. 6 averaged over tokens, /(i+1) "
                       "normalised per token; sum Delta: sum_{k=2..L} Delta_k (Eq. 9); channel "
                       "and batch means")
-        console.print(f"written: {res['json']} and {res['png']}")
+        console.print(f"written: {res['json']} and {res['png']}", markup=False)
 
     @app.command("attention-map")
     def attention_map_cmd(
@@ -99,4 +99,4 @@ def register(app: GuardedApp) -> None:
             out=out, force=force,
         )
         console.print(f"written: {res['png']} (last-row mean distance "
-                      f"{res['md_last']:.2f} of {res['length']} tokens)")
+                      f"{res['md_last']:.2f} of {res['length']} tokens)", markup=False)

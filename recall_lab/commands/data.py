@@ -6,11 +6,13 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from generators import PRESETS, TaskSpec, get_preset_entry
 from generators import generate as generate_samples  # `generate` is also the command below
 from generators.dataset import write_dataset
 from generators.errors import RecallLabError
+from generators.joint_recall import check_samples_fit
 from generators.render import render_sample
 from recall_lab.commands.progress import CountProgress
 from recall_lab.commands.shell import GuardedApp, console
@@ -48,7 +50,10 @@ def register(app: GuardedApp) -> None:
     @app.command()
     def generate(
         preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`) or a "
-                                     "TOML task file (as `train --task` takes)."),
+                                     "TOML task file (as `train --task` takes); it fixes the "
+                                     "task: --levels, --values, --pools, --seq-len are "
+                                     "refused with it, --train/--valid/--test override its "
+                                     "counts."),
         out: Path = typer.Option(..., "--out", help="Output folder (must be new or empty)."),
         levels: str = typer.Option(
             None, help="Level sizes instead of a preset, outermost first: '5-16,5-16' or '4,4'."
@@ -71,6 +76,12 @@ def register(app: GuardedApp) -> None:
 
         if (preset is None) == (levels is None):
             raise RecallLabError("give either a PRESET or --levels (with --values)")
+        task_flags = [f for f, v in (("--values", values), ("--pools", pools),
+                                     ("--seq-len", seq_len)) if v is not None]
+        if preset is not None and task_flags:  # the preset (or TOML task) fixes the task
+            raise RecallLabError(f"{task_flags[0]} describes a task given by --levels; PRESET "
+                                 f"{preset!r} fixes the task (only --train/--valid/--test "
+                                 "override its counts)")
         name = preset
         if preset is not None and (preset.endswith(".toml") or Path(preset).is_file()):
             spec, name = resolve_task(preset)  # the forms `train --task` takes
@@ -102,7 +113,7 @@ def register(app: GuardedApp) -> None:
                 on_shard=lambda r: progress.advance(r["rows"]),
             )
         elapsed = time.perf_counter() - start
-        table = Table(title=f"{name or 'custom'}: {spec.describe()}")
+        table = Table(title=escape(f"{name or 'custom'}: {spec.describe()}"))
         for col in ("split", "samples", "shards", "tokens", "mean length"):
             table.add_column(col, justify="right" if col != "split" else "left")
         for split, shards in manifest["splits"].items():
@@ -118,7 +129,7 @@ def register(app: GuardedApp) -> None:
         console.print(
             f"vocabulary {spec.vocab().size} ids, padded length "
             f"{spec.seq_len or 'per batch'}, splits disjoint ({dup}); "
-            f"{total:,} samples in {elapsed:.1f} s -> {out}"
+            f"{total:,} samples in {elapsed:.1f} s -> {out}", markup=False
         )
 
     @app.command()
@@ -149,6 +160,7 @@ def register(app: GuardedApp) -> None:
         elif source in PRESETS or source.endswith(".toml") or Path(source).is_file():
             # the task forms `train --task` accepts: a preset or a TOML task file
             spec, _ = resolve_task(source)
+            check_samples_fit(spec, index + count, "--index + --count")
             rows = list(generate_samples(spec, index + count, seed).inputs[index:])
             title = f"{source} (seed {seed})"
         else:
@@ -157,7 +169,7 @@ def register(app: GuardedApp) -> None:
         vocab = spec.vocab()
         for i, row in enumerate(rows):
             r = render_sample(row, vocab)
-            t = Table(title=f"{title} sample {index + i}: {spec.describe()}",
+            t = Table(title=escape(f"{title} sample {index + i}: {spec.describe()}"),
                       show_header=False, expand=False)
             t.add_column(style="bold")
             t.add_column(overflow="fold")

@@ -49,19 +49,23 @@ def register(app: GuardedApp) -> None:
         resumed, failures recorded; the exit code is the number of failed runs."""
         from rich.table import Table
 
-        from recall_lab.experiments.engine import outside_grid, plan, run_sweep
+        from recall_lab.experiments.engine import ENGINES, outside_grid, plan, run_sweep
         from recall_lab.experiments.grid import load_experiment, train_tokens
 
+        if engine not in ENGINES:  # checked before --dry-run too: a dry run shows a real plan
+            raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+        if address is not None and engine != "ray":
+            raise RecallLabError("--address is a Ray cluster's address: give it with --engine ray")
         kinds = parse_log(log)
         exp = load_experiment(experiment)
         others = outside_grid(exp, out)
         if others:
             console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
-                          f"this grid (left alone), e.g. {others[0]}", highlight=False,
-                          soft_wrap=True)
+                          f"this grid (left alone), e.g. {others[0]}", markup=False,
+                          highlight=False, soft_wrap=True)
         if dry_run:
             jobs = plan(exp, out)
-            table = Table(title=f"{exp.name}: {len(jobs)} runs -> {out / exp.name}",
+            table = Table(title=escape(f"{exp.name}: {len(jobs)} runs -> {out / exp.name}"),
                           caption="tokens = steps x batch x longest sample (padding "
                                   "included: an upper bound)")
             table.add_column("run", no_wrap=True)

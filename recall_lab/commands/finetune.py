@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from recall_lab.commands.progress import TrainProgress
 from recall_lab.commands.shell import GuardedApp, console
@@ -73,9 +74,10 @@ def register(app: GuardedApp) -> None:
             refuse_overwrite(run_dir, force, folder=True, resume=True)
             start = 0
         check_run(cfg, resolve_device(cfg.train.device))
-        console.print(f"[bold]{cfg.model.name}[/] fine-tuned from {run} with {adapter} on "
-                      f"{name or cfg.task.describe()} (max length {cfg.task.max_len}) -> "
-                      f"{run_dir}")
+        console.print(f"[bold]{escape(cfg.model.name)}[/] "
+                      + escape(f"fine-tuned from {run} with {adapter} on "
+                               f"{name or cfg.task.describe()} (max length "
+                               f"{cfg.task.max_len}) -> {run_dir}"))
         with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
             summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar)
         console.print(summary_table([summary], "best checkpoint on the test set"))

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
+from generators.errors import RecallLabError
 from recall_lab.commands.experiments import report_table
 from recall_lab.commands.progress import SweepProgress, TrainProgress
 from recall_lab.commands.shell import GuardedApp, console
@@ -75,20 +77,27 @@ def register(app: GuardedApp) -> None:
                 "patience": patience,
                 "data": str(data) if data is not None else None}
         if resume:
-            cfg, run_dir, start = resume_config(out, model, steps)
+            if force:
+                raise RecallLabError("--resume continues a run and --force replaces it: give "
+                                     "one of them")
+            given = {"--" + k.replace("_", "-"): v for k, v in over.items() if k != "steps"}
+            given.update({"--task": task, "--config": config, "--k": k, "--d-model": d_model,
+                          "--decimate": decimate})
+            cfg, run_dir, start = resume_config(out, model, steps, given)
         else:
             cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate)
             run_dir = out or run_dir_name(cfg)
             refuse_overwrite(run_dir, force, folder=True, resume=True)
             start = 0
         check_run(cfg, resolve_device(cfg.train.device))
-        console.print(f"[bold]{cfg.model.name}[/] on {cfg.task_name or cfg.task.describe()}"
-                      f" (max length {cfg.task.max_len}) -> {run_dir}")
+        console.print(f"[bold]{escape(cfg.model.name)}[/] on "
+                      f"{escape(cfg.task_name or cfg.task.describe())}"
+                      f" (max length {cfg.task.max_len}) -> {escape(str(run_dir))}")
         with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
             summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
                                 log=kinds)
         print_summary(console, summary, cfg)
-        console.print(f"run written to {run_dir}")
+        console.print(f"run written to {run_dir}", markup=False)
 
     @app.command("eval")
     def eval_(
@@ -131,7 +140,7 @@ def register(app: GuardedApp) -> None:
         refuse_overwrite(dest, force)
         res = evaluate_run(run, spec, n, data_seed, checkpoint, batch_size, device, deci,
                            attention, decode)
-        table = Table(title=f"{cfg.model.name} on {label} ({spec.describe()})")
+        table = Table(title=escape(f"{cfg.model.name} on {label} ({spec.describe()})"))
         for col in ("max length", "samples", "acc", "exact", "loss"):
             table.add_column(col, justify="right")
         rows = [("", res)] + ([("decode", res["decode"])] if decode else [])
@@ -147,7 +156,7 @@ def register(app: GuardedApp) -> None:
             console.print(f"decode accuracy {'equals' if same else 'DIFFERS FROM'} the parallel "
                           "evaluation's", highlight=False)
         write_json(dest, {**res, "task_name": label})
-        console.print(f"written to {dest}")
+        console.print(f"written to {dest}", markup=False)
 
     @app.command()
     def models(
@@ -161,7 +170,8 @@ def register(app: GuardedApp) -> None:
         from recall_lab.models.registry import listed_models, listing_row
 
         spec, name = resolve_task(task)
-        table = Table(title=f"models (vocabulary of {name or task}: {spec.vocab().size})")
+        table = Table(title=escape(f"models (vocabulary of {name or task}: "
+                                          f"{spec.vocab().size})"))
         for col in ("name", "backbone", "branch", "d_model", "k", "params", "decode state"):
             table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
                              else "right")

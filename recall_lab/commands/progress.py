@@ -137,20 +137,16 @@ class SweepProgress:
         if not todo:
             return
         if self.tty:
-            from rich.progress import (
-                BarColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+            # the eta is ours (`eta`), not rich's: none until a run has finished
             self.bar = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
-                TextColumn("{task.fields[text]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=self.console, transient=False,
+                TextColumn("{task.fields[text]}"), TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"), console=self.console, transient=False,
             )
-            self.task = self.bar.add_task(self.label, total=len(todo), text=self._counts())
+            self.task = self.bar.add_task(self.label, total=len(todo), text=self._counts(),
+                                          eta="")
             self.bar.__enter__()
         else:
             self.ticker = Ticker(self.console, self.line)
@@ -185,13 +181,22 @@ class SweepProgress:
         return (f"{self.done} done, {len(self.running_frac)} running, {self.failed} failed"
                 f" of {self.total - self.skipped}")
 
+    def eta(self) -> float | None:
+        """Seconds left, once a run has finished; None before. A run's first steps include its
+        start-up (spawn, imports, held-out sets), so extrapolating from them gave a first eta of
+        2h for a 50-second demo."""
+        with self.lock:
+            if self.done + self.failed == 0:
+                return None
+            progress = self.done + self.failed + sum(self.running_frac.values())
+        todo = self.total - self.skipped
+        return (time.monotonic() - self.t0) / progress * max(todo - progress, 0)
+
     def line(self) -> str:
         with self.lock:
-            progress = self.done + self.failed + sum(self.running_frac.values())
             counts = self._counts()
-        todo = self.total - self.skipped
         elapsed = time.monotonic() - self.t0
-        eta = elapsed / progress * (todo - progress) if progress > 0 else None
+        eta = self.eta()
         return (f"{self.label}: {counts}, elapsed {_dur(elapsed)}"
                 + (f", eta {_dur(eta)}" if eta is not None else ""))
 
@@ -200,7 +205,9 @@ class SweepProgress:
             with self.lock:
                 progress = self.done + self.failed + sum(self.running_frac.values())
                 text = self._counts()
-            self.bar.update(self.task, completed=progress, text=text)
+            eta = self.eta()
+            self.bar.update(self.task, completed=progress, text=text,
+                            eta=f"eta {_dur(eta)}" if eta is not None else "")
 
     def close(self) -> None:
         if self.bar is not None:

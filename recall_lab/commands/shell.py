@@ -1,21 +1,40 @@
-"""The CLI shell every command runs in: the shared consoles, the one-line error printer, and
-the guard applied once where commands register (`GuardedApp`), so a command body only parses
-its flags, calls the library and prints.
+"""The CLI shell every command runs in: the shared consoles, the one-line error printer, the
+one check every flag's value passes, and the guard applied once where commands register
+(`GuardedApp`), so a command body only parses its flags, calls the library and prints.
 
-Bad input (`RecallLabError`, config validation) and I/O errors end with one `error:` line and
-exit code 2, never a traceback; a command that returns a non-zero int exits with it.
+Bad input (`RecallLabError`, config validation, a flag click cannot parse) and I/O errors end with
+one `error:` line and exit code 2, never a traceback; a command that returns a non-zero int exits
+with it. Messages are printed literally: a `[/x]` in a name is text, not rich markup.
+
+Values, before a command body runs (`check_values`, from each command's signature, so a new
+option is covered without a line here): a float must be finite; an integer must lie in
+[0, 2^31 - 1] (counts, sizes, seeds, indices: none is negative; `SIGNED` lists the exceptions).
+What a value means beyond that (a size the machine can hold, a config's fields) is checked by
+the library before any work: `generators.limits`, the pydantic config models.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import math
+import signal
 import sys
+import threading
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
+
+try:  # typer >= 0.22 vendors click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer
+    from click import exceptions as click_errors
 
 from generators.errors import RecallLabError
 
@@ -46,9 +65,67 @@ def one_line(exc: BaseException) -> str:
 
 
 def fail(message: str, code: int = 2) -> None:
-    """Print one error line and exit non-zero."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print one error line (the message literally, never as markup) and exit non-zero."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
+
+
+# The largest integer a flag takes: every count, size, seed and index fits a C int.
+MAX_INT = 2**31 - 1
+# Integer parameters that may be negative (none today: a layer index counts from 0).
+SIGNED: frozenset[str] = frozenset()
+
+
+def flag_name(name: str, default: Any) -> str:
+    """How a user writes parameter `name` of a command: its first `--flag`, or its ARGUMENT."""
+    decls = [d for d in getattr(default, "param_decls", None) or () if d.startswith("--")]
+    if decls:
+        return decls[0]
+    if isinstance(default, typer.models.ArgumentInfo):
+        return name.upper()
+    return "--" + name.replace("_", "-")
+
+
+def check_values(fn: Callable[..., Any], values: dict[str, Any]) -> None:
+    """The one check of every flag's value before a command runs (see the module's doc)."""
+    hints = typing.get_type_hints(fn)
+    for name, param in inspect.signature(fn).parameters.items():
+        value = values.get(name)
+        kind = hints.get(name)
+        if value is None or isinstance(value, bool) or kind is bool:
+            continue
+        flag = flag_name(name, param.default)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise_bad(f"{flag} must be a finite number, got {value}")
+        if isinstance(value, int):
+            low = -MAX_INT if name in SIGNED else 0
+            if not low <= value <= MAX_INT:
+                raise_bad(f"{flag} must be an integer in [{low}, {MAX_INT}], got {value}")
+
+
+def raise_bad(message: str) -> None:
+    raise RecallLabError(message)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so it stops as Ctrl-C does: `finally` blocks run
+    (locks released, temporaries removed, a sweep's workers stopped and its index saved) and
+    multiprocessing's semaphores are released (without it, a SIGTERM to `sweep` ended with the
+    resource tracker's "leaked semaphore objects" warning)."""
+
+
+def terminate_as_interrupt() -> Callable[[], None]:
+    """Install the SIGTERM handler that raises `Terminated`; returns what restores the old one
+    (only the main thread can set handlers: elsewhere it does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    old = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, old)
 
 
 def guarded(fn: F) -> F:
@@ -57,20 +134,52 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        restore = terminate_as_interrupt()
         try:
+            check_values(fn, kwargs)
             code = fn(*args, **kwargs)
         except (RecallLabError, ValidationError) as exc:
             fail(one_line(exc))
         except OSError as exc:  # disk full, permissions, missing files: one line naming the path
             where = f"{exc.filename}: " if exc.filename else ""
             fail(f"{where}{exc.strerror or one_line(exc)}")
+        except Terminated:
+            err_console.print("terminated")
+            sys.exit(143)
         except KeyboardInterrupt:
             err_console.print("interrupted")
             sys.exit(130)
+        finally:
+            restore()
         if code:
             raise typer.Exit(code)
 
     return wrapper  # type: ignore[return-value]
+
+
+class OneLineGroup(TyperGroup):
+    """The app's command group: a flag click cannot parse (`--index abc`, a missing argument,
+    an unknown option) ends in one `error:` line and exit 2, like every other bad input,
+    instead of click's usage box. `recall-lab` alone still prints the help."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click_errors.UsageError as exc:
+            self._one_line(exc)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click_errors.UsageError as exc:
+            self._one_line(exc)
+
+    @staticmethod
+    def _one_line(exc: Any) -> None:
+        if isinstance(exc, getattr(click_errors, "NoArgsIsHelpError", ())):
+            raise exc
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        fail(one_line(RuntimeError(exc.format_message())).rstrip(".") + where)
 
 
 class GuardedApp:

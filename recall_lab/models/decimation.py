@@ -127,6 +127,17 @@ def resolve_auto_layers(model, ids: torch.Tensor) -> DecimationConfig:
     return model.decimation
 
 
+def _scalar(text: str) -> int | float | str:
+    """A flag's `key=value` value as the type it spells (the config's fields take no strings
+    for numbers: `generators/fields.py`)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def parse_decimate(text: str) -> DecimationConfig:
     """`--decimate` text -> DecimationConfig: comma-separated key=value pairs, e.g.
     `L_base=64`, `L_base=64,layers=-1,score=mean`, `layers=0+1`, `layers=auto,n_auto=1`,
@@ -143,7 +154,7 @@ def parse_decimate(text: str) -> DecimationConfig:
                 raise RecallLabError(f"--decimate layers must be ints joined by '+' or 'auto', "
                                      f"got {value!r}") from None
         else:
-            fields[key] = value
+            fields[key] = _scalar(value)
     try:
         return DecimationConfig.model_validate(fields)
     except ValueError as exc:

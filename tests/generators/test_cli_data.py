@@ -49,7 +49,7 @@ def test_show_preset_and_presets():
         (["--levels", "5", "--values", "4", "--pools", "3"], "table larger than the vocabulary"),
         (["--levels", "0,2", "--values", "4"], "size must be >= 1"),
         (["--levels", "2", "--values", "1"], "values"),
-        (["--levels", "2", "--values", "4", "--train", "-1"], "train count must be >= 0"),
+        (["--levels", "2", "--values", "4", "--train", "-1"], "--train must be an integer in [0,"),
         (["no-such-preset"], "unknown preset"),
         (["--levels", "x", "--values", "4"], "cannot read level size"),
         (["mini-mqar", "--levels", "2"], "either a PRESET or --levels"),

@@ -68,6 +68,7 @@ def test_disk_full_while_generating_is_one_line_and_leaves_nothing(tmp_path, mon
     ("drop-counts", "counts"),
     ("escape-file", "file"),
     ("wrong-count", "counts says"),
+    ("edited-task", "edited after its shards were written"),  # a valid task, not the shards'
 ])
 def test_malformed_manifest_is_one_line(tmp_path, manifest, needle):
     ds = tmp_path / "ds"
@@ -79,6 +80,8 @@ def test_malformed_manifest_is_one_line(tmp_path, manifest, needle):
         m["splits"]["test"][0]["file"] = "../../etc/passwd"
     elif manifest == "wrong-count":
         m["counts"]["valid"] = 7
+    elif manifest == "edited-task":
+        m["task"]["values"] += 1
     else:
         m = manifest
     (ds / "manifest.json").write_text(json.dumps(m))
@@ -181,3 +184,52 @@ def test_generate_accepts_a_toml_task(tmp_path):
                             "--out", str(tmp_path / "b")])
     assert r.exit_code == 0, r.output
     assert snapshot(tmp_path / "a") == snapshot(tmp_path / "b")
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from generators.folders import FolderLock
+out = Path(sys.argv[1])
+FolderLock(out.parent / f".{out.name}.lock", out).acquire(); print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_generate_into_a_folder_in_use_is_refused(tmp_path):
+    """Another process holds OUT's lock (taken before the emptiness check): `generate` into OUT
+    is refused with one line and writes nothing; once that process dies the lock is gone."""
+    out = tmp_path / "ds"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE,
+                              env=env, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        line = fails_with([*GEN, "--out", out], "in use")
+        assert f"pid {holder.pid}" in line
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    r = runner.invoke(app, [*GEN, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # the lock file went with it
+
+
+def test_two_concurrent_generates_never_both_succeed(tmp_path):
+    """Two `generate` processes started together into one folder: at most one exits 0 (the
+    other is refused: folder in use, or not empty), and the folder holds one whole dataset."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "ds"
+    procs = [subprocess.Popen([sys.executable, "-m", "recall_lab.cli", *GEN, "--seed", str(s),
+                               "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for s in (1, 2)]
+    codes = [p.wait(timeout=120) for p in procs]
+    errs = [p.stderr.read() for p in procs]
+    assert sorted(codes) == [0, 2], (codes, errs)
+    loser = errs[codes.index(2)]
+    assert "in use" in loser or "not empty" in loser, loser
+    from recall_lab.data import DatasetReader
+
+    winner = (1, 2)[codes.index(0)]
+    assert DatasetReader(out).manifest["seed"] == winner

@@ -213,3 +213,115 @@ def test_demo_force_keeps_a_folder_with_foreign_files(tmp_path):
     before = snapshot(out)
     fails_with(["demo", "--out", out, "--steps", "1", "--force"], "'notes.txt'")
     assert snapshot(out) == before
+
+
+def test_force_refuses_another_programs_folder(tmp_path):
+    """A folder of another program that has a `config.json` (a Hugging Face model) is not a run:
+    `train --force` into it exits 2 and leaves every byte as it was (issue 28)."""
+    other = tmp_path / "bert"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"architectures": ["BertModel"]}))
+    (other / "pytorch_model.bin").write_bytes(b"\x80\x02weights")
+    before = snapshot(other)
+    fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--steps", "1",
+                "--eval-samples", "4", "--device", "cpu", "--out", other, "--force"],
+               "not a recall-lab run")
+    assert snapshot(other) == before
+    # a run config's tables without any file only a run writes: still not a run
+    (other / "config.json").write_text(json.dumps(
+        {"model": {"name": "mamba", "arch": "mamba", "vocab_size": 9}, "train": {}, "task": {}}))
+    before = snapshot(other)
+    fails_with(["train", *TINY, "--task", "mini-mqar", "--out", other, "--force"],
+               "not a recall-lab run")
+    assert snapshot(other) == before
+
+
+def test_force_recognises_a_run_by_its_marker_and_an_old_run_by_its_files(tmp_path, dataset,
+                                                                          run):
+    """A run carries the marker `.recall-lab` ({"kind": "run"}); a run written before the marker
+    existed (none) is still replaced, by the stricter rule; a marker of another kind is not."""
+    from generators.folders import MARKER, read_marker
+
+    assert read_marker(run) == "run"
+    (run / MARKER).unlink()  # a run from before the marker
+    r = runner.invoke(app, ["train", *TINY, "--data", str(dataset), "--force", "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    assert read_marker(run) == "run"
+    (run / MARKER).write_text(json.dumps({"kind": "dataset", "version": 1}))
+    before = snapshot(run)
+    fails_with(["train", *TINY, "--data", dataset, "--force", "--out", run],
+               "not a recall-lab run")
+    assert snapshot(run) == before
+
+
+def _edit_resume(run: Path, how: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path = run / ck.RESUME
+    with open(path, "rb") as f:  # the JSON metadata rides in the safetensors header
+        n = int.from_bytes(f.read(8), "little")
+        meta = json.loads(json.loads(f.read(n))["__metadata__"]["json"])
+    tensors = load_file(path)
+    if how == "no-step":
+        del meta["step"]
+    elif how == "no-rng":
+        del tensors["rng.cpu"]
+    else:  # an AdamW moment of the wrong shape
+        key = next(k for k in tensors if k.endswith(".exp_avg"))
+        tensors[key] = tensors[key].reshape(-1)[:1].clone()
+    save_file(tensors, str(path), metadata={"json": json.dumps(meta)})
+
+
+@pytest.mark.parametrize("how, needle", [("no-step", "'step'"), ("no-rng", "'rng.cpu'"),
+                                         ("moment-shape", "of shape")])
+def test_resume_state_is_checked_before_use(run, how, needle):
+    _edit_resume(run, how)
+    before = snapshot(run)
+    line = fails_with(["train", "--out", run, "--resume", "--steps", "3"], needle)
+    assert str(run / ck.RESUME) in line
+    assert snapshot(run) == before
+
+
+def test_metrics_row_without_step_is_one_line(run):
+    rows = (run / ck.METRICS).read_text().splitlines()
+    rows[0] = json.dumps({k: v for k, v in json.loads(rows[0]).items() if k != "step"})
+    (run / ck.METRICS).write_text("\n".join(rows) + "\n")
+    before = snapshot(run)
+    fails_with(["train", "--out", run, "--resume", "--steps", "3"], "line 1 has no integer 'step'")
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--lr", "0.5"], "--lr 0.5 differs from the run's"),
+    (["--task", "mini-mqar"], "--task mini-mqar differs"),
+    (["--d-model", "32"], "--d-model 32 differs"),
+    (["--force"], "give one of them"),
+])
+def test_resume_refuses_flags_that_contradict_the_run(run, flags, needle):
+    before = snapshot(run)
+    fails_with(["train", "--out", run, "--resume", "--steps", "3", *flags], needle)
+    assert snapshot(run) == before
+
+
+def test_resume_refuses_a_changed_config_or_dataset(tmp_path):
+    """resume.safetensors records the run's config and its dataset's manifest hash: an edited
+    config.json, or a dataset regenerated under the run, is refused naming what changed."""
+    data = tmp_path / "data"
+    write_dataset(SPEC, data, {"train": 9, "valid": 5, "test": 6}, 0)
+    run = tmp_path / "run"
+    args = ["train", *TINY, "--data", str(data), "--out", str(run)]
+    assert runner.invoke(app, args).exit_code == 0
+    config = json.loads((run / ck.CONFIG).read_text())
+    edited = {**config, "train": {**config["train"], "lr": 0.5}}
+    (run / ck.CONFIG).write_text(json.dumps(edited))
+    before = snapshot(run)
+    fails_with(["train", "--out", run, "--resume", "--steps", "3"], "train.lr 0.003 -> 0.5")
+    assert snapshot(run) == before
+    (run / ck.CONFIG).write_text(json.dumps(config))
+    write_dataset(SPEC, data, {"train": 9, "valid": 5, "test": 6}, 1, force=True)  # regenerated
+    before = snapshot(run)
+    fails_with(["train", "--out", run, "--resume", "--steps", "3"], "changed since the run began")
+    assert snapshot(run) == before
+    write_dataset(SPEC, data, {"train": 9, "valid": 5, "test": 6}, 0, force=True)  # the same again
+    r = runner.invoke(app, ["train", "--out", str(run), "--resume", "--steps", "3"])
+    assert r.exit_code == 0, r.output

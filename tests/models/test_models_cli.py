@@ -31,7 +31,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, tiny_task):
     fails_with(base + ["--model", "mamba", "--task", "nope"], "unknown task")
     fails_with(base + ["--model", "mamba+sw", "--task", str(tiny_task), "--k", "1000"],
                 "larger than the sequence")
-    fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--batch-size", "10000000000"],
+    fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--batch-size", "1000000000"],
                 "does not fit")
     fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--steps", "0"], "steps")
     fails_with(base + ["--model", "mamba", "--task", "mini-mqar", "--device", "tpu"], "device")

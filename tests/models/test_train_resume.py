@@ -2,7 +2,12 @@
 no unpickling, schedule."""
 
 import json
+import os
 import pickle
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -72,7 +77,8 @@ def test_checkpoint_round_trip_without_unpickling(tmp_path, monkeypatch):
     ids = torch.randint(0, 20, (2, 9))
     model(ids).logits.sum().backward()
     opt.step()
-    ck.save_resume(tmp_path / "r.safetensors", model, opt, {"step": 7, "best": {"acc": 0.5}})
+    best = {"acc": 0.5, "loss": 1.0, "step": 6}
+    ck.save_resume(tmp_path / "r.safetensors", model, opt, {"step": 7, "best": best})
     ck.save_weights(tmp_path / "w.safetensors", model)
     rng = torch.get_rng_state()
 
@@ -87,7 +93,7 @@ def test_checkpoint_round_trip_without_unpickling(tmp_path, monkeypatch):
     model2 = build_model("mamba+hax", 20, d_model=16, d_state=4, k=4)
     opt2 = torch.optim.AdamW(model2.parameters(), lr=1e-2)
     info = ck.load_resume(tmp_path / "r.safetensors", model2, opt2)
-    assert info == {"step": 7, "best": {"acc": 0.5}}
+    assert info == {"step": 7, "best": best}
     assert torch.equal(torch.get_rng_state(), rng)
     for (n, p), (_, p2) in zip(model.named_parameters(), model2.named_parameters(), strict=True):
         assert torch.equal(p, p2), n
@@ -161,3 +167,44 @@ def test_tiny_model_learns_tiny_mqar_to_full_accuracy(tmp_path):
     assert summary["test"]["exact"] == 1.0
     first = json.loads((tmp_path / "r" / ck.METRICS).read_text().splitlines()[0])
     assert first["acc"] < 0.9  # it did have to learn (train accuracy over the first 50 steps)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kill -9 as on Linux")
+def test_kill_9_of_the_cli_then_resume_matches_an_uninterrupted_run(tmp_path):
+    """`recall-lab train` killed with SIGKILL at whatever step it has reached (after its first
+    checkpoint): `train --resume` ends with the same weights and metrics as a run never killed."""
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    task = tmp_path / "task.toml"
+    task.write_text("[task]\nlevels = [[3, 3]]\nvalues = 4\n")
+    args = ["train", "--model", "mamba", "--task", str(task), "--d-model", "16", "--steps", "60",
+            "--batch-size", "2", "--eval-every", "4", "--eval-samples", "4", "--device", "cpu"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "recall_lab.cli", *args, "--out", str(killed)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (killed / ck.RESUME).is_file():
+                break
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (killed / ck.RESUME).is_file(), "the run ended before its first checkpoint"
+    step = ck.check_resume_info(killed / ck.RESUME, ck.load_tensors(killed / ck.RESUME)[1])["step"]
+    assert step < 60, "the run ended before the kill"
+    runner = CliRunner()
+    r = runner.invoke(app, ["train", "--out", str(killed), "--resume"])
+    assert r.exit_code == 0, r.output
+    full = tmp_path / "full"
+    r = runner.invoke(app, [*args, "--out", str(full)])
+    assert r.exit_code == 0, r.output
+    assert json.loads((killed / ck.SUMMARY).read_text())["resumed_from"] == step
+    for f in (ck.MODEL, ck.BEST):
+        a, b = load_file(full / f), load_file(killed / f)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (full / ck.METRICS).read_text() == (killed / ck.METRICS).read_text()
