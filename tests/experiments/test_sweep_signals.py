@@ -44,10 +44,9 @@ def test_sigterm_to_sweep_stops_it_cleanly(tmp_path):
     assert {r["status"] for r in index["runs"]} == {"pending"}  # resumed by the next sweep
 
 
-KILL9 = ('name = "k9"\n[model]\nname = "mamba"\nd_model = 16\nd_state = 4\n'
-         '[train]\nsteps = 40\nbatch_size = 2\neval_every = 4\neval_samples = 4\n'
-         'test_samples = 8\ndevice = "cpu"\n[task]\nlevels = [[3, 3]]\nvalues = 4\n'
-         '[grid]\n"train.seed" = [0, 1]\n')
+# the same tiny sweep with runs that end (40 steps, an evaluation every 4)
+KILL9 = (EXP.replace('name = "term"', 'name = "k9"').replace("steps = 100000", "steps = 40")
+         .replace("eval_every = 1", "eval_every = 4").replace("test_samples = 4", "test_samples = 8"))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kill -9 as on Linux")
