@@ -46,7 +46,8 @@ def test_sigterm_to_sweep_stops_it_cleanly(tmp_path):
 
 # the same tiny sweep with runs that end (40 steps, an evaluation every 4)
 KILL9 = (EXP.replace('name = "term"', 'name = "k9"').replace("steps = 100000", "steps = 40")
-         .replace("eval_every = 1", "eval_every = 4").replace("test_samples = 4", "test_samples = 8"))
+         .replace("eval_every = 1", "eval_every = 4")
+         .replace("test_samples = 4", "test_samples = 8"))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kill -9 as on Linux")
