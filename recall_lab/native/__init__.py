@@ -1,8 +1,9 @@
 """Native CPU kernels: the C files in this folder, compiled once per machine, called via ctypes.
 
 What is here: `ssm.c` (Mamba's selective scan, also fused with the mixer's element-wise chain,
-Mamba2's SSD as its recurrence, the mixers' causal conv + SiLU; their autograd functions are in recall_lab/ssm/native.py) and `attention.c`
-(the sparse-attention op's forward and backward; recall_lab/attention/native.py).
+Mamba2's SSD as its recurrence, the mixers' causal conv + SiLU; their autograd functions are in
+recall_lab/ssm/native.py) and `attention.c` (the sparse-attention op's forward and backward;
+recall_lab/attention/native.py).
 
 Why native code: the torch paths of these ops make many element-wise passes over large intermediate
 buffers per step, which is what bounded CPU training speed; a C loop touches each element once or

@@ -216,7 +216,9 @@ FUSED_KEYS = ("u", "dt", "A", "B", "C", "D", "z", "bias", "side")
 
 def _fused_ref(u, dt, A, B, C, D, z, bias, side, return_last_state=True):
     """The fused op's torch reference: the scan on the transposed inputs, then side and gate."""
-    t = (lambda x: x.transpose(1, 2))
+    def t(x):
+        return x.transpose(1, 2)
+
     y, last = selective_scan_ref(t(u), t(dt), A, t(B), t(C), D, delta_bias=bias,
                                  delta_softplus=True, return_last_state=True)
     y = t(y)
