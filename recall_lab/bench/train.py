@@ -128,6 +128,23 @@ def matmul_peak(size: int = 512, reps: int = 20) -> float:
     return 2 * size**3 / min(ts) / 1e9
 
 
+def capacity_cell(name: str, seed: int = 0):
+    """The run config of the capacity experiment's `name` cell at 8 pairs, state 4, `seed`."""
+    from pathlib import Path
+
+    from recall_lab.experiments.grid import load_experiment
+
+    toml = Path(__file__).resolve().parents[2] / "experiments" / "capacity.toml"
+    cells = [r.config for r in load_experiment(toml).runs
+             if r.config.model.name == name and r.config.model.d_state == 4
+             and [list(lv) for lv in r.config.task.levels] == [[8, 8]]
+             and r.config.train.seed == seed]
+    if len(cells) != 1:
+        raise RuntimeError(f"capacity.toml has {len(cells)} cells for {name}, 8 pairs, state 4, "
+                           f"seed {seed}; expected 1")
+    return cells[0]
+
+
 def time_to_answer(name: str, seed: int = 0) -> dict:
     """Train the capacity experiment's `name` cell at 8 pairs (state 4) to its stop rule in a
     temporary folder; wall time from this process's start (module docstring)."""
@@ -136,16 +153,11 @@ def time_to_answer(name: str, seed: int = 0) -> dict:
 
     import torch
 
-    from recall_lab.experiments.grid import load_experiment
     from recall_lab.train import train_run
 
     torch.set_num_threads(1)
-    toml = Path(__file__).resolve().parents[2] / "experiments" / "capacity.toml"
-    exp = load_experiment(toml)
-    run = next(r for r in exp.runs if r.config.model.name == name and r.config.model.d_state == 4
-               and r.config.task.levels == [[8, 8]] and r.config.train.seed == seed)
     with tempfile.TemporaryDirectory() as tmp:
-        summary = train_run(run.config, Path(tmp) / "run")
+        summary = train_run(capacity_cell(name, seed), Path(tmp) / "run")
     return {"model": name, "seed": seed, "stopped_at": summary["stopped_at"],
             "stopped": summary["stopped"], "test_acc": summary["test"]["acc"],
             "train_s": summary["wall_s_this_session"],

@@ -36,3 +36,21 @@ def test_steps_and_models_come_from_the_environment(monkeypatch):
 def test_matmul_peak_is_measured_in_its_own_subprocess():
     out = train._child("--peak")
     assert out is not None and out["gflops"] > 0
+
+
+def test_time_to_answer_trains_the_capacity_cell():
+    """The cell time-to-answer trains is capacity.toml's, read from the file: 8 pairs, state 4,
+    the recipe (warm-up 500, stop at held-out 0.99); it once matched no cell and every answer
+    printed 'failed'."""
+    import tomllib
+    from pathlib import Path
+
+    data = tomllib.loads((Path(train.__file__).resolve().parents[2] / "experiments"
+                          / "capacity.toml").read_text())
+    for name in ("transformer", "mamba"):
+        cfg = train.capacity_cell(name, seed=3)
+        assert cfg.model.name == name and cfg.model.d_state == 4 and cfg.train.seed == 3
+        assert [list(lv) for lv in cfg.task.levels] == [[8, 8]]
+        assert cfg.train.stop_at == data["train"]["stop_at"] == 0.99
+        assert cfg.train.warmup == data["train"]["warmup"]
+        assert cfg.train.steps == data["train"]["steps"]
