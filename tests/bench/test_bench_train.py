@@ -42,8 +42,9 @@ def test_time_to_answer_trains_the_capacity_cell():
     """The cell time-to-answer trains is capacity.toml's, read from the file: 8 pairs, state 4,
     the recipe (warm-up 500, stop at held-out 0.99); it once matched no cell and every answer
     printed 'failed'."""
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     data = tomllib.loads((Path(train.__file__).resolve().parents[2] / "experiments"
                           / "capacity.toml").read_text())
