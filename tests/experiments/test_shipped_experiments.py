@@ -12,7 +12,13 @@ import pytest
 from recall_lab.config import read_toml
 from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand, load_experiment
-from recall_lab.experiments.report import build_report
+from recall_lab.experiments.report import (
+    RunRecord,
+    _flat_config,
+    aggregate,
+    build_report,
+    check_expectations,
+)
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 SHIPPED = ["capacity", "recipe", "default-flags", "ks-question", "mini-table1", "leak-audit",
@@ -72,3 +78,42 @@ def test_shipped_experiment_in_miniature(name, tmp_path):
     assert len(rep["checks"]) == len(exp.report["expect"])
     for c in rep["checks"]:
         assert isinstance(c["ok"], bool) and c["detail"]
+
+
+# experiments whose claims compare their rows with another experiment's runs (the report is given
+# both folders, as the file's header says); ks-ablation's alpha = 0.1 rows were the 3-seed
+# capacity.toml of commit dbc56f4, since redesigned, so its claims cannot be checked today
+COMPANIONS = {"ks-question": ["capacity"], "leak-audit": ["mini-table1"]}
+UNCHECKABLE = {("ks-ablation", 0), ("ks-ablation", 1)}
+
+
+def _records(exp, metric: str, acc: float) -> list[RunRecord]:
+    """The experiment's runs as finished records, every metric at `acc` (not solved at 0.5, so
+    no metrics.jsonl is read): what the report would group after a complete sweep."""
+    summary: dict = {split: {"acc": acc, "loss": 1.0} for split in ("valid", "test")}
+    for split in summary:  # the experiment's own metric, e.g. test.x8-full.acc
+        node = summary[split]
+        *parents, leaf = metric.split(".")[1:]
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = acc
+    return [RunRecord(r.name, Path("/nonexistent") / r.name, "done",
+                      _flat_config(r.config.to_json()), summary)
+            for r in exp.runs]
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_claim_selects_groups_of_its_own_grid(path):
+    """Each declared claim of every experiment file resolves against the groups its own grid
+    (and its companions') produces, with the file's `[report] by`: a typo in a selector key, or a
+    selector that matches two groups, shows here and not after an hour of runs."""
+    exp = load_experiment(path)
+    metric = exp.report.get("metric", "test.acc")
+    runs = [r for e in [exp, *(load_experiment(EXPERIMENTS / f"{c}.toml")
+                               for c in COMPANIONS.get(exp.name, []))]
+            for r in _records(e, metric, 0.5)]
+    _, groups = aggregate(runs, exp.report.get("by"), metric)
+    assert sum(len(g.runs) for g in groups) == len(runs)
+    for i, c in enumerate(check_expectations(groups, exp.report.get("expect") or [])):
+        checkable = c["verdict"] in ("pass", "fail") and not c["detail"].startswith("cannot")
+        assert checkable != ((exp.name, i) in UNCHECKABLE), f"{c['claim']}: {c['detail']}"
