@@ -28,6 +28,9 @@ def register(app: GuardedApp) -> None:
         md_samples: int = typer.Option(0, "--md-samples", help="Also measure the Mamba Mean "
                                        "Distance (Eq. 8) of every layer on this many samples."),
         checkpoint: str = typer.Option("best", help="best or last."),
+        decode: bool = typer.Option(False, "--decode", help="Also evaluate every length by "
+                                    "recurrent decoding (prefill the context, step the inquiry) "
+                                    "and time both ways."),
         out: Path = typer.Option(..., "--out", help="Folder for extrapolation.json/.md, "
                                  "acc.png (md.png)."),
         force: bool = typer.Option(False, help="Overwrite existing results in --out."),
@@ -48,7 +51,7 @@ def register(app: GuardedApp) -> None:
         variants = [(d, "off" if d == "off" else parse_decimate(d)) for d in decimate or []]
         rows = extrapolation_rows(runs, parse_factors(factors), variants, n=n,
                                   data_seed=data_seed, batch_size=batch_size,
-                                  md_samples=md_samples, which=checkpoint,
+                                  md_samples=md_samples, which=checkpoint, decode=decode,
                                   progress=lambda s: console.print(s, highlight=False))
         command = "recall-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         files = write_outputs(rows, out, command)

@@ -5,12 +5,19 @@ applied zero-shot, plus the Mamba Mean Distance (Eq. 8) of every layer at every 
 Rows: {run, model, variant, factor, length, acc, exact, loss, n, kept_non_filler, md_last
 (per layer), md_last_norm}. The held-out set at factor k is drawn from the same seed as at 1x, so
 the tables (keys and values) are identical and only the filler grows.
+
+With `decode`, every row is also evaluated by recurrent decoding (models/decode.py: the context
+prefilled, DeciMamba's decimating layers dropping tokens during the prefill only, the inquiry
+stepped token by token): decode_acc, decode_equal (its accuracy equals the parallel one), and
+the process CPU milliseconds per sample of both evaluations, decode_ms and parallel_ms (one
+torch thread is the caller's to set).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -49,7 +56,7 @@ def _mean_distance(model, ids: torch.Tensor) -> list[float]:
 def extrapolation_rows(
     runs: Sequence[Path], factors: Sequence[int], decimations: Sequence[Variant] = (), *,
     n: int = 128, data_seed: int = 0, batch_size: int = 32, md_samples: int = 0,
-    which: str = "best", progress: Callable[[str], None] | None = None,
+    which: str = "best", progress: Callable[[str], None] | None = None, decode: bool = False,
 ) -> list[dict]:
     """Evaluate every run x variant x length factor (module docstring)."""
     if not runs:
@@ -71,11 +78,15 @@ def extrapolation_rows(
             for f in factors:
                 spec = base.at_length(int(f))
                 x, y = held_out(spec, n, data_seed, "test")
-                m = evaluate(model, x, y, batch_size, "cpu")
+                m, cpu = _timed(evaluate, model, x, y, batch_size, "cpu")
                 row = {"run": str(run), "model": cfg.model.name, "variant": label,
                        "decimation": used, "factor": int(f), "length": spec.max_len,
                        "train_length": base.max_len, **m,
                        "kept_non_filler": kept_non_filler(model, x[:batch_size], spec, "cpu")}
+                if decode:
+                    d, dcpu = _timed(evaluate, model, x, y, batch_size, "cpu", decode=True)
+                    row.update(decode_acc=d["acc"], decode_equal=d["acc"] == m["acc"],
+                               decode_ms=1e3 * dcpu / len(x), parallel_ms=1e3 * cpu / len(x))
                 if md_samples:
                     md = _mean_distance(model, torch.from_numpy(x[:md_samples]))
                     row["md_last"] = md
@@ -83,6 +94,13 @@ def extrapolation_rows(
                 if progress is not None:
                     progress(f"{cfg.model.name} / {label} x{f}: acc {m['acc']:.3f}")
     return rows
+
+
+def _timed(fn: Callable, *args, **kwargs) -> tuple[dict, float]:
+    """fn's result and the process CPU seconds it took."""
+    start = time.process_time()
+    out = fn(*args, **kwargs)
+    return out, time.process_time() - start
 
 
 def _label(row: dict) -> str:
@@ -153,6 +171,13 @@ def write_outputs(rows: list[dict], out: Path, command: str) -> list[Path]:
         parts += ["", "Mamba Mean Distance of the last token (Eq. 8), last layer:", "",
                   markdown(rows, "md_last", "{:.1f}")]
         files.append(plot(rows, out / "md.png", "md_last", "mean distance, last layer"))
+    if any("decode_acc" in r for r in rows):
+        parts += ["", "Per-sample accuracy by recurrent decoding (prefill, then token by token):",
+                  "", markdown(rows, "decode_acc"), "",
+                  "CPU ms per sample, recurrent decoding:", "",
+                  markdown(rows, "decode_ms", "{:.1f}"), "",
+                  "CPU ms per sample, parallel forward:", "",
+                  markdown(rows, "parallel_ms", "{:.1f}")]
     files[1].write_text("\n".join(parts) + "\n")
     plot(rows, files[2])
     return files

@@ -42,3 +42,21 @@ def test_extrapolate_rows_and_files(tmp_path):
     assert "L=198" in (out / "extrapolation.md").read_text()
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and "--force" in r.stderr
+
+
+def test_extrapolate_decode_equals_parallel(tmp_path):
+    """--decode: prefill + token-by-token decoding gives the parallel accuracy at every length,
+    as trained and with zero-shot decimation (which drops tokens in the prefill only)."""
+    run = tmp_path / "plain"
+    assert runner.invoke(app, ["train", "--model", "mamba", "--out", str(run), *SMALL]
+                         ).exit_code == 0
+    out = tmp_path / "ex"
+    r = runner.invoke(app, ["extrapolate", str(run), "--factors", "1,2", "--n", "5", "--decode",
+                            "--decimate", "L_base=20,min_len=1", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((out / "extrapolation.json").read_text())["rows"]
+    assert len(rows) == 4
+    for x in rows:
+        assert x["decode_acc"] == x["acc"] and x["decode_equal"] is True
+        assert x["decode_ms"] > 0 and x["parallel_ms"] > 0
+    assert "recurrent decoding" in (out / "extrapolation.md").read_text()
