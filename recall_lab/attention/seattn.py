@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from generators.errors import RecallLabError
-from recall_lab.attention.decode import FullDecoder, Keys, gather_keys
+from recall_lab.attention.decode import Decoder, FullDecoder, Keys, SlotDecoder, gather_keys
 
 SCORINGS = ("prefix", "token", "chunk")
 SUMMARIES = ("value", "key")
@@ -231,13 +231,30 @@ class SEAttnPattern(torch.nn.Module):
                                  retrieval=self.retrieval, seed=seed, landmark=landmark)
         return idx, None
 
-    def decoder(self) -> SEAttnDecoder:
+    def decoder(self) -> Decoder:
+        if self.retrieval == "none":  # NoMem reads its own chunk only: a bounded state
+            return NoMemDecoder(self.chunk)
         return SEAttnDecoder(self)
 
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, chunk={self.chunk}, block={self.block}, topk={self.topk}, "
                 f"chunk_choices={self.chunk_choices}, scoring={self.scoring!r}, "
                 f"summary={self.summary!r}, pool={self.pool!r}, retrieval={self.retrieval!r}")
+
+
+class NoMemDecoder(SlotDecoder):
+    """Decode state of SE-Attn-NoMem (eval mode): the keys of the query's own chunk only, in M
+    slots (position t writes slot t mod M), emptied when a chunk starts; memory does not grow
+    with L."""
+
+    def __init__(self, chunk: int) -> None:
+        super().__init__(chunk, lambda t: t % chunk)
+        self.chunk = chunk
+
+    def _step(self, q: Tensor, k: Tensor, v: Tensor) -> Keys:
+        if self.t % self.chunk == 0 and self.slots.pos is not None:
+            self.slots.pos.fill_(-1)  # the previous chunk's keys are never read again
+        return super()._step(q, k, v)
 
 
 class SEAttnDecoder(FullDecoder):

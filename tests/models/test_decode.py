@@ -70,7 +70,8 @@ def _constant_hybrids() -> list[str]:
 def test_constant_memory_hybrids_are_the_cisa_cdsa_ones():
     names = set(_constant_hybrids())
     for base in ("mamba", "mamba2"):
-        assert {f"{base}+{p}" for p in ("sw", "d", "a", "sw+d", "lsh", "ks", "hax")} <= names
+        assert {f"{base}+{p}" for p in ("sw", "d", "a", "sw+d", "lsh", "ks", "hax",
+                                        "seattn-nomem")} <= names
     assert not names & {"mamba+seattn", "mamba+attamba", "mamba+full", "test-mamba+stride"}
     assert state_growth(tiny("transformer")) == "L"
     assert state_growth(tiny("attamba")) == "L/P"
