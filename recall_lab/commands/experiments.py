@@ -6,6 +6,7 @@ Bodies only parse, call `recall_lab.experiments` and print."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -44,19 +45,28 @@ def register(app: GuardedApp) -> None:
                                 "(offline), comma-separated; needs the \\[tracking] extra."),
         dry_run: bool = typer.Option(False, "--dry-run", help="List the runs, what would "
                                      "happen to each and the tokens they train on; run nothing."),
+        only: list[str] = typer.Option(None, "--only", help="Run only the grid's runs whose "
+                                       "config has FIELD=VALUE (repeatable; e.g. "
+                                       "model.name=transformer); the rest are left as they are."),
     ) -> None:
         """Run every run of an experiment grid: finished runs are skipped, interrupted ones
         resumed, failures recorded; the exit code is the number of failed runs."""
         from rich.table import Table
 
         from recall_lab.experiments.engine import ENGINES, outside_grid, plan, run_sweep
-        from recall_lab.experiments.grid import load_experiment, train_tokens
+        from recall_lab.experiments.grid import (
+            load_experiment,
+            parse_only,
+            selected,
+            train_tokens,
+        )
 
         if engine not in ENGINES:  # checked before --dry-run too: a dry run shows a real plan
             raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
         if address is not None and engine != "ray":
             raise RecallLabError("--address is a Ray cluster's address: give it with --engine ray")
         kinds = parse_log(log)
+        rule = parse_only(only)
         exp = load_experiment(experiment)
         others = outside_grid(exp, out)
         if others:
@@ -74,22 +84,26 @@ def register(app: GuardedApp) -> None:
                 table.add_column(axis, justify="right")
             table.add_column("tokens", justify="right")
             total = 0
+            if rule and not any(selected(j.run, rule) for j in jobs):
+                raise RecallLabError(f"--only {rule} matches none of the {len(jobs)} runs")
+            jobs = [j if not rule or selected(j.run, rule) or j.action == "skip"
+                    else dataclasses.replace(j, action="left (--only)") for j in jobs]
             for job in jobs:
                 tokens = train_tokens(job.run.config)
-                if job.action != "skip":
+                if job.action in ("fresh", "resume"):
                     total += tokens
                 table.add_row(job.run.name, job.action,
                               *(str(job.run.values[a]) for a in exp.axes),
                               _fmt_tokens(tokens))
             console.print(table)
-            console.print(f"to train: {sum(j.action != 'skip' for j in jobs)} runs, "
+            console.print(f"to train: {sum(j.action in ('fresh', 'resume') for j in jobs)} runs, "
                           f"{_fmt_tokens(total)} tokens", highlight=False)
             return 0
 
         monitor = SweepProgress(console, exp.name)
         try:
             index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
-                              address=address, monitor=monitor, log=kinds)
+                              address=address, monitor=monitor, log=kinds, only=rule)
         finally:
             monitor.close()
         c = index["counts"]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.claims import register
-from recall_lab.experiments.grid import Experiment, Run
+from recall_lab.experiments.grid import Experiment, Run, selected
 
 INDEX = "sweep.json"
 ENGINES = ("local", "ray")
@@ -335,10 +335,13 @@ def read_index(folder: Path) -> dict | None:
 
 def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
               threads: int = 1, engine: str = "local", address: str | None = None,
-              monitor: Monitor | None = None, log: tuple[str, ...] = ()) -> dict:
+              monitor: Monitor | None = None, log: tuple[str, ...] = (),
+              only: dict[str, Any] | None = None) -> dict:
     """Run every unfinished run of `exp` under `root/<exp.name>/`; returns the index (also
     written to sweep.json) with counts {"done", "failed", "skipped", "ran"}. `log` names
-    optional trackers for every run (`recall_lab.tracking`)."""
+    optional trackers for every run (`recall_lab.tracking`). `only` ({field: value}, see
+    `grid.parse_only`): run just the unfinished runs whose config matches (a slice of the grid,
+    e.g. one model's rows); the others stay listed in the index as they are."""
     if engine not in ENGINES:
         raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if workers < 1 or threads < 1:
@@ -350,6 +353,9 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
     # dies with its holder, so a killed sweep never blocks the next one
     with ck.RunLock(folder):
         jobs = plan(exp, root)
+        if only and not any(selected(j.run, only) for j in jobs):
+            raise RecallLabError(f"--only {only} matches none of the {len(jobs)} runs of "
+                                 f"{exp.name}")
         # claims first: recorded (when they changed) before any run of this sweep starts, and
         # every run launched here carries the id of the claims in force (report --check reads it)
         expects = exp.report.get("expect") or []
@@ -375,7 +381,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             ck.write_json(folder / INDEX, index)
 
         save()
-        todo = [j for j in jobs if j.action != "skip"]
+        todo = [j for j in jobs if j.action != "skip" and (not only or selected(j.run, only))]
         monitor.start(len(jobs), [j.run.name for j in todo])
         payloads = [{"name": j.run.name, "config": j.run.config.to_json(), "dir": str(j.folder),
                      "resume": j.action == "resume", "threads": threads, "log": list(log)}

@@ -205,6 +205,30 @@ def _matches(values: dict[str, Any], rule: dict[str, Any]) -> bool:
     return True
 
 
+def parse_only(items: list[str] | None) -> dict[str, Any]:
+    """`--only FIELD=VALUE` flags as {field: value}; a value is read as JSON where it parses
+    (numbers, lists such as task.levels=[[16,16]]), else as text (model.name=transformer)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        field, sep, text = item.partition("=")
+        if not sep or not field or not text:
+            raise RecallLabError(f"--only takes FIELD=VALUE (e.g. model.name=transformer), "
+                                 f"got {item!r}")
+        check_field(field, "--only")
+        try:
+            out[field] = json.loads(text)
+        except ValueError:
+            out[field] = text
+    return out
+
+
+def selected(run: Run, only: dict[str, Any]) -> bool:
+    """Whether a run's full config has every field of `only` at its value."""
+    flat = flatten(run.config.to_json())
+    return all(json.dumps(flat.get(f), sort_keys=True) == json.dumps(v, sort_keys=True)
+               for f, v in only.items())
+
+
 def _load_base(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     """The run tables of `path`, with its own `base` chain applied (later files win)."""
     path = path.resolve()

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.engine import read_index, run_sweep
 from recall_lab.experiments.grid import expand
@@ -166,3 +167,32 @@ def test_the_sweep_records_its_time_outside_training(tmp_path, tiny):
     assert tm["runs"] == 2 and tm["workers"] == 1
     assert 0 < tm["train_s"] < tm["wall_s"]
     assert tm["overhead_per_run_s"] == pytest.approx((tm["wall_s"] - tm["train_s"]) / 2)
+
+
+def test_only_runs_a_slice_and_the_rest_stay_pending(tmp_path, tiny):
+    """--only: the matching unfinished runs train, the others stay listed as pending; a later
+    sweep without it trains just those; a rule matching nothing is refused before any write."""
+    from recall_lab.experiments.grid import parse_only
+
+    tiny["grid"] = {"model.name": ["mamba", "mamba+sw"], "train.seed": [0, 1]}
+    exp = expand(tiny, "x")
+    rec = Recorder()
+    index = run_sweep(exp, tmp_path, monitor=rec, only=parse_only(["model.name=mamba+sw"]))
+    sw = sorted(r.name for r in exp.runs if r.config.model.name == "mamba+sw")
+    assert sorted(rec.todo) == sw
+    status = {e["name"]: e["status"] for e in index["runs"]}
+    assert status == {r.name: "done" if r.name in sw else "pending" for r in exp.runs}
+    assert index["counts"]["ran"] == 2 and index["counts"]["done"] == 2
+    rec = Recorder()
+    run_sweep(exp, tmp_path, monitor=rec)
+    assert sorted(rec.todo) == sorted(r.name for r in exp.runs if r.name not in sw)
+    before = (tmp_path / "tiny" / "sweep.json").read_bytes()
+    with pytest.raises(RecallLabError, match="matches none"):
+        run_sweep(exp, tmp_path, only=parse_only(["train.seed=7"]))
+    assert (tmp_path / "tiny" / "sweep.json").read_bytes() == before
+    with pytest.raises(RecallLabError, match="FIELD=VALUE"):
+        parse_only(["model.name"])
+    with pytest.raises(RecallLabError, match="unknown field"):
+        parse_only(["model.nmae=mamba"])
+    assert parse_only(["task.levels=[[16,16]]", "train.lr=3e-3"]) == {
+        "task.levels": [[16, 16]], "train.lr": 3e-3}
