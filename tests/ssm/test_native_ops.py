@@ -89,6 +89,7 @@ def test_custom_op_registration_passes_opcheck(name, fn, op, args, gouts):
     torch.library.opcheck(op, tuple(_leaves(name, args)))
 
 
+@pytest.mark.slow  # an inductor compile each: 20-30 s of CPU
 @pytest.mark.parametrize(("cls", "kw"), [(MambaMixer, {}), (Mamba2Mixer, {"headdim": 8})])
 def test_compiled_mixer_has_no_graph_break_and_matches_eager(cls, kw):
     """A compiled mixer traces its native kernels as ops (one graph), and its output and every
