@@ -11,28 +11,42 @@ and reports their medians: wall ms and CPU ms (process time: what the process co
 the time it waited for a core; on a shared machine its ratios are the steadier ones). The table
 gives the median over rounds and old / new. Only the ratios of one interleaved run mean
 anything on a loaded machine; absolute figures move with the load.
+
+    python recall_lab/bench/steps.py --compile [--reps 1]
+
+puts `torch.compile` (inductor, ``dynamic=False``, the model's forward compiled; the native
+kernels are custom ops in it) beside eager in the same tree: one fresh process per model and
+round, with an empty inductor cache (a cold compile), trains an eager and a compiled copy of the
+same model, first one step each (the compiled one's is the compile: CPU seconds of the process
+and the compiler's children), then 5 + 20 steps alternating which goes first, and reports the
+medians, the graph breaks of the forward (`torch._dynamo.explain`) and the steps after which the
+compile has paid for itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 MODELS = ("mamba", "mamba2", "transformer", "mamba+hax", "mamba2+hax")
 
 
-def _case(name: str, steps: int = 20) -> dict:
+def _setup(name: str):
+    """(config, model, its fixed batches) of the capacity config; torch imported here so that the
+    parent process, which only starts children, does not pay for it."""
     import torch
 
     torch.set_num_threads(1)
     from recall_lab.data import DataSource
     from recall_lab.runs import build_run_model, run_config_from_tables
-    from recall_lab.train import objective
 
     cfg = run_config_from_tables({
         "model": {"name": name, "d_state": 4, "k": 8},
@@ -40,9 +54,17 @@ def _case(name: str, steps: int = 20) -> dict:
         "task": {"levels": [[8, 8]], "values": 16}})
     torch.manual_seed(0)
     model = build_run_model(cfg)
-    opt = torch.optim.AdamW(model.param_groups(cfg.train.weight_decay), lr=cfg.train.lr)
     data = DataSource.for_run(cfg)
-    batches = [data.batch(s, 32, torch.device("cpu")) for s in range(4)]
+    return cfg, model, [data.batch(s, 32, torch.device("cpu")) for s in range(4)]
+
+
+def _case(name: str, steps: int = 20) -> dict:
+    cfg, model, batches = _setup(name)  # first: it sets the thread count
+    import torch
+
+    from recall_lab.train import objective
+
+    opt = torch.optim.AdamW(model.param_groups(cfg.train.weight_decay), lr=cfg.train.lr)
     wall, cpu = [], []
     for i in range(5 + steps):
         x, y = batches[i % len(batches)]
@@ -58,11 +80,93 @@ def _case(name: str, steps: int = 20) -> dict:
     return {"wall_ms": statistics.median(wall) * 1e3, "cpu_ms": statistics.median(cpu) * 1e3}
 
 
-def _child(tree: str, name: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(tree), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--case", name], env=env,
+def _cpu_with_children() -> float:
+    """CPU seconds of this process and its finished children (inductor's C++ compiler runs)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _compile_case(name: str, steps: int = 20) -> dict:
+    """Eager against compiled, one copy of the model each, interleaved in this process."""
+    cfg, model, batches = _setup(name)
+    import torch
+
+    from recall_lab.train import objective
+
+    breaks = torch._dynamo.explain(model)(batches[0][0]).graph_break_count
+    torch._dynamo.reset()  # explain's traces must not stand in for the compile timed below
+    sides = {}
+    for side in ("eager", "compiled"):
+        m = copy.deepcopy(model)
+        fwd = torch.compile(m, dynamic=False) if side == "compiled" else m
+        opt = torch.optim.AdamW(m.param_groups(cfg.train.weight_decay), lr=cfg.train.lr)
+        sides[side] = {"model": m, "fwd": fwd, "opt": opt, "wall": [], "cpu": []}
+
+    def step(s: dict, i: int) -> None:
+        x, y = batches[i % len(batches)]
+        loss = objective(s["fwd"](x), y, cfg.train.alpha)[0]
+        s["opt"].zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(s["model"].parameters(), cfg.train.grad_clip)
+        s["opt"].step()
+
+    first = {}
+    for side, s in sides.items():
+        t0, c0 = time.perf_counter(), _cpu_with_children()
+        step(s, 0)
+        first[side] = (time.perf_counter() - t0, _cpu_with_children() - c0)
+    order = list(sides)
+    for i in range(1, 6 + steps):
+        for side in order if i % 2 else order[::-1]:  # neither side always runs first
+            t0, c0 = time.perf_counter(), time.process_time()
+            step(sides[side], i)
+            if i > 5:
+                sides[side]["wall"].append(time.perf_counter() - t0)
+                sides[side]["cpu"].append(time.process_time() - c0)
+    out = {f"{side}_{key}_ms": statistics.median(s[key]) * 1e3
+           for side, s in sides.items() for key in ("wall", "cpu")}
+    return {**out, "compile_wall_s": first["compiled"][0] - first["eager"][0],
+            "compile_cpu_s": first["compiled"][1] - first["eager"][1], "graph_breaks": breaks}
+
+
+def _child(tree: str, name: str, flag: str = "--case", env: dict | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(tree), "OMP_NUM_THREADS": "1",
+           **(env or {})}
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), flag, name], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def compare_compile(tree: str, reps: int, models: tuple[str, ...]) -> dict:
+    """Per model: medians over `reps` fresh processes of `_compile_case`, each with an empty
+    inductor cache, and the steps after which the compile has paid for itself (None: never)."""
+    table = {}
+    for m in models:
+        rows = []
+        for _ in range(reps):
+            # one compile thread: the compile is then this process's and its compilers' CPU time
+            with tempfile.TemporaryDirectory() as cache:
+                rows.append(_child(tree, m, "--compile-case", {
+                    "TORCHINDUCTOR_CACHE_DIR": cache, "TORCHINDUCTOR_COMPILE_THREADS": "1"}))
+        row = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        row["speedup_cpu"] = row["eager_cpu_ms"] / row["compiled_cpu_ms"]
+        saved_ms = row["eager_cpu_ms"] - row["compiled_cpu_ms"]
+        row["break_even_steps"] = (round(row["compile_cpu_s"] * 1e3 / saved_ms)
+                                   if saved_ms > 0 else None)
+        table[m] = row
+    return table
+
+
+def _print_compile(table: dict) -> None:
+    print(f"{'model':<12} {'eager cpu':>9} {'comp. cpu':>9} {'eager/c':>8} {'compile s':>9} "
+          f"{'breaks':>6} {'pays after':>10}")
+    for m, r in table.items():
+        pays = "never" if r["break_even_steps"] is None else f"{r['break_even_steps']} steps"
+        print(f"{m:<12} {r['eager_cpu_ms']:9.1f} {r['compiled_cpu_ms']:9.1f} "
+              f"{r['speedup_cpu']:7.2f}x {r['compile_cpu_s']:9.1f} {r['graph_breaks']:6.0f} "
+              f"{pays:>10}")
+    print(json.dumps(table))
 
 
 def compare(old: str, new: str, reps: int, models: tuple[str, ...]) -> dict:
@@ -86,6 +190,8 @@ def compare(old: str, new: str, reps: int, models: tuple[str, ...]) -> dict:
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case")
+    ap.add_argument("--compile-case")
+    ap.add_argument("--compile", action="store_true", help="eager against torch.compile")
     ap.add_argument("--old")
     ap.add_argument("--new", default=".")
     ap.add_argument("--reps", type=int, default=3)
@@ -94,9 +200,15 @@ def main(argv: list[str]) -> None:
     if args.case:
         print(json.dumps(_case(args.case)))
         return
+    if args.compile_case:
+        print(json.dumps(_compile_case(args.compile_case)))
+        return
+    models = tuple(args.models.split(","))
+    if args.compile:
+        _print_compile(compare_compile(args.new, args.reps, models))
+        return
     if not args.old:
         ap.error("--old TREE is required (a checkout of the code to compare with)")
-    models = tuple(args.models.split(","))
     table = compare(args.old, args.new, args.reps, models)
     print(f"{'model':<12} {'old ms':>8} {'new ms':>8} {'old/new':>8}   {'old cpu':>8} "
           f"{'new cpu':>8} {'old/new':>8}")

@@ -141,6 +141,9 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     return lib, f"ok ({target})"
 
 
+# The usability checks of the fast paths call these two; under torch.compile dynamo would trace
+# into `load` (file checks, a subprocess) and break the graph, so it takes them as constants.
+@torch.compiler.assume_constant_result
 def available() -> bool:
     return load()[0] is not None
 
@@ -153,6 +156,7 @@ def lib() -> ctypes.CDLL:
     return loaded
 
 
+@torch.compiler.assume_constant_result
 def constant(name: str) -> int:
     return int(getattr(lib(), name)())
 
