@@ -6,7 +6,6 @@ Bodies only parse, call `recall_lab.experiments` and print."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import typer
@@ -54,12 +53,7 @@ def register(app: GuardedApp) -> None:
         from rich.table import Table
 
         from recall_lab.experiments.engine import ENGINES, outside_grid, plan, run_sweep
-        from recall_lab.experiments.grid import (
-            load_experiment,
-            parse_only,
-            selected,
-            train_tokens,
-        )
+        from recall_lab.experiments.grid import load_experiment, parse_only, train_tokens
 
         if engine not in ENGINES:  # checked before --dry-run too: a dry run shows a real plan
             raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
@@ -74,7 +68,7 @@ def register(app: GuardedApp) -> None:
                           f"this grid (left alone), e.g. {others[0]}", markup=False,
                           highlight=False, soft_wrap=True)
         if dry_run:
-            jobs = plan(exp, out)
+            jobs = plan(exp, out, rule)
             table = Table(title=escape(f"{exp.name}: {len(jobs)} runs -> {out / exp.name}"),
                           caption="tokens = steps x batch x longest sample (padding "
                                   "included: an upper bound)")
@@ -84,10 +78,6 @@ def register(app: GuardedApp) -> None:
                 table.add_column(axis, justify="right")
             table.add_column("tokens", justify="right")
             total = 0
-            if rule and not any(selected(j.run, rule) for j in jobs):
-                raise RecallLabError(f"--only {rule} matches none of the {len(jobs)} runs")
-            jobs = [j if not rule or selected(j.run, rule) or j.action == "skip"
-                    else dataclasses.replace(j, action="left (--only)") for j in jobs]
             for job in jobs:
                 tokens = train_tokens(job.run.config)
                 if job.action in ("fresh", "resume"):

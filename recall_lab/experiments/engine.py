@@ -65,17 +65,23 @@ class _Quiet:
 class Job:
     run: Run
     folder: Path
-    action: str  # "skip" (finished), "resume" (has a checkpoint) or "fresh"
+    action: str  # "skip" (finished), "left" (not in --only), "resume" (has a checkpoint), "fresh"
 
 
-def plan(exp: Experiment, root: Path) -> list[Job]:
-    """What a sweep would do with each run, from what is on disk."""
+def plan(exp: Experiment, root: Path, only: dict[str, Any] | None = None) -> list[Job]:
+    """What a sweep would do with each run, from what is on disk; with `only` (see
+    `grid.parse_only`), the unfinished runs that do not match it are "left"."""
+    if only and not any(selected(r, only) for r in exp.runs):
+        raise RecallLabError(f"--only {only} matches none of the {len(exp.runs)} runs of "
+                             f"{exp.name}")
     out = Path(root) / exp.name
     jobs = []
     for run in exp.runs:
         folder = out / run.name
         if (folder / ck.SUMMARY).is_file():
             action = "skip"
+        elif only and not selected(run, only):
+            action = "left"
         elif (folder / ck.RESUME).is_file() and (folder / ck.CONFIG).is_file():
             action = "resume"
         else:
@@ -352,10 +358,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
     # one sweep per experiment folder at a time (a second would train the same runs); the OS lock
     # dies with its holder, so a killed sweep never blocks the next one
     with ck.RunLock(folder):
-        jobs = plan(exp, root)
-        if only and not any(selected(j.run, only) for j in jobs):
-            raise RecallLabError(f"--only {only} matches none of the {len(jobs)} runs of "
-                                 f"{exp.name}")
+        jobs = plan(exp, root, only)
         # claims first: recorded (when they changed) before any run of this sweep starts, and
         # every run launched here carries the id of the claims in force (report --check reads it)
         expects = exp.report.get("expect") or []
@@ -381,7 +384,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             ck.write_json(folder / INDEX, index)
 
         save()
-        todo = [j for j in jobs if j.action != "skip" and (not only or selected(j.run, only))]
+        todo = [j for j in jobs if j.action in ("fresh", "resume")]
         monitor.start(len(jobs), [j.run.name for j in todo])
         payloads = [{"name": j.run.name, "config": j.run.config.to_json(), "dir": str(j.folder),
                      "resume": j.action == "resume", "threads": threads, "log": list(log)}
