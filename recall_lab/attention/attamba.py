@@ -33,7 +33,7 @@ from torch import Tensor
 
 from generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, check_qk, union_indices
-from recall_lab.attention.decode import Decoder, Keys
+from recall_lab.attention.decode import Decoder, FullDecoder, Keys
 from recall_lab.attention.fixed import sliding_window_indices
 
 CHUNKINGS = ("uniform", "cyclic", "random")
@@ -202,8 +202,9 @@ class AttambaDecoder(Decoder):
     plus the leading window, at most ceil(t/P) + leading (grows as L/P). The ends come from the
     pattern (the mode it is in) and are extended by doubling: they never depend on the length
     asked for (the pattern is causal), so a prefix of them is the decode's. Chunk ends are
-    appended to tensors whose capacity doubles (a step costs one copy of them, no Python loop
-    over them); the leading window's other keys sit in a small dict."""
+    kept as the Transformer's KV cache keeps keys (`FullDecoder`: capacity doubles; a step costs
+    one copy of them, no Python loop over them); the leading window's other keys sit in a small
+    dict."""
 
     growth = "L/P"
 
@@ -211,10 +212,8 @@ class AttambaDecoder(Decoder):
         super().__init__()
         self.pattern = pattern
         self.ends = torch.zeros(0, dtype=torch.bool)
-        self.n_ends = 0
-        self.end_pos: Tensor | None = None  # [cap] positions of the chunk ends so far
-        self.end_k: Tensor | None = None  # [B, H, cap, d]
-        self.end_v: Tensor | None = None
+        self.stored = FullDecoder()  # the chunk ends' keys and values, in arrival order
+        self.end_pos = torch.zeros(0, dtype=torch.int64)  # their positions
         self.window: dict[int, tuple[Tensor, Tensor]] = {}  # in the leading window, not an end
 
     def is_end(self, t: int) -> bool:
@@ -232,32 +231,19 @@ class AttambaDecoder(Decoder):
             return all(not self.is_end(p) for p in range(pos, t))
         return t - int(lead) < pos <= t
 
-    def _append_end(self, t: int, k: Tensor, v: Tensor) -> None:
-        n = self.n_ends
-        if self.end_k is None or n == self.end_k.shape[-2]:
-            cap = max(16, 2 * n)
-            grown = [x.new_zeros(*x.shape[:2], cap, x.shape[-1]) for x in (k, v)]
-            pos = torch.full((cap,), -1, dtype=torch.int64, device=k.device)
-            if self.end_k is not None:
-                grown[0][..., :n, :], grown[1][..., :n, :] = self.end_k, self.end_v
-                pos[:n] = self.end_pos
-            (self.end_k, self.end_v), self.end_pos = grown, pos
-        self.end_pos[n] = t
-        self.end_k[..., n, :], self.end_v[..., n, :] = k, v
-        self.n_ends = n + 1
-
     def _step(self, q: Tensor, k: Tensor, v: Tensor) -> Keys:
         t = self.t
         if self.is_end(t):
-            self._append_end(t, k, v)
+            self.stored.step(q, k, v)
+            self.end_pos = self.ends[:t + 1].nonzero().flatten().to(k.device)
         else:
             self.window[t] = (k, v)
         for pos in [p for p in self.window if not self._in_window(p, t)]:
             del self.window[pos]  # out of the leading window and not an end: never read again
-        n = self.n_ends
-        ks = [self.end_k[..., :n, :]] if n else []
-        vs = [self.end_v[..., :n, :]] if n else []
-        ps = [self.end_pos[:n]] if n else []
+        n = self.stored.t
+        ks = [self.stored.k[..., :n, :]] if n else []
+        vs = [self.stored.v[..., :n, :]] if n else []
+        ps = [self.end_pos] if n else []
         if self.window:
             ks.append(torch.stack([kv[0] for kv in self.window.values()], dim=-2))
             vs.append(torch.stack([kv[1] for kv in self.window.values()], dim=-2))
