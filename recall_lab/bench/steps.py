@@ -58,13 +58,30 @@ def _setup(name: str):
     return cfg, model, [data.batch(s, 32, torch.device("cpu")) for s in range(4)]
 
 
-def _case(name: str, steps: int = 20) -> dict:
-    cfg, model, batches = _setup(name)  # first: it sets the thread count
+def _optimizer(model, cfg):
+    """(optimizer, its step after backward) as the tree's own training loop makes them: trees
+    from before `make_optimizer` (issue 26) built AdamW per tensor and clipped in a loop."""
     import torch
 
+    try:
+        from recall_lab.train import make_optimizer, optimizer_step
+    except ImportError:
+        opt = torch.optim.AdamW(model.param_groups(cfg.train.weight_decay), lr=cfg.train.lr,
+                                betas=cfg.train.betas)
+
+        def finish() -> None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            opt.step()
+        return opt, finish
+    opt = make_optimizer(model, cfg.train.weight_decay, cfg.train.lr, cfg.train.betas)
+    return opt, lambda: optimizer_step(model, opt, cfg.train.grad_clip)
+
+
+def _case(name: str, steps: int = 20) -> dict:
+    cfg, model, batches = _setup(name)  # first: it sets the thread count
     from recall_lab.train import objective
 
-    opt = torch.optim.AdamW(model.param_groups(cfg.train.weight_decay), lr=cfg.train.lr)
+    opt, finish = _optimizer(model, cfg)
     wall, cpu = [], []
     for i in range(5 + steps):
         x, y = batches[i % len(batches)]
@@ -72,8 +89,7 @@ def _case(name: str, steps: int = 20) -> dict:
         loss = objective(model(x), y, cfg.train.alpha)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-        opt.step()
+        finish()
         if i >= 5:
             wall.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
@@ -100,16 +116,16 @@ def _compile_case(name: str, steps: int = 20) -> dict:
     for side in ("eager", "compiled"):
         m = copy.deepcopy(model)
         fwd = torch.compile(m, dynamic=False) if side == "compiled" else m
-        opt = torch.optim.AdamW(m.param_groups(cfg.train.weight_decay), lr=cfg.train.lr)
-        sides[side] = {"model": m, "fwd": fwd, "opt": opt, "wall": [], "cpu": []}
+        opt, finish = _optimizer(m, cfg)
+        sides[side] = {"model": m, "fwd": fwd, "opt": opt, "finish": finish, "wall": [],
+                       "cpu": []}
 
     def step(s: dict, i: int) -> None:
         x, y = batches[i % len(batches)]
         loss = objective(s["fwd"](x), y, cfg.train.alpha)[0]
         s["opt"].zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(s["model"].parameters(), cfg.train.grad_clip)
-        s["opt"].step()
+        s["finish"]()
 
     first = {}
     for side, s in sides.items():

@@ -55,7 +55,7 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
     from recall_lab.config import TrainConfig
     from recall_lab.data import batch_at
     from recall_lab.models import build_model
-    from recall_lab.train import objective
+    from recall_lab.train import make_optimizer, objective, optimizer_step
 
     torch.set_num_threads(1)
     defaults = TrainConfig()  # the training step's alpha and clipping, as `recall-lab train`
@@ -66,7 +66,7 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
     def timed(model_name: str, n: int) -> tuple[list[float], list[float], object]:
         torch.manual_seed(0)
         model = build_model(model_name, spec.vocab().size, max_len=spec.max_len).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        opt = make_optimizer(model, defaults.weight_decay, 1e-3, defaults.betas)
         wall, cpu = [], []
         for i in range(n + 1):
             x, y = batches[i % len(batches)]
@@ -75,8 +75,7 @@ def _time_model(name: str, batch: int, steps: int) -> dict:
             loss = objective(out, y, defaults.alpha)[0]
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), defaults.grad_clip)
-            opt.step()
+            optimizer_step(model, opt, defaults.grad_clip)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if i:  # the first step pays one-off costs (allocations, kernel compilation)

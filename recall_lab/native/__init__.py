@@ -48,7 +48,8 @@ import torch
 from torch import Tensor
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c"))
-HEADERS = (Path(__file__).with_name("rows.h"),)  # hashed with the sources
+# hashed with the sources
+HEADERS = tuple(Path(__file__).with_name(name) for name in ("rows.h", "fastexp.h"))
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 LINK_FLAGS = ("-shared", "-fopenmp")
 ENV_SWITCH = "RECALL_LAB_NATIVE"
@@ -71,6 +72,7 @@ SIGNATURES: dict[str, list] = {
     "causal_topk": [_P, _P] + [_L] * 4,
     "union_rows": [_P] + [_L] * 4,
     "bucket_window": [_P] * 3 + [_L] * 5,
+    "exp_fast_array": [_P, _P, _L],
 }
 CONSTANTS = ("scan_max_state", "ssd_checkpoint")
 

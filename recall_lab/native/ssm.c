@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "fastexp.h" /* exp_fast: an inlined expf for the vectorised loops */
 #include "rows.h" /* FOR_RANGES: the exported entry points run over row ranges */
 
 #define MAX_STATE 256
@@ -168,7 +169,175 @@ static void scan_bwd_range(const float* u, const float* delta, const float* A, c
 #undef BWD_ARGS
 }
 
-/* Mamba2 SSD as its recurrence, one (batch row, head) at a time, the [P, N] state in a buffer:
+/* Mamba2 SSD as its recurrence, one batch row at a time, channels-last:
+ *   S_t = a_t S_{t-1} + dt_t x_t B_t^T,   a_t = exp(dt_t A_h) * keep_t,   y_t = S_t C_t
+ * (a scalar decay per head; ssd.py's chunked matmul form computes the same thing). The state is
+ * held as [N, D] (D = H P channels, contiguous), so every inner loop runs over the channels of
+ * one group with the N states as an outer loop, and vectorises for any N: Mamba2 at the lab's
+ * small sizes has N = 4 and P = 64, where the per-head kernel below (loops over N) fills half a
+ * vector register. Per step the head's a_t and dt_t are spread over its P channels once.
+ * Used for N < SSD_CHANNELS_BELOW (below the per-head kernel).
+ * Layouts (float32, C-contiguous): x, y, gx [Bt, L, H, P]; dt, gdt [Bt, L, H]; A [H];
+ * Bm, Cm, gB, gC [Bt, L, G, N] (head h uses group h / (H / G)); keep [Bt, L] or NULL;
+ * final, gfinal [Bt, H, P, N] (gfinal may be NULL); gA_part [Bt, H].
+ * Scratch: forward (N + 2) D floats; the backward recomputes the states from checkpoints
+ * every SSD_CKPT steps: (ceil(L / SSD_CKPT) + SSD_CKPT + 1) N D + 4 D floats. As for the S6
+ * scan, a call owns rows [b0, b1) of every output, so row ranges can run in parallel and the
+ * split does not change the result. */
+#define SSD_CKPT 64
+
+long ssd_checkpoint(void) { return SSD_CKPT; }
+
+/* a_t and dt_t x_t of row b, step t, per channel: av[c] = a of c's head, xd[c] = dt x[c] */
+static void ssd_step_terms(const float* x, const float* dt, const float* A, const float* keep,
+                           long bt, long H, long P, float* av, float* xd) {
+    const float k = keep ? keep[bt] : 1.f;
+    const float* xt = x + bt * H * P;
+    for (long h = 0; h < H; h++) {
+        const float d = dt[bt * H + h];
+        const float a = exp_fast(d * A[h]) * k;
+        _Pragma("omp simd")
+        for (long p = 0; p < P; p++) {
+            av[h * P + p] = a;
+            xd[h * P + p] = d * xt[h * P + p];
+        }
+    }
+}
+
+/* S = av * prev + xd B^T over the [N, D] state (prev may alias S) */
+static void ssd_advance(float* S, const float* prev, const float* av, const float* xd,
+                        const float* Bt, long D, long N, long G) {
+    const long Dg = D / G;
+    for (long g = 0; g < G; g++)
+        for (long n = 0; n < N; n++) {
+            const float bn = Bt[g * N + n];
+            const long o = n * D;
+            _Pragma("omp simd")
+            for (long c = g * Dg; c < (g + 1) * Dg; c++)
+                S[o + c] = av[c] * prev[o + c] + xd[c] * bn;
+        }
+}
+
+static void ssd_fwd_channels(const float* x, const float* dt, const float* A, const float* Bm,
+                          const float* Cm, const float* keep, float* y, float* final, long L,
+                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
+    const long D = H * P, Dg = D / G;
+    float* S = scratch;       /* [N, D] */
+    float* av = S + N * D;    /* [D] */
+    float* xd = av + D;       /* [D] */
+    for (long b = b0; b < b1; b++) {
+        for (long i = 0; i < N * D; i++) S[i] = 0.f;
+        for (long t = 0; t < L; t++) {
+            const long bt = b * L + t;
+            const float* Bt = Bm + bt * G * N;
+            const float* Ct = Cm + bt * G * N;
+            float* yt = y + bt * D;
+            ssd_step_terms(x, dt, A, keep, bt, H, P, av, xd);
+            for (long c = 0; c < D; c++) yt[c] = 0.f;
+            for (long g = 0; g < G; g++)
+                for (long n = 0; n < N; n++) {
+                    const float bn = Bt[g * N + n], cn = Ct[g * N + n];
+                    float* Sn = S + n * D + g * Dg;
+                    const float* a = av + g * Dg;
+                    const float* u = xd + g * Dg;
+                    float* yg = yt + g * Dg;
+                    _Pragma("omp simd")
+                    for (long c = 0; c < Dg; c++) {
+                        Sn[c] = a[c] * Sn[c] + u[c] * bn;
+                        yg[c] += Sn[c] * cn;
+                    }
+                }
+        }
+        float* fb = final + b * D * N;
+        for (long c = 0; c < D; c++)
+            for (long n = 0; n < N; n++) fb[c * N + n] = S[n * D + c];
+    }
+}
+
+static void ssd_bwd_channels(const float* x, const float* dt, const float* A, const float* Bm,
+                          const float* Cm, const float* keep, const float* gy, const float* gfinal,
+                          float* gx, float* gdt, float* gA_part, float* gB, float* gC, long L,
+                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
+    const long D = H * P, Dg = D / G, ND = N * D, T = SSD_CKPT;
+    const long nc = (L + T - 1) / T;
+    float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
+    float* buf = ck + nc * ND;     /* [T, N, D]: the block's states S_t */
+    float* gS = buf + T * ND;      /* [N, D]: d loss / d S_t from the steps after t */
+    float* av = gS + ND;           /* [D] */
+    float* xd = av + D;            /* [D] */
+    float* row = xd + D;           /* [D]: sum_n dS_t[n, c] B_t[n] */
+    float* gac = row + D;          /* [D]: d loss / d a_t, per channel */
+    for (long b = b0; b < b1; b++) {
+        float* gA = gA_part + b * H;
+        for (long h = 0; h < H; h++) gA[h] = 0.f;
+        for (long i = 0; i < ND; i++) ck[i] = 0.f;
+        for (long c = 0; c + 1 < nc; c++) { /* pass 1: block-start states */
+            float* S = ck + (c + 1) * ND;
+            const float* prev = ck + c * ND;
+            for (long t = c * T; t < (c + 1) * T; t++) {
+                const long bt = b * L + t;
+                ssd_step_terms(x, dt, A, keep, bt, H, P, av, xd);
+                ssd_advance(S, prev, av, xd, Bm + bt * G * N, D, N, G);
+                prev = S;
+            }
+        }
+        for (long c = 0; c < D; c++)
+            for (long n = 0; n < N; n++)
+                gS[n * D + c] = gfinal ? gfinal[(b * D + c) * N + n] : 0.f;
+        for (long c = nc - 1; c >= 0; c--) { /* pass 2: blocks in reverse */
+            const long t0 = c * T, t1 = t0 + T < L ? t0 + T : L;
+            for (long t = t0; t < t1; t++) {
+                const long bt = b * L + t;
+                ssd_step_terms(x, dt, A, keep, bt, H, P, av, xd);
+                const float* prev = t == t0 ? ck + c * ND : buf + (t - t0 - 1) * ND;
+                ssd_advance(buf + (t - t0) * ND, prev, av, xd, Bm + bt * G * N, D, N, G);
+            }
+            for (long t = t1 - 1; t >= t0; t--) {
+                const long bt = b * L + t;
+                ssd_step_terms(x, dt, A, keep, bt, H, P, av, xd);
+                const float* Bt = Bm + bt * G * N;
+                const float* Ct = Cm + bt * G * N;
+                const float* gyt = gy + bt * D;
+                const float* St = buf + (t - t0) * ND;
+                const float* Sp = t == t0 ? ck + c * ND : St - ND;
+                for (long i = 0; i < D; i++) row[i] = gac[i] = 0.f;
+                for (long g = 0; g < G; g++)
+                    for (long n = 0; n < N; n++) {
+                        const float bn = Bt[g * N + n], cn = Ct[g * N + n];
+                        const long o = n * D;
+                        float gc = 0.f, gb = 0.f;
+                        _Pragma("omp simd reduction(+:gc, gb)")
+                        for (long i = g * Dg; i < (g + 1) * Dg; i++) {
+                            const float gs = gS[o + i] + gyt[i] * cn;
+                            gc += St[o + i] * gyt[i];
+                            gb += gs * xd[i];
+                            row[i] += gs * bn;
+                            gac[i] += gs * Sp[o + i];
+                            gS[o + i] = av[i] * gs;
+                        }
+                        gC[bt * G * N + g * N + n] = gc;
+                        gB[bt * G * N + g * N + n] = gb;
+                    }
+                const float* xt = x + bt * D;
+                float* gxt = gx + bt * D;
+                for (long h = 0; h < H; h++) {
+                    const float d = dt[bt * H + h], a = av[h * P];
+                    float gd = 0.f, ga = 0.f;
+                    _Pragma("omp simd reduction(+:gd, ga)")
+                    for (long p = h * P; p < (h + 1) * P; p++) {
+                        gxt[p] = d * row[p];
+                        gd += xt[p] * row[p];
+                        ga += gac[p];
+                    }
+                    gdt[bt * H + h] = gd + ga * a * A[h];
+                    gA[h] += ga * a * d;
+                }
+            }
+        }
+    }
+}
+
+/* Mamba2 SSD, per head: one (batch row, head) at a time, the [P, N] state in a buffer (N >= 16):
  *   S_t = a_t S_{t-1} + dt_t x_t B_t^T,   a_t = exp(dt_t A_h) * keep_t,   y_t = S_t C_t
  * (a scalar decay per head; ssd.py's chunked matmul form computes the same thing).
  * Layouts (float32, C-contiguous): x, y, gx [Bt, L, H, P]; dt, gdt [Bt, L, H]; A [H];
@@ -178,8 +347,6 @@ static void scan_bwd_range(const float* u, const float* delta, const float* A, c
  * every SSD_CKPT steps: (ceil(L / SSD_CKPT) + SSD_CKPT + 1) P N floats of scratch. As for the S6
  * scan, a call owns rows [b0, b1) of every output, so row ranges can run in parallel and the split
  * does not change the result. */
-#define SSD_CKPT 64
-
 #define SSD_STEP_TERMS                                                                         \
     const long bt = b * L + t;                                                                 \
     const float d = dt[bt * H + h];                                                            \
@@ -309,9 +476,7 @@ DEFINE_SSD(32, 32)
 DEFINE_SSD(64, 64)
 DEFINE_SSD(128, 128)
 
-long ssd_checkpoint(void) { return SSD_CKPT; }
-
-static void ssd_fwd_range(const float* x, const float* dt, const float* A, const float* Bm,
+static void ssd_fwd_heads(const float* x, const float* dt, const float* A, const float* Bm,
                           const float* Cm, const float* keep, float* y, float* final, long L,
                           long H, long P, long N, long G, long b0, long b1, float* scratch) {
 #define SSD_FWD_ARGS x, dt, A, Bm, Cm, keep, y, final, L, H, P, N, G, b0, b1, scratch
@@ -325,7 +490,7 @@ static void ssd_fwd_range(const float* x, const float* dt, const float* A, const
 #undef SSD_FWD_ARGS
 }
 
-static void ssd_bwd_range(const float* x, const float* dt, const float* A, const float* Bm,
+static void ssd_bwd_heads(const float* x, const float* dt, const float* A, const float* Bm,
                           const float* Cm, const float* keep, const float* gy, const float* gfinal,
                           float* gx, float* gdt, float* gA_part, float* gB, float* gC, long L,
                           long H, long P, long N, long G, long b0, long b1, float* scratch) {
@@ -339,6 +504,34 @@ static void ssd_bwd_range(const float* x, const float* dt, const float* A, const
     default: ssd_bwd_any(SSD_BWD_ARGS);
     }
 #undef SSD_BWD_ARGS
+}
+
+/* Which loop order: the per-head one vectorises over N, so it wins from N = 16 on (its
+ * [P, N] rows fill whole vector registers and sum C_t . S_t in registers); below that the
+ * channels-last one (measured, forward + backward, 1 thread: N = 4, P = 64: 3.0 ms against
+ * 9.1 ms; N = 32, P = 16: 32 ms against 20 ms). Both compute the same recurrence; the split is
+ * by N alone, so a given model always takes the same path. */
+#define SSD_CHANNELS_BELOW 16
+
+static void ssd_fwd_range(const float* x, const float* dt, const float* A, const float* Bm,
+                          const float* Cm, const float* keep, float* y, float* final, long L,
+                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
+    if (N < SSD_CHANNELS_BELOW)
+        ssd_fwd_channels(x, dt, A, Bm, Cm, keep, y, final, L, H, P, N, G, b0, b1, scratch);
+    else
+        ssd_fwd_heads(x, dt, A, Bm, Cm, keep, y, final, L, H, P, N, G, b0, b1, scratch);
+}
+
+static void ssd_bwd_range(const float* x, const float* dt, const float* A, const float* Bm,
+                          const float* Cm, const float* keep, const float* gy, const float* gfinal,
+                          float* gx, float* gdt, float* gA_part, float* gB, float* gC, long L,
+                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
+    if (N < SSD_CHANNELS_BELOW)
+        ssd_bwd_channels(x, dt, A, Bm, Cm, keep, gy, gfinal, gx, gdt, gA_part, gB, gC, L, H, P,
+                         N, G, b0, b1, scratch);
+    else
+        ssd_bwd_heads(x, dt, A, Bm, Cm, keep, gy, gfinal, gx, gdt, gA_part, gB, gC, L, H, P, N,
+                      G, b0, b1, scratch);
 }
 
 /* Depthwise causal conv over time followed by SiLU, channels-last: the mixers' conv1d + silu.
@@ -472,7 +665,22 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
  * gB, gC [Bt, L, N] contiguous; per-row partial sums gbias_part, gD_part [Bt, D],
  * gAT_part [Bt, N, D] (summed over rows by the caller). Rows [b0, b1) belong to one call.
  * Scratch: forward N D floats; backward (L (N + 2) + N + 4) D floats. */
-static inline float softplus_t(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+static inline float softplus_t(float x) { return x > 20.f ? x : log1pf(exp_fast(x)); }
+
+/* acc += Dskip u + side, each term where present: y before the gate. The branches sit outside
+ * the loops: a condition inside an `omp simd` loop becomes masked loads (vmaskmovps), which
+ * were most of the forward's time on an AMD EPYC. */
+static inline void add_skips(float* acc, const float* Dskip, const float* ut, const float* st,
+                             long D) {
+    if (Dskip) {
+        _Pragma("omp simd")
+        for (long d = 0; d < D; d++) acc[d] += Dskip[d] * ut[d];
+    }
+    if (st) {
+        _Pragma("omp simd")
+        for (long d = 0; d < D; d++) acc[d] += st[d];
+    }
+}
 
 static void s6f_fwd_range(const float* u, const float* dtr, long dts, const float* bias,
                           const float* AT, const float* Bm, const float* Cm, long bcs,
@@ -501,17 +709,19 @@ static void s6f_fwd_range(const float* u, const float* dtr, long dts, const floa
                 float* hn = h + n * D;
                 _Pragma("omp simd")
                 for (long d = 0; d < D; d++) {
-                    hn[d] = expf(dl[d] * An[d]) * hn[d] + du[d] * bn;
+                    hn[d] = exp_fast(dl[d] * An[d]) * hn[d] + du[d] * bn;
                     acc[d] += hn[d] * cn;
                 }
             }
             float* ot = out + bt * D;
             const float* st = side ? side + bt * D : NULL;
             const float* zt = z ? z + bt * zs : NULL;
-            _Pragma("omp simd")
-            for (long d = 0; d < D; d++) {
-                float y = acc[d] + (Dskip ? Dskip[d] * ut[d] : 0.f) + (st ? st[d] : 0.f);
-                ot[d] = zt ? y * zt[d] / (1.f + expf(-zt[d])) : y;
+            add_skips(acc, Dskip, ut, st, D);
+            if (zt) {
+                _Pragma("omp simd")
+                for (long d = 0; d < D; d++) ot[d] = acc[d] * zt[d] / (1.f + exp_fast(-zt[d]));
+            } else {
+                for (long d = 0; d < D; d++) ot[d] = acc[d];
             }
         }
         for (long n = 0; n < N; n++)
@@ -561,7 +771,7 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                 float* hn = H + (t * N + n) * D;
                 _Pragma("omp simd")
                 for (long d = 0; d < D; d++) {
-                    hn[d] = expf(dl[d] * An[d]) * hp[d] + dl[d] * ut[d] * bn;
+                    hn[d] = exp_fast(dl[d] * An[d]) * hp[d] + dl[d] * ut[d] * bn;
                     acc[d] += hn[d] * cn;
                 }
             }
@@ -570,18 +780,19 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
             const float* go = gout + bt * D;
             float* gy = GY + t * D;
             float* gzt = gz ? gz + bt * D : NULL;
-            _Pragma("omp simd")
-            for (long d = 0; d < D; d++) {
-                float y = acc[d] + (Dskip ? Dskip[d] * ut[d] : 0.f) + (st ? st[d] : 0.f);
-                if (zt) {
-                    const float sg = 1.f / (1.f + expf(-zt[d]));
+            add_skips(acc, Dskip, ut, st, D);
+            if (zt) {
+                _Pragma("omp simd")
+                for (long d = 0; d < D; d++) {
+                    const float sg = 1.f / (1.f + exp_fast(-zt[d]));
                     gy[d] = go[d] * zt[d] * sg;
-                    gzt[d] = go[d] * y * sg * (1.f + zt[d] * (1.f - sg));
-                } else {
-                    gy[d] = go[d];
+                    gzt[d] = go[d] * acc[d] * sg * (1.f + zt[d] * (1.f - sg));
                 }
-                gDs[d] += gy[d] * ut[d];
+            } else {
+                for (long d = 0; d < D; d++) gy[d] = go[d];
             }
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) gDs[d] += gy[d] * ut[d];
             if (gside) {
                 float* gst = gside + bt * D;
                 for (long d = 0; d < D; d++) gst[d] = gy[d];
@@ -609,7 +820,7 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                 float gc = 0.f, gb = 0.f;
                 _Pragma("omp simd reduction(+:gc, gb)")
                 for (long d = 0; d < D; d++) {
-                    const float a = expf(dl[d] * An[d]);
+                    const float a = exp_fast(dl[d] * An[d]);
                     const float g = dhn[d] + gy[d] * cn;
                     gc += hn[d] * gy[d];
                     gdu[d] += g * bn;
@@ -627,10 +838,14 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
                 const float gdelta = gdl[d] + gdu[d] * ut[d];
-                const float g = gdelta / (1.f + expf(-(rt[d] + bias[d]))); /* softplus' */
-                gut[d] = gdu[d] * dl[d] + (Dskip ? gy[d] * Dskip[d] : 0.f);
+                const float g = gdelta / (1.f + exp_fast(-(rt[d] + bias[d]))); /* softplus' */
+                gut[d] = gdu[d] * dl[d];
                 grt[d] = g;
                 gbias[d] += g;
+            }
+            if (Dskip) {
+                _Pragma("omp simd")
+                for (long d = 0; d < D; d++) gut[d] += gy[d] * Dskip[d];
             }
         }
     }
@@ -655,4 +870,10 @@ void s6f_bwd(const float* u, const float* dtr, long dts, const float* bias, cons
     s6f_bwd_range(u, dtr, dts, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, gout, glast, gu, gdtr,
                   gz, gside, gB, gC, gbias_part, gD_part, gAT_part, L, D, N, R0(rows), R1(rows),
                   scratch + part * stride);
+}
+
+/* exp_fast over an array: only for the test that ties it to expf (tests/ssm/test_ssm_native.py) */
+void exp_fast_array(const float* x, float* y, long n) {
+    _Pragma("omp simd")
+    for (long i = 0; i < n; i++) y[i] = exp_fast(x[i]);
 }

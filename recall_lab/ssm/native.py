@@ -262,8 +262,9 @@ def _ssd_fwd(x, dt, A, B, C, keep):
     y = torch.empty_like(x)
     final = x.new_empty(b, h, p, n)
     ptrs = [_ptr(t) for t in (x, dt, A, B, C, keep, y, final)]
-    buf = x.new_empty(kernels.ranges(b) * p * n)
-    lib.ssd_fwd(*ptrs, length, h, p, n, g, b, kernels.threads(), buf.data_ptr(), p * n)
+    per = (n + 2) * h * p  # scratch floats per row range (ssm.c)
+    buf = x.new_empty(kernels.ranges(b) * per)
+    lib.ssd_fwd(*ptrs, length, h, p, n, g, b, kernels.threads(), buf.data_ptr(), per)
     return y, final
 
 
@@ -275,10 +276,10 @@ def _ssd_bwd(x, dt, A, B, C, keep, gy, gfinal):
     gfinal = None if gfinal is None else gfinal.contiguous()
     gx, gdt = torch.empty_like(x), torch.empty_like(dt)
     gA = x.new_empty(b, h)
-    gB, gC = torch.zeros_like(B), torch.zeros_like(C)
+    gB, gC = torch.zeros_like(B), torch.zeros_like(C)  # the per-head kernel accumulates
     ptrs = [_ptr(t) for t in (x, dt, A, B, C, keep, gy, gfinal, gx, gdt, gA, gB, gC)]
     ck = kernels.constant("ssd_checkpoint")
-    per = (-(-length // ck) + ck + 1) * p * n
+    per = ((-(-length // ck) + ck + 1) * n + 4) * h * p  # scratch floats per row range (ssm.c)
     buf = x.new_empty(kernels.ranges(b) * per)
     lib.ssd_bwd(*ptrs, length, h, p, n, g, b, kernels.threads(), buf.data_ptr(), per)
     return gx, gdt, gA.sum(0), gB, gC

@@ -27,7 +27,7 @@ from recall_lab.attention.patterns import Pattern
 from recall_lab.config import TrainConfig
 from recall_lab.data import batch_at
 from recall_lab.models import build_model
-from recall_lab.train import objective
+from recall_lab.train import make_optimizer, objective, optimizer_step
 
 pytestmark = pytest.mark.cuda
 
@@ -41,7 +41,7 @@ def _losses(model, device: str, spec) -> list[float]:
     for m in model.modules():
         if isinstance(m, Pattern):
             m.eval()  # seeded planes drawn on the CPU: the same indices on both devices
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    opt = make_optimizer(model, defaults.weight_decay, LR, defaults.betas)
     losses = []
     for step in range(N_STEPS):
         x, y = batch_at(spec, BATCH, 0, step, device)
@@ -49,8 +49,7 @@ def _losses(model, device: str, spec) -> list[float]:
         loss = objective(out, y, defaults.alpha)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), defaults.grad_clip)
-        opt.step()
+        optimizer_step(model, opt, defaults.grad_clip)
         losses.append(float(loss))
     return losses
 
