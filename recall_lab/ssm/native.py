@@ -8,8 +8,8 @@ once in the forward and twice in the backward. SSD: the torch path (ssd.py) is c
 their [T, T] decay masks; the recurrence does O(p n) work per head and step with one exp, and
 measured 1.8x faster than the torch path's best chunk (32) at B=16, L=256, 8 heads of 16, state 32
 (forward + backward, 1 thread); below 16 states the kernel runs channels-last instead (ssm.c:
-at the lab's N = 4 the per-head loops filled half a vector register). Conv + SiLU: channels-last, so the mixers need no transposes, and
-~3x faster than conv1d's CPU backward on the mixers' shapes.
+at the lab's N = 4 the per-head loops filled half a vector register). Conv + SiLU: channels-last,
+so the mixers need no transposes, and ~3x faster than conv1d's CPU backward on the mixers' shapes.
 
 Where they do not apply (no build, float64 inputs such as the gradient checks, SSD initial states,
 resets for the conv, more than `scan_max_state` S6 states), `backend.py` and the mixers take the
