@@ -6,7 +6,7 @@
  * split in two for an exact product), exp(r) by its degree-6 polynomial on |r| <= ln2 / 2; about
  * 2 ulp over the normal range. Below -87.34 (where expf is subnormal or 0) it returns 0, above
  * 88.38 it saturates at the largest power it can build (the lab's arguments are delta * A <= 0
- * and gate logits, far from that edge). tests/ssm/test_native.py ties it to expf. */
+ * and gate logits, far from that edge). tests/ssm/test_ssm_native.py ties it to exp. */
 #ifndef RECALL_LAB_FASTEXP_H
 #define RECALL_LAB_FASTEXP_H
 

@@ -219,8 +219,8 @@ static void ssd_advance(float* S, const float* prev, const float* av, const floa
 }
 
 static void ssd_fwd_channels(const float* x, const float* dt, const float* A, const float* Bm,
-                          const float* Cm, const float* keep, float* y, float* final, long L,
-                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
+                             const float* Cm, const float* keep, float* y, float* final, long L,
+                             long H, long P, long N, long G, long b0, long b1, float* scratch) {
     const long D = H * P, Dg = D / G;
     float* S = scratch;       /* [N, D] */
     float* av = S + N * D;    /* [D] */
@@ -255,9 +255,10 @@ static void ssd_fwd_channels(const float* x, const float* dt, const float* A, co
 }
 
 static void ssd_bwd_channels(const float* x, const float* dt, const float* A, const float* Bm,
-                          const float* Cm, const float* keep, const float* gy, const float* gfinal,
-                          float* gx, float* gdt, float* gA_part, float* gB, float* gC, long L,
-                          long H, long P, long N, long G, long b0, long b1, float* scratch) {
+                             const float* Cm, const float* keep, const float* gy,
+                             const float* gfinal, float* gx, float* gdt, float* gA_part,
+                             float* gB, float* gC, long L, long H, long P, long N, long G,
+                             long b0, long b1, float* scratch) {
     const long D = H * P, Dg = D / G, ND = N * D, T = SSD_CKPT;
     const long nc = (L + T - 1) / T;
     float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
