@@ -21,6 +21,18 @@ same model, first one step each (the compiled one's is the compile: CPU seconds 
 and the compiler's children), then 5 + 20 steps alternating which goes first, and reports the
 medians, the graph breaks of the forward (`torch._dynamo.explain`) and the steps after which the
 compile has paid for itself.
+
+    python recall_lab/bench/steps.py --grouped [--groups 2,4,8] [--reps 2] [--rounds 8]
+
+asks whether training G seeds of one config in one process would pay: the most it could give on
+one thread is one model stepping a batch of G x 32 samples against G separate steps of batch 32
+(the same FLOPs; a real grouped model would have per-seed weights, i.e. batched matmuls and scan
+kernels with per-seed parameters, and gain less). One fresh process per model and rep holds a
+copy of the model (with its own AdamW) per batch size 32 and 32 x G, warms each up 2 steps, then
+for `--rounds` rounds times 3 steps of each copy per round, rotating which copy goes first. Per
+G it reports CPU ms per step at both batches (median and min over rounds), samples/s, and the
+upper bound G x ms(32) / ms(32 G): per round (paired) with its median and range, and from the
+fastest rounds.
 """
 
 from __future__ import annotations
@@ -37,6 +49,8 @@ import tempfile
 import time
 
 MODELS = ("mamba", "mamba2", "transformer", "mamba+hax", "mamba2+hax")
+BATCH = 32  # the capacity config's batch: one seed's step
+GROUPS = (2, 4, 8)
 
 
 def _setup(name: str):
@@ -146,11 +160,123 @@ def _compile_case(name: str, steps: int = 20) -> dict:
             "compile_cpu_s": first["compiled"][1] - first["eager"][1], "graph_breaks": breaks}
 
 
-def _child(tree: str, name: str, flag: str = "--case", env: dict | None = None) -> dict:
+def _grouped_case(name: str, groups: tuple[int, ...] = GROUPS, rounds: int = 8,
+                  steps: int = 3, warmup: int = 2) -> dict:
+    """One copy of the model per batch size (BATCH and BATCH x G for G in `groups`), each with
+    its own AdamW and 2 fixed batches, interleaved in this process: `warmup` steps each, then
+    `rounds` rounds of `steps` steps per copy, the copy that goes first rotating. Per group size
+    (as a string key; "1" is the separate step): the batch, the samples it stepped in all, and
+    per round the median CPU and wall ms of its steps."""
+    cfg, model, _ = _setup(name)
+    import torch
+
+    from recall_lab.data import DataSource
+    from recall_lab.train import objective
+
+    data = DataSource.for_run(cfg)
+    arms = {}
+    for g in (1, *groups):
+        m = copy.deepcopy(model)
+        opt, finish = _optimizer(m, cfg)
+        arms[g] = {"model": m, "opt": opt, "finish": finish, "samples": 0, "cpu": [], "wall": [],
+                   "batches": [data.batch(s, BATCH * g, torch.device("cpu")) for s in range(2)]}
+
+    def step(a: dict, i: int) -> None:
+        x, y = a["batches"][i % 2]
+        loss = objective(a["model"](x), y, cfg.train.alpha)[0]
+        a["opt"].zero_grad(set_to_none=True)
+        loss.backward()
+        a["finish"]()
+        a["samples"] += x.shape[0]
+
+    for a in arms.values():
+        for i in range(warmup):
+            step(a, i)
+    order = list(arms)
+    for r in range(rounds):
+        for g in order[r % len(order):] + order[:r % len(order)]:
+            a, wall, cpu = arms[g], [], []
+            for i in range(steps):
+                t0, c0 = time.perf_counter(), time.process_time()
+                step(a, i)
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            a["cpu"].append(statistics.median(cpu) * 1e3)
+            a["wall"].append(statistics.median(wall) * 1e3)
+    return {str(g): {"batch": a["batches"][0][0].shape[0], "samples": a["samples"],
+                     "cpu_ms": a["cpu"], "wall_ms": a["wall"]} for g, a in arms.items()}
+
+
+def grouped_gain(ms_separate: float, ms_grouped: float, g: int) -> float:
+    """Samples/s of one step of batch G x 32 over those of G separate steps of batch 32."""
+    return g * ms_separate / ms_grouped
+
+
+def samples_per_s(ms: float, batch: int) -> float:
+    return batch * 1e3 / ms
+
+
+def summarise_grouped(rounds: dict, key: str = "cpu_ms") -> dict:
+    """From `_grouped_case`'s per-round figures (rounds of several reps concatenated in the same
+    order for every G), per G: ms per step at batch 32 and 32 x G (median, min), samples/s of
+    each (from the medians), the upper bound per round paired (median, min, max) and from the
+    fastest rounds."""
+    sep = rounds["1"][key]
+    out = {}
+    for gs, r in rounds.items():
+        g = int(gs)
+        if g == 1:
+            continue
+        paired = [grouped_gain(a, b, g) for a, b in zip(sep, r[key], strict=True)]
+        med1, medg = statistics.median(sep), statistics.median(r[key])
+        out[g] = {"batch": r["batch"], "ms_32": med1, "ms_g": medg, "min_ms_32": min(sep),
+                  "min_ms_g": min(r[key]), "sps_32": samples_per_s(med1, BATCH),
+                  "sps_g": samples_per_s(medg, r["batch"]), "gain": statistics.median(paired),
+                  "gain_lo": min(paired), "gain_hi": max(paired),
+                  "gain_min": grouped_gain(min(sep), min(r[key]), g), "rounds": len(paired)}
+    return out
+
+
+def compare_grouped(tree: str, reps: int, models: tuple[str, ...], groups: tuple[int, ...],
+                    rounds: int) -> dict:
+    """Per model: `summarise_grouped` over `reps` fresh processes (models alternating) of
+    `_grouped_case`, for CPU and for wall ms."""
+    got: dict = {m: None for m in models}
+    args = ["--groups", ",".join(map(str, groups)), "--rounds", str(rounds)]
+    for _ in range(reps):
+        for m in models:
+            r = _child(tree, m, "--grouped-case", extra=args)
+            if got[m] is None:
+                got[m] = r
+            else:
+                for g, v in r.items():
+                    for key in ("cpu_ms", "wall_ms"):
+                        got[m][g][key] += v[key]
+    return {m: {"cpu": summarise_grouped(r, "cpu_ms"), "wall": summarise_grouped(r, "wall_ms")}
+            for m, r in got.items()}
+
+
+def _print_grouped(table: dict) -> None:
+    print("CPU ms per step (median over rounds), samples/s from them, and the grouped upper "
+          "bound G x ms(32) / ms(32G): median of the paired rounds [range], from the fastest "
+          "rounds, and from wall time")
+    print(f"{'model':<12} {'G':>2} {'ms b32':>7} {'ms b32G':>8} {'sps sep':>8} {'sps grp':>8} "
+          f"{'bound':>6} {'[range]':>13} {'fastest':>7} {'wall':>6}")
+    for m, sides in table.items():
+        for g, r in sides["cpu"].items():
+            w = sides["wall"][g]
+            print(f"{m:<12} {g:>2} {r['ms_32']:7.1f} {r['ms_g']:8.1f} {r['sps_32']:8.0f} "
+                  f"{r['sps_g']:8.0f} {r['gain']:5.2f}x [{r['gain_lo']:4.2f}-{r['gain_hi']:4.2f}]x "
+                  f"{r['gain_min']:6.2f}x {w['gain']:5.2f}x")
+    print(json.dumps(table))
+
+
+def _child(tree: str, name: str, flag: str = "--case", env: dict | None = None,
+           extra: list[str] | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree), "OMP_NUM_THREADS": "1",
            **(env or {})}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), flag, name], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), flag, name, *(extra or [])],
+                         env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -208,6 +334,11 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--case")
     ap.add_argument("--compile-case")
     ap.add_argument("--compile", action="store_true", help="eager against torch.compile")
+    ap.add_argument("--grouped-case")
+    ap.add_argument("--grouped", action="store_true",
+                    help="batch 32 x G against G steps of batch 32 (grouped seeds' upper bound)")
+    ap.add_argument("--groups", default=",".join(map(str, GROUPS)))
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--old")
     ap.add_argument("--new", default=".")
     ap.add_argument("--reps", type=int, default=3)
@@ -219,7 +350,14 @@ def main(argv: list[str]) -> None:
     if args.compile_case:
         print(json.dumps(_compile_case(args.compile_case)))
         return
+    groups = tuple(int(g) for g in args.groups.split(","))
+    if args.grouped_case:
+        print(json.dumps(_grouped_case(args.grouped_case, groups, args.rounds)))
+        return
     models = tuple(args.models.split(","))
+    if args.grouped:
+        _print_grouped(compare_grouped(args.new, args.reps, models, groups, args.rounds))
+        return
     if args.compile:
         _print_compile(compare_compile(args.new, args.reps, models))
         return
