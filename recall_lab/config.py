@@ -31,6 +31,11 @@ from generators.fields import Float, Int
 # Branch patterns the original HAX release implements (attention/release_reference.py's
 # RELEASE_ARCHS without "full"; a test keeps the two equal); here because config imports no torch.
 RELEASE_PATTERNS = ("sw", "d", "sw+d", "a", "lsh", "ks", "hax")
+# Branch patterns that take the task's key-id range as pattern option `keys` (the oracle,
+# attention/oracle.py): `RunConfig` fills it from the task's vocabulary (its last level) unless
+# `pattern_opts` sets it; here for the same reason (a test keeps it equal to the registry rows
+# whose options include "keys").
+TASK_KEY_PATTERNS = ("oracle",)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -335,6 +340,12 @@ class RunConfig(BaseModel):
         if self.model.max_len is None:  # fixed once, from the training task (also old runs)
             object.__setattr__(self, "model",
                                self.model.model_copy(update={"max_len": self.task.max_len}))
+        opts = self.model.pattern_opts
+        if self.model.pattern in TASK_KEY_PATTERNS and "keys" not in opts:
+            vocab = self.task.vocab()  # keys = the last level's ids; fixed once, as max_len
+            keys = list(vocab.level_range(vocab.n_levels - 1))
+            object.__setattr__(self, "model", self.model.model_copy(
+                update={"pattern_opts": {**opts, "keys": keys}}))
         return self
 
     def to_json(self) -> dict:

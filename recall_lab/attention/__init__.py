@@ -1,8 +1,8 @@
 """Sparse attention: patterns that return key indices, and the op that consumes them.
 
-One file per pattern family (fixed.py, lsh.py, ks.py, hax.py, seattn.py, attamba.py; shared
-parts in base.py), one registry table (patterns.py: `PATTERN_TABLE`, `make_pattern`), native
-kernel calls only in native.py.
+One file per pattern family (fixed.py, lsh.py, ks.py, hax.py, seattn.py, attamba.py, oracle.py:
+the control that reads token ids; shared parts in base.py), one registry table (patterns.py:
+`PATTERN_TABLE`, `make_pattern`), native kernel calls only in native.py.
 
 ```python
 from recall_lab.attention import sparse_attention, make_pattern, PATTERNS

@@ -28,12 +28,16 @@ class Pattern(nn.Module):
     """Base: ``forward(q, k, v=None) -> (idx int32 [.., L, slots], aux_loss or None)``.
 
     ``v`` is read only by patterns that need it (SE-Attn's value summaries); callers pass it.
+    ``takes_ids``: the pattern reads the token ids too (the oracle): callers then pass
+    ``ids=`` (int ``[B, L]``; a hybrid branch passes the model's input ids, and its decoder
+    gets each step's ids), and never pass it to any other pattern.
 
     ``budget`` is the most keys any query can get (Eq. 4); ``slots`` may be larger for unions.
     """
 
     name: str = ""
     budget: int = 0
+    takes_ids: bool = False
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, budget={self.budget}"

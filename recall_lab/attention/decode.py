@@ -182,17 +182,31 @@ class FullDecoder(Decoder):
 
 class PrefixDecoder(FullDecoder):
     """Any causal pattern, exactly: keep every q, k, v; row t of the pattern on the prefix 0..t.
-    The default for a pattern without a decoder of its own (memory and time grow as L)."""
+    The default for a pattern without a decoder of its own (memory and time grow as L). For a
+    pattern that `takes_ids` (the oracle) it keeps the token ids too: ``step(q, k, v, ids=ids_t)``
+    with ids_t int [B], and the pattern sees ``ids=`` the prefix's ids [B, t+1]."""
 
     def __init__(self, pattern) -> None:
         super().__init__()
         self.pattern, self.keep_q = pattern, True
+        self.takes_ids = bool(getattr(pattern, "takes_ids", False))
+        self.ids: Tensor | None = None
+
+    def step(self, q: Tensor, k: Tensor, v: Tensor, ids: Tensor | None = None) -> Keys:
+        if self.takes_ids:
+            if ids is None:
+                raise ValueError(f"pattern {self.pattern.name!r} reads token ids: "
+                                 "step(q, k, v, ids=ids_t)")
+            ids = ids.reshape(-1, 1).to(torch.int64)
+            self.ids = ids if self.ids is None else torch.cat([self.ids, ids], 1)
+        return super().step(q, k, v)
 
     def _step(self, q, k, v) -> Keys:
         self.append(q, k, v)
         n = self.t + 1
         qs, ks, vs = (x[..., :n, :] for x in (self.q, self.k, self.v))
-        idx, _ = self.pattern(qs, ks, vs)
+        extra = {"ids": self.ids} if self.takes_ids else {}
+        idx, _ = self.pattern(qs, ks, vs, **extra)
         row = idx[..., -1, :].to(torch.int64)  # [B|1, H|1, slots]
         return gather_keys(row, ks, vs)
 

@@ -31,13 +31,19 @@ of ``d``, is fixed by the configuration). One file per family:
   SE-Attn): own chunk + top-k retrieved memory blocks.
 * ``attamba.py`` (paper 003 Eq. 5, Fig. 5): chunk ends ``j <= i`` plus a leading window; here
   ``n`` is the chunk size P, and a query gets up to ceil(L/P) + leading keys.
+* ``oracle.py`` (issue 24 item 5, the control for KS): the only pattern that reads the token ids
+  (``takes_ids``; called as ``pattern(q, k, v, ids=ids)``, q and k ignored): query i takes the
+  ``n`` most recent positions ``j + 1 <= i`` with ``x_j == x_i`` and ``x_j`` a key id (option
+  ``keys = (lo, hi)``, which `RunConfig` fills from the task's last level; None = every id), i.e.
+  the value after each earlier occurrence of its key. No scorer, no aux loss. In multi-level
+  joint recall that lists the values of every context's copy of the key, not the context's own.
 
 A union counts a key once (OR of masks); slot order within a row carries no meaning.
 
 Cost of building indices: O(L n) for the fixed patterns, O(L log L + L n) for LSH (one sort of
-``(bin, position)`` codes, one ``searchsorted``, one gather), O(L n log n) for KS (block-wise
-running top-n: a log-depth scan over blocks of n keys, then one top-n over 2n candidates per
-query).
+``(bin, position)`` codes, one ``searchsorted``, one gather) and for the oracle (the same search
+with token ids as bins), O(L n log n) for KS (block-wise running top-n: a log-depth scan over
+blocks of n keys, then one top-n over 2n candidates per query).
 
 Adding a pattern: a file with its index function and `Pattern` module, and one `PatternRow` in
 `PATTERN_TABLE` (or `register_pattern` for one that lives outside the package, as the tests'
@@ -45,7 +51,9 @@ own do); `make_pattern`, the hybrid branch, model names (`mamba+NAME`) and the g
 the table. Decoding needs nothing more: a pattern without a `decoder()` method decodes with the
 exact prefix decoder (attention/decode.py); a bounded decode state is an optional method in the
 pattern's file (as fixed.py, lsh.py, ks.py, seattn.py, attamba.py have), tied to the parallel
-form by the generic decode test.
+form by the generic decode test. A pattern that reads token ids sets ``takes_ids = True``: the
+hybrid branch then passes ``ids=`` to it (and the prefix decoder keeps the ids); the generic
+pattern tests pass random ids to it.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ from recall_lab.attention.lsh import (
     lsh_indices,
     sample_planes,
 )
+from recall_lab.attention.oracle import ORACLE_OPTIONS, OraclePattern, oracle_indices
 from recall_lab.attention.seattn import OPTIONS as SEATTN_OPTIONS
 from recall_lab.attention.seattn import VARIANTS as SEATTN_VARIANTS
 from recall_lab.attention.seattn import make_seattn
@@ -184,6 +193,9 @@ PATTERN_TABLE: dict[str, PatternRow] = {
                         branch=("key_summary",), test_options=_seattn_test)
        for name, fixed in SEATTN_VARIANTS.items()},
     "attamba": PatternRow(AttambaPattern, ATTAMBA_OPTIONS),
+    # the control for KS: keys chosen from the token ids (attention/oracle.py); `keys` is the
+    # task's key-id range, filled by RunConfig (config.TASK_KEY_PATTERNS lists this row)
+    "oracle": PatternRow(OraclePattern, ORACLE_OPTIONS),
 }
 # A live view: a pattern registered later is listed too.
 PATTERNS = PATTERN_TABLE.keys()
@@ -210,6 +222,7 @@ def make_pattern(name: str, k: int, **opts) -> Pattern:
     ``attamba``: k is the chunk size P; options ``leading`` (P; an int or 'chunk'), ``chunking``
     ('uniform' | 'cyclic' | 'random'), ``offset``, ``layer``/``n_layers`` (cyclic offsets, random
     seeds), ``seed``, ``eval_chunking``, ``eval_chunk`` (see ``attamba.py``).
+    ``oracle``: ``keys`` (the key-id range [lo, hi); None = every id); called with ``ids=``.
     """
     row = PATTERN_TABLE.get(name)
     if row is None:
@@ -261,4 +274,6 @@ __all__ = [
     "UnionPattern",
     "LSHPattern",
     "KSPattern",
+    "OraclePattern",
+    "oracle_indices",
 ]

@@ -8,6 +8,7 @@
 from recall_lab.models.lm import LMOutput, RecallLM
 from recall_lab.models.registry import (
     ATTAMBA_MODELS,
+    CONTROL_MODELS,
     DECI_MODELS,
     MODEL_ROWS,
     PAPER_MODELS,
@@ -19,6 +20,6 @@ from recall_lab.models.registry import (
     registered_models,
 )
 
-__all__ = ["ATTAMBA_MODELS", "DECI_MODELS", "LMOutput", "MODEL_ROWS", "PAPER_MODELS", "RecallLM",
-           "SEATTN_MODELS", "build_model", "listed_models", "model_config", "register_model",
-           "registered_models"]
+__all__ = ["ATTAMBA_MODELS", "CONTROL_MODELS", "DECI_MODELS", "LMOutput", "MODEL_ROWS",
+           "PAPER_MODELS", "RecallLM", "SEATTN_MODELS", "build_model", "listed_models",
+           "model_config", "register_model", "registered_models"]

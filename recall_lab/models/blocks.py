@@ -76,16 +76,21 @@ class SSMBlock(nn.Module):
                 cfg.lsh_bits, cfg.pattern_options(), cfg.side_scale_init, max_len=cfg.max_len,
                 layer=layer, semantics=cfg.branch_semantics,
             )
+        # the model hands the token ids to a block whose branch reads them (the oracle)
+        self.takes_ids = bool(getattr(self.branch, "takes_ids", False))
 
-    def forward(self, x: torch.Tensor, aux: list, params: list | None, decimate=None):
+    def forward(self, x: torch.Tensor, aux: list, params: list | None, decimate=None,
+                ids: torch.Tensor | None = None):
         """x + mixer(norm(x)); with `decimate` (DeciMamba) the residual is gathered at the kept
-        positions too and the block returns (x' [b, l', d], kept)."""
+        positions too and the block returns (x' [b, l', d], kept). `ids` [b, l]: the input ids,
+        for a branch that `takes_ids`."""
         side = None
         if self.branch is not None:
             branch = self.branch
+            extra = {"ids": ids} if self.takes_ids else {}
 
             def side(xc: torch.Tensor) -> torch.Tensor:
-                return branch(xc, aux)
+                return branch(xc, aux, **extra)
 
         out = self.mixer(self.norm(x), side=side, return_params=params is not None,
                          **({} if decimate is None else {"decimate": decimate}))
@@ -103,17 +108,19 @@ class SSMBlock(nn.Module):
         branch = None if self.branch is None else self.branch.allocate_cache()
         return SSMCache(self.mixer.allocate_state(batch, p.device, p.dtype), branch)
 
-    def step(self, x_t: torch.Tensor, cache: SSMCache, keep: torch.Tensor | None = None
-             ) -> torch.Tensor:
+    def step(self, x_t: torch.Tensor, cache: SSMCache, keep: torch.Tensor | None = None,
+             ids: torch.Tensor | None = None) -> torch.Tensor:
         """One token x_t [b, d] -> [b, d]. `keep` (bool [b], DeciMamba's prefill): rows where it
         is False advance the conv state only, so the scan sees the kept tokens alone (the conv
-        of a decimating layer runs at full length, Alg. 1)."""
+        of a decimating layer runs at full length, Alg. 1). `ids` [b]: the token's ids, for a
+        branch that `takes_ids`."""
         side = None
         if self.branch is not None:
             branch, dec = self.branch, cache.branch
+            extra = {"ids": ids} if self.takes_ids else {}
 
             def side(xc: torch.Tensor) -> torch.Tensor:
-                return branch.step(xc, dec)
+                return branch.step(xc, dec, **extra)
 
         out, new = self.mixer.step(self.norm(x_t), cache.state, side=side)
         if keep is not None:

@@ -51,7 +51,7 @@ def step(model: nn.Module, ids_t: Tensor, cache: DecodeCache) -> Tensor:
         raise ValueError(f"decode cache was allocated for {cache.max_len} tokens")
     x = model.embed(ids_t)
     for blk, c in zip(model.blocks, cache.blocks, strict=True):
-        x = blk.step(x, c)
+        x = blk.step(x, c, **({"ids": ids_t} if getattr(blk, "takes_ids", False) else {}))
     cache.t += 1
     return model.norm(x) @ model.output_weight().t()
 

@@ -18,6 +18,11 @@ the vector has moved).
 Decoding (`step`): the mixer's step calls the branch's step with the token's xc; the branch keeps
 its pattern's decode state (attention/decode.py: ring buffers, top-n, or the exact prefix
 fallback) and attends over the keys it lists, as the parallel form does.
+
+Token ids: a pattern with `takes_ids` (the oracle, attention/oracle.py) also reads the model's
+input ids. The branch then has `takes_ids` too, and its block hands it the ids: `forward(xc, aux,
+ids)` with ids [b, l], `step(xc, dec, ids_t)` with ids_t [b] (RecallLM.forward and models/decode
+pass them to the blocks that take them). No other branch ever sees the ids.
 """
 
 from __future__ import annotations
@@ -86,8 +91,19 @@ class SparseBranch(nn.Module):
         # "release": the original release's dense, non-causal semantics (leak audit only)
         self.semantics, self.pattern_name, self.k, self.lsh_bits = semantics, pattern, k, lsh_bits
         self.max_len = max_len or 2048
+        self.takes_ids = bool(getattr(self.pattern, "takes_ids", False))
 
-    def forward(self, xc: torch.Tensor, aux: list | None = None) -> torch.Tensor:
+    def _ids(self, ids: torch.Tensor | None) -> dict:
+        """The pattern's `ids=` keyword: the ids for a pattern that reads them, else nothing."""
+        if not self.takes_ids:
+            return {}
+        if ids is None:
+            raise RecallLabError(f"the {self.pattern_name!r} branch reads token ids; its block "
+                                 "got none (call the model, not the branch, or pass ids=)")
+        return {"ids": ids}
+
+    def forward(self, xc: torch.Tensor, aux: list | None = None,
+                ids: torch.Tensor | None = None) -> torch.Tensor:
         b, length, d_inner = xc.shape
         h = self.n_heads
         q, k = self.qk(xc).view(b, length, 2, h, self.d_qk).permute(2, 0, 3, 1, 4)
@@ -95,7 +111,7 @@ class SparseBranch(nn.Module):
         if self.semantics == "release":
             out, aux_loss = self._release(q, k, v)
         else:
-            idx, aux_loss = self.pattern(q, k, v)
+            idx, aux_loss = self.pattern(q, k, v, **self._ids(ids))
             out = sparse_attention(q, k, v, idx, scale=self.d_qk**-0.5)
         if aux is not None and torch.is_tensor(aux_loss):
             aux.append(aux_loss)
@@ -106,13 +122,15 @@ class SparseBranch(nn.Module):
             raise RecallLabError("the release's semantics are not causal: they cannot decode")
         return make_decoder(self.pattern)
 
-    def step(self, xc: torch.Tensor, dec: Decoder) -> torch.Tensor:
-        """One token's xc [b, d_inner] -> the branch output [b, d_inner] (eval mode)."""
+    def step(self, xc: torch.Tensor, dec: Decoder, ids: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """One token's xc [b, d_inner] (and its ids [b], for a pattern that reads them) -> the
+        branch output [b, d_inner] (eval mode)."""
         b, d_inner = xc.shape
         h = self.n_heads
         q, k = self.qk(xc).view(b, 2, h, self.d_qk).unbind(1)
         v = xc.view(b, h, d_inner // h)
-        out = attend(q, dec.step(q, k, v), self.d_qk**-0.5)
+        out = attend(q, dec.step(q, k, v, **self._ids(ids)), self.d_qk**-0.5)
         return out.reshape(b, d_inner) * self.scale
 
     def _release(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):

@@ -81,7 +81,9 @@ class RecallLM(nn.Module):
         aux: list[torch.Tensor] = []
         params: list | None = [] if return_params else None
         for block in self.blocks:
-            x = block(x, aux, params)
+            # a block whose branch reads the token ids (the oracle pattern) gets them
+            extra = {"ids": ids} if getattr(block, "takes_ids", False) else {}
+            x = block(x, aux, params, **extra)
         logits = self.norm(x) @ self.output_weight().t()
         aux_loss = torch.stack([a.float() for a in aux]).sum() if aux else None
         return LMOutput(logits=logits, aux_loss=aux_loss, params=params)

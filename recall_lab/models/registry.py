@@ -5,9 +5,11 @@ Names: `mamba`, `mamba+<pattern>` for any attention pattern (`mamba+hax`, `mamba
 `MODEL_ROWS`: `samba`, `transformer`, `mamba2-attn[-sw|-se]` (Mamba2 layers with full /
 sliding-window / SE-Attn attention layers, seed 001's Mamba-2-Hybrid shape); `mamba+deci` and
 `mamba2+deci` (DeciMamba, seed 002: Delta-based decimation of the context in the last layer by
-default; `decimation=` overrides the `DecimationConfig`). Defaults follow
-seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per component for sw+d, a, hax),
-sign-bit LSH with h = 8, Samba = 2 Mamba + 2 SWA layers with window 64.
+default; `decimation=` overrides the `DecimationConfig`); the controls `CONTROL_MODELS`:
+`mamba+oracle`, `mamba2+oracle` (the branch's keys chosen from the token ids, the control for
+KS). Defaults follow seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per
+component for sw+d, a, hax), sign-bit LSH with h = 8, Samba = 2 Mamba + 2 SWA layers with
+window 64.
 
 Attamba rows (`ATTAMBA_MODELS`): `attamba` (paper 003: a Transformer with chunk-reset SSM
 keys/values and the chunk pattern; options in `ModelConfig.attamba`), `mamba+attamba` (this lab's
@@ -60,6 +62,9 @@ ATTAMBA_MODELS: tuple[str, ...] = ("attamba", "mamba+attamba", "transformer+sw")
 # DeciMamba rows (seed 002). Not strictly causal before the first SEP (the kept context depends
 # on the whole context), so they are checked by their own causality test from SEP on.
 DECI_MODELS: tuple[str, ...] = ("mamba+deci", "mamba2+deci")
+# Controls (issue 24 item 5): the hybrid branch with keys chosen from the token ids by the oracle
+# pattern (attention/oracle.py) instead of a learned selector.
+CONTROL_MODELS: tuple[str, ...] = ("mamba+oracle", "mamba2+oracle")
 # Rows added by `register_model` (a test's or an experiment's own models), in order.
 _REGISTERED: list[str] = []
 
@@ -81,7 +86,8 @@ def registered_models() -> tuple[str, ...]:
 
 def listed_models() -> tuple[str, ...]:
     """Every named model `recall-lab models` lists, in its order."""
-    return PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + DECI_MODELS + registered_models()
+    return (PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + DECI_MODELS + CONTROL_MODELS
+            + registered_models())
 
 
 def _known_patterns() -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Strict causality: perturbing tokens after t changes no index and no output up to t."""
+"""Strict causality: perturbing tokens after t changes no index and no output up to t (a
+pattern that reads token ids, the oracle, gets random ids perturbed after t too)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,16 @@ def test_pattern_and_op_are_causal(name, length, n, data):
     q2, k2, v2 = q.clone(), k.clone(), v.clone()
     for x in (q2, k2, v2):
         x[..., t + 1:, :] = torch.randn(x[..., t + 1:, :].shape, generator=gen) * 5
+    ids = torch.randint(0, 4, (1, length), generator=gen)  # few ids: many repeats
+    ids2 = ids.clone()
+    ids2[:, t + 1:] = torch.randint(0, 4, (1, length - t - 1), generator=gen)
     torch.manual_seed(seed)
     pat = build(name, n, d)
     # Eval mode (seeded planes); in training mode the same holds given the same planes.
     pat.eval()
-    i1, _ = pat(q, k, v)
-    i2, _ = pat(q2, k2, v2)
+    takes_ids = getattr(pat, "takes_ids", False)  # the oracle: ids too (not a Pattern: seattn)
+    i1, _ = pat(q, k, v, **({"ids": ids} if takes_ids else {}))
+    i2, _ = pat(q2, k2, v2, **({"ids": ids2} if takes_ids else {}))
     assert torch.equal(i1[..., : t + 1, :], i2[..., : t + 1, :])
     o1 = sparse_attention(q, k, v, i1)
     o2 = sparse_attention(q2, k2, v2, i2)

@@ -386,7 +386,10 @@ def test_budget_and_shapes_for_the_paper_setup(name):
     length = 300
     q, k = torch.randn(2, 1, length, 16), torch.randn(2, 1, length, 16)
     pat = make_pattern(name, 64, dim=16) if name in ("ks", "hax") else make_pattern(name, 64)
-    idx, _ = pat(q, k, torch.randn(2, 1, length, 16))
+    # a pattern that reads token ids (the oracle) gets random ones with many repeats
+    takes_ids = getattr(pat, "takes_ids", False)
+    ids = {"ids": torch.randint(0, 3, (2, length))} if takes_ids else {}
+    idx, _ = pat(q, k, torch.randn(2, 1, length, 16), **ids)
     # attamba's k is its chunk size: ceil(L/P) ends + a window of P
     budget = {"full": length, "attamba": -(-length // 64) + 64}.get(name, 64)
     check_invariants(idx, length, budget, q.shape)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from recall_lab.attention.patterns import LSHPattern
 from recall_lab.models import (
     ATTAMBA_MODELS,
+    CONTROL_MODELS,
     PAPER_MODELS,
     SEATTN_MODELS,
     build_model,
@@ -20,7 +21,7 @@ from recall_lab.models import (
 )
 
 VOCAB, LENGTH = 23, 40
-NAMES = PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + registered_models()
+NAMES = PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + CONTROL_MODELS + registered_models()
 
 
 @cache
