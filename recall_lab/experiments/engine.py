@@ -64,13 +64,29 @@ class _Quiet:
 @dataclass(frozen=True)
 class Job:
     run: Run
-    folder: Path
+    folder: Path  # where the run is on disk now: `<sweep>/<run.name>`, or a renamed run's folder
     action: str  # "skip" (finished), "left" (not in --only), "resume" (has a checkpoint), "fresh"
+
+
+def _same_config_folder(out: Path, run: Run) -> Path | None:
+    """The folder of this run under an older name: a grid edit that adds or reorders an axis
+    renames runs whose config did not change (the name is built from the swept values). Found by
+    the name's hash suffix and confirmed on the folder's own config.json."""
+    if not out.is_dir():
+        return None
+    want = run.config.to_json()
+    for p in sorted(out.glob(f"*{run.hash}")):
+        if p.name != run.name and p.name.endswith(f"-{run.hash}") and (p / ck.CONFIG).is_file():
+            on_disk = ck.read_json(p / ck.CONFIG, "run config")
+            if all(on_disk.get(t) == want.get(t) for t in want):
+                return p
+    return None
 
 
 def plan(exp: Experiment, root: Path, only: dict[str, Any] | None = None) -> list[Job]:
     """What a sweep would do with each run, from what is on disk; with `only` (see
-    `grid.parse_only`), the unfinished runs that do not match it are "left"."""
+    `grid.parse_only`), the unfinished runs that do not match it are "left". A run found under an
+    older name (same config) keeps that folder here; `run_sweep` renames it first."""
     if only and not any(selected(r, only) for r in exp.runs):
         raise RecallLabError(f"--only {only} matches none of the {len(exp.runs)} runs of "
                              f"{exp.name}")
@@ -78,6 +94,8 @@ def plan(exp: Experiment, root: Path, only: dict[str, Any] | None = None) -> lis
     jobs = []
     for run in exp.runs:
         folder = out / run.name
+        if not folder.exists():
+            folder = _same_config_folder(out, run) or folder
         if (folder / ck.SUMMARY).is_file():
             action = "skip"
         elif only and not selected(run, only):
@@ -94,9 +112,9 @@ def outside_grid(exp: Experiment, root: Path) -> list[str]:
     """Run folders under `root/<experiment>/` that are not runs of the grid (an edited grid, or
     hashes changed by a code change): left alone, listed so the user knows."""
     folder = Path(root) / exp.name
-    names = {r.name for r in exp.runs}
     if not folder.is_dir():
         return []
+    names = {r.name for r in exp.runs} | {j.folder.name for j in plan(exp, root)}
     return sorted(p.name for p in folder.iterdir()
                   if p.is_dir() and (p / ck.CONFIG).is_file() and p.name not in names)
 
@@ -359,13 +377,18 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
     # dies with its holder, so a killed sweep never blocks the next one
     with ck.RunLock(folder):
         jobs = plan(exp, root, only)
+        old = read_index(folder) or {}
+        launched_under = {e.get("name"): e.get("registration") for e in old.get("runs", [])
+                          if isinstance(e, dict)}
+        for i, job in enumerate(jobs):  # runs renamed by a grid edit move to their new name
+            if job.folder.name != job.run.name:
+                launched_under[job.run.name] = launched_under.get(job.folder.name)
+                job.folder.rename(folder / job.run.name)
+                jobs[i] = Job(job.run, folder / job.run.name, job.action)
         # claims first: recorded (when they changed) before any run of this sweep starts, and
         # every run launched here carries the id of the claims in force (report --check reads it)
         expects = exp.report.get("expect") or []
         reg_id = register(folder, expects if isinstance(expects, list) else [expects], exp.source)
-        old = read_index(folder) or {}
-        launched_under = {e.get("name"): e.get("registration") for e in old.get("runs", [])
-                          if isinstance(e, dict)}
         entries: dict[str, dict] = {}
         for job in jobs:
             if job.action == "skip":

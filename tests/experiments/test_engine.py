@@ -196,3 +196,43 @@ def test_only_runs_a_slice_and_the_rest_stay_pending(tmp_path, tiny):
         parse_only(["model.nmae=mamba"])
     assert parse_only(["task.levels=[[16,16]]", "train.lr=3e-3"]) == {
         "task.levels": [[16, 16]], "train.lr": 3e-3}
+
+
+def test_a_renamed_run_with_the_same_config_is_found_again(tmp_path, tiny):
+    """A grid edit that renames runs without changing their configs (here: train.steps becomes
+    a linked axis, so every name gains a `steps` part) finds the finished runs again by their
+    config hash: they are renamed on disk, not retrained, and keep the claims they were launched
+    under; a run whose config did change is new. A dry run (`plan`) already shows them as done."""
+    from recall_lab.experiments.engine import plan
+
+    tiny["grid"] = {"model.name": ["mamba", "mamba+sw"], "train.seed": [0]}
+    tiny["report"] = {"expect": [{"claim": "c", "a": {"model.name": "mamba"}, "value": 0.0}]}
+    exp = expand(tiny, "x")
+    run_sweep(exp, tmp_path)
+    steps = tiny["train"]["steps"]
+    weights = {r.hash: (tmp_path / "tiny" / r.name / ck.MODEL).read_bytes() for r in exp.runs}
+    registered = {e["hash"]: e["registration"] for e in read_index(tmp_path / "tiny")["runs"]}
+
+    del tiny["grid"]["model.name"]
+    tiny["link"] = [{"model.name": ["mamba", "mamba+sw"], "train.steps": [steps, steps + 1]}]
+    edited = expand(tiny, "x")
+    kept = next(r for r in edited.runs if r.config.model.name == "mamba")
+    changed = next(r for r in edited.runs if r.config.model.name == "mamba+sw")
+    old_names = {r.name for r in exp.runs}
+    assert kept.name not in old_names and kept.hash in weights and changed.hash not in weights
+    actions = {j.run.name: j.action for j in plan(edited, tmp_path)}
+    assert actions == {kept.name: "skip", changed.name: "fresh"}
+
+    rec = Recorder()
+    index = run_sweep(edited, tmp_path, monitor=rec)
+    assert rec.todo == [changed.name]
+    assert index["counts"] == {"runs": 2, "ran": 1, "skipped": 1, "done": 2, "failed": 0}
+    folder = tmp_path / "tiny" / kept.name
+    assert (folder / ck.MODEL).read_bytes() == weights[kept.hash]
+    old_kept = next(r.name for r in exp.runs if r.hash == kept.hash)
+    assert not (tmp_path / "tiny" / old_kept).exists()
+    entries = {e["name"]: e for e in index["runs"]}
+    assert entries[kept.name]["registration"] == registered[kept.hash] is not None
+    # the other old run's config changed: it is left where it was, outside the grid
+    old_other = next(r.name for r in exp.runs if r.hash != kept.hash)
+    assert (tmp_path / "tiny" / old_other / ck.SUMMARY).is_file()
