@@ -132,7 +132,8 @@ class SweepProgress:
     def start(self, total: int, todo: list[str]) -> None:
         self.total, self.skipped = total, total - len(todo)
         self.t0 = time.monotonic()
-        self.console.print(f"{self.label}: {total} runs, {self.skipped} finished already, "
+        self.console.print(f"{self.label}: {total} runs, {self.skipped} finished already (or left "
+                           "out by --only), "
                            f"{len(todo)} to run", highlight=False, soft_wrap=True)
         if not todo:
             return
