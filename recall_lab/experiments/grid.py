@@ -43,7 +43,9 @@ Fields are those of `ModelConfig`, `TrainConfig` and `TaskSpec` (`task.preset` t
 here, so a typo or a bad value is one error line before anything runs. A run is named from its
 swept values (`mamba+hax-lr0.001-s0`) plus the first 8 hex digits of the SHA-256 of its full
 config (`RunConfig.to_json`, sorted keys): its folder is `runs/<experiment>/<name>-<hash>/`, so
-changing any value gives a new run and an unchanged one is found again. (A new field in a config
+changing any value gives a new run and an unchanged one is found again, also when a grid edit
+(a new or reordered axis) changes its name: `sweep` finds it by the hash and renames its folder.
+(A new field in a config
 class, or a changed default, also changes every hash: runs made before such a code change are not
 found again by the sweep; they stay on disk and `sweep` counts them as outside the grid.) Model
 names are checked against the model registry (through the run layer, which imports torch).
