@@ -86,3 +86,22 @@ def causal_topk(scores: Tensor, n: int) -> Tensor:
     kernels.lib().causal_topk(x.data_ptr(), out.data_ptr(), length, n, x.shape[0],
                               kernels.threads())
     return out.reshape(*lead, length, n)
+
+
+def lsh_window(q: Tensor, k: Tensor, planes: Tensor, n: int, argmax: bool) -> Tensor:
+    """`lsh_indices(causal_center(q), causal_center(k), n, planes, rule)` in one native pass
+    (CPU, float32): ``q, k [B, H|1, L, d]`` (any strides over B, H, L; a broadcast head is read
+    with stride 0), ``planes [H|1, d, h]``; ``int32 [B, H, L, n]``."""
+    b = max(q.shape[0], k.shape[0])
+    heads = max(q.shape[1], k.shape[1], planes.shape[0])
+    length, d = q.shape[-2], q.shape[-1]
+    h = planes.shape[-1]
+    q, k = (t.expand(b, heads, length, d) for t in (q, k))
+    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
+    planes = planes.float().contiguous()
+    out = torch.empty(b, heads, length, n, dtype=torch.int32)
+    ps = 0 if planes.shape[0] == 1 else d * h
+    kernels.lib().lsh_window(q.data_ptr(), k.data_ptr(), planes.data_ptr(), out.data_ptr(),
+                             heads, length, d, h, n, int(argmax), *q.stride()[:3],
+                             *k.stride()[:3], ps, b * heads, kernels.threads())
+    return out

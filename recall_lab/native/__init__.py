@@ -72,6 +72,7 @@ SIGNATURES: dict[str, list] = {
     "causal_topk": [_P, _P] + [_L] * 4,
     "union_rows": [_P] + [_L] * 4,
     "bucket_window": [_P] * 3 + [_L] * 5,
+    "lsh_window": [_P] * 4 + [_L] * 15,
     "exp_fast_array": [_P, _P, _L],
 }
 CONSTANTS = ("scan_max_state", "ssd_checkpoint")

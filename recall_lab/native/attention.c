@@ -218,6 +218,82 @@ static void bucket_window_range(const long* bq, const long* bk, int* out, long L
 }
 
 
+/* LSH indices in one pass (Eq. 5-9, `LSHPattern.forward`'s torch path: causal_center, lsh_bins,
+ * bucket_window_indices). Per row (batch, head) and position i: the causal centre of q_i and k_i
+ * (prefix sums accumulated in double and rounded to float, as torch's CPU cumsum does, then
+ * divided by i + 1), normalised, projected on the row's planes [d, h], binned (sign: sum of
+ * 1[p_j > 0] 2^(h-1-j); argmax: the first largest), then key i enters its bin's ring and query i
+ * reads its own bin's ring as in bucket_window_range. No gradient flows through the indices.
+ * q, k: float32 with the feature dim contiguous and strides (sb, sh, sl) in elements for batch,
+ * head and position (0 for a broadcast head); planes [H or 1, d, h] (head stride ps). out int32
+ * [B, H, L, n]. The bins equal the torch path's but where a projection is within rounding of 0
+ * (the sum order differs from the BLAS product's); d <= 256 and h <= 64. */
+static long lsh_bin(const float* x, const float* pl, long d, long h, int argmax) {
+    long bin = 0, best = 0;
+    float bestv = 0.f;
+    for (long j = 0; j < h; j++) {
+        float p = 0.f;
+        for (long c = 0; c < d; c++) p += x[c] * pl[c * h + j];
+        if (argmax) {
+            if (j == 0 || p > bestv) { bestv = p; best = j; }
+        } else {
+            bin = 2 * bin + (p > 0.f);
+        }
+    }
+    return argmax ? best : bin;
+}
+
+/* Exact division (no -freciprocal-math): the centre must round as torch's `cumsum / count`, or
+ * a constant run's centres (rounding noise around 0, which normalising blows up) bin otherwise. */
+#pragma GCC push_options
+#pragma GCC optimize("no-fast-math")
+static void lsh_center(const float* x, double* acc, float* out, long d, long i) {
+    float norm = 0.f;
+    const float cnt = (float)(i + 1);
+    for (long c = 0; c < d; c++) {
+        acc[c] += (double)x[c];
+        const float mean = (float)acc[c] / cnt;
+        out[c] = x[c] - mean;
+        norm += out[c] * out[c];
+    }
+    norm = sqrtf(norm);
+    norm = norm > 1e-12f ? norm : 1e-12f;
+    for (long c = 0; c < d; c++) out[c] = out[c] / norm;
+}
+#pragma GCC pop_options
+
+static void lsh_window_range(const float* q, const float* k, const float* planes, int* out,
+                             long H, long L, long d, long h, long n, long nbins, int argmax,
+                             long qsb, long qsh, long qsl, long ksb, long ksh, long ksl, long ps,
+                             long r0, long r1) {
+    int* ring = malloc(sizeof(int) * (size_t)(nbins * n > 0 ? nbins * n : 1));
+    long* count = malloc(sizeof(long) * (size_t)(nbins > 0 ? nbins : 1));
+    double qacc[256], kacc[256];
+    float xq[256], xk[256];
+    for (long r = r0; r < r1; r++) {
+        const long b = r / H, hh = r % H;
+        const float* qr = q + b * qsb + hh * qsh;
+        const float* kr = k + b * ksb + hh * ksh;
+        const float* pl = planes + hh * ps;
+        for (long bb = 0; bb < nbins; bb++) count[bb] = 0;
+        for (long c = 0; c < d; c++) qacc[c] = kacc[c] = 0.0;
+        for (long i = 0; i < L; i++) {
+            lsh_center(qr + i * qsl, qacc, xq, d, i);
+            lsh_center(kr + i * ksl, kacc, xk, d, i);
+            const long kb = lsh_bin(xk, pl, d, h, argmax);
+            const long qb = lsh_bin(xq, pl, d, h, argmax);
+            if (n > 0) ring[kb * n + count[kb] % n] = (int)i;
+            count[kb]++;
+            const long have = count[qb] < n ? count[qb] : n;
+            int* o = out + (r * L + i) * n;
+            for (long s = 0; s < have; s++) o[s] = ring[qb * n + (count[qb] - 1 - s) % n];
+            for (long s = have; s < n; s++) o[s] = -1;
+        }
+    }
+    free(ring);
+    free(count);
+}
+
 /* ---- exported, parallel over rows (rows.h) ---- */
 
 void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* idx, float* out,
@@ -250,4 +326,13 @@ void bucket_window(const long* bq, const long* bk, int* out, long L, long n, lon
                    long rows, long nt) {
     FOR_RANGES(rows, nt)
     bucket_window_range(bq, bk, out, L, n, nbins, R0(rows), R1(rows));
+}
+
+void lsh_window(const float* q, const float* k, const float* planes, int* out, long H, long L,
+                long d, long h, long n, long argmax, long qsb, long qsh, long qsl, long ksb,
+                long ksh, long ksl, long ps, long rows, long nt) {
+    const long nbins = argmax ? h : 1L << h;
+    FOR_RANGES(rows, nt)
+    lsh_window_range(q, k, planes, out, H, L, d, h, n, nbins, (int)argmax, qsb, qsh, qsl, ksb,
+                     ksh, ksl, ps, R0(rows), R1(rows));
 }
