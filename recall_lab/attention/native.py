@@ -105,3 +105,93 @@ def lsh_window(q: Tensor, k: Tensor, planes: Tensor, n: int, argmax: bool) -> Te
                              heads, length, d, h, n, int(argmax), *q.stride()[:3],
                              *k.stride()[:3], ps, b * heads, kernels.threads())
     return out
+
+
+def _rows_view(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    """q, k ``[B, H|1, L, d]`` expanded to one shape, the feature dim contiguous; (b, heads)."""
+    b, heads = max(q.shape[0], k.shape[0]), max(q.shape[1], k.shape[1])
+    length, d = q.shape[-2], q.shape[-1]
+    q, k = (t.expand(b, heads, length, d) for t in (q, k))
+    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
+    return q, k, b, heads
+
+
+def ks_scores(q: Tensor, k: Tensor, mlp, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """`KSPattern`'s inputs, scores (no gradient) and causal top-n in one native pass (CPU,
+    float32): ``q, k [B, H|1, L, d]`` -> (inp ``[B, H, L, 2d]``, scores ``[B, H, L]``, idx
+    ``int32 [B, H, L, n]``). ``mlp``: the pattern's Linear, ReLU, Linear, ReLU, Linear."""
+    q, k, b, heads = _rows_view(q, k)
+    length, d = q.shape[-2], q.shape[-1]
+    w = _scorer_weights(mlp)
+    hid = w[0].shape[1]
+    inp = q.new_empty(b, heads, length, 2 * d)
+    scores = q.new_empty(b, heads, length)
+    idx = torch.empty(b, heads, length, n, dtype=torch.int32)
+    kernels.lib().ks_scores(q.data_ptr(), k.data_ptr(), *(t.data_ptr() for t in w),
+                            inp.data_ptr(), scores.data_ptr(), idx.data_ptr(), heads, length, d,
+                            hid, n, *q.stride()[:3], *k.stride()[:3], b * heads,
+                            kernels.threads())
+    return inp, scores, idx
+
+
+def ks_target(q: Tensor, k: Tensor, sel: Tensor, scale: float) -> Tensor:
+    """`ks_ranking_loss`'s pairwise targets (CPU, float32, no gradient): ``q, k [B, H|1, L, d]``,
+    sampled key positions ``sel [B, H, m]`` -> ``[B, H, m, m]``."""
+    q, k, b, heads = _rows_view(q, k)
+    m = sel.shape[-1]
+    sel = sel.to(torch.int64).expand(b, heads, m).contiguous()
+    target = q.new_empty(b, heads, m, m)
+    kernels.lib().ks_target(q.data_ptr(), k.data_ptr(), sel.data_ptr(), target.data_ptr(), scale,
+                            heads, q.shape[-2], q.shape[-1], m, *q.stride()[:3],
+                            *k.stride()[:3], b * heads, kernels.threads())
+    return target
+
+
+def _scorer_weights(mlp) -> list[Tensor]:
+    """The KS scorer's (w1^T, b1, w2^T, b2, w3, b3), contiguous float32: the kernels take the
+    first two layers as [in, out] (they vectorise over a layer's outputs)."""
+    w = [t.detach() for lin in (mlp[0], mlp[2], mlp[4]) for t in (lin.weight, lin.bias)]
+    w[0], w[2] = w[0].t(), w[2].t()
+    return [t.contiguous() for t in w]
+
+
+class _KSRankLoss(torch.autograd.Function):
+    """`ks_ranking_loss` with KSPattern's `score_at` (the scorer re-run on the sampled rows) as
+    one native call each way; gradients flow to the scorer's six parameters only."""
+
+    @staticmethod
+    def forward(ctx, inp, sel, target, w1, b1, w2, b2, w3, b3):
+        lib = kernels.lib()
+        rows, length, d2 = inp.shape[0] * inp.shape[1], inp.shape[2], inp.shape[3]
+        m, hid = sel.shape[-1], w1.shape[0]
+        w = [w1.t(), b1, w2.t(), b2, w3.reshape(-1), b3]
+        w = [t.detach().contiguous() for t in w]
+        h1, h2 = inp.new_empty(rows * m * hid), inp.new_empty(rows * m * hid)
+        x, loss = inp.new_empty(rows * m), inp.new_empty(())
+        lib.ks_rank_fwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
+                        *(t.data_ptr() for t in w), h1.data_ptr(), h2.data_ptr(), x.data_ptr(),
+                        loss.data_ptr(), rows, length, d2, hid, m)
+        ctx.save_for_backward(inp, sel, target, w[2], w[4], h1, h2, x)
+        ctx.sizes = (rows, length, d2, hid, m)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        inp, sel, target, w2t, w3, h1, h2, x = ctx.saved_tensors
+        rows, length, d2, hid, m = ctx.sizes
+        grads = [inp.new_zeros(s) for s in ((hid, d2), (hid,), (hid, hid), (hid,), (1, hid),
+                                               (1,))]
+        kernels.lib().ks_rank_bwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
+                                  w2t.data_ptr(), w3.data_ptr(), h1.data_ptr(), h2.data_ptr(),
+                                  x.data_ptr(), float(g), *(t.data_ptr() for t in grads), rows,
+                                  length, d2, hid, m)
+        return (None, None, None, *grads)
+
+
+def ks_rank_loss(inp: Tensor, sel: Tensor, target: Tensor, mlp) -> Tensor:
+    """The KS ranking loss from the scorer's inputs ``inp [B, H, L, 2d]`` (float32, CPU), the
+    sampled positions ``sel [B, H, m]`` and their pairwise targets ``[B, H, m, m]`` (`ks_target`),
+    differentiable in the scorer's parameters (`_KSRankLoss`)."""
+    sel = sel.to(torch.int64).contiguous()
+    params = [t for lin in (mlp[0], mlp[2], mlp[4]) for t in (lin.weight, lin.bias)]
+    return _KSRankLoss.apply(inp.contiguous(), sel, target.contiguous(), *params)
