@@ -109,11 +109,21 @@ def lsh_window(q: Tensor, k: Tensor, planes: Tensor, n: int, argmax: bool) -> Te
 
 def _rows_view(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, int, int]:
     """q, k ``[B, H|1, L, d]`` expanded to one shape, the feature dim contiguous; (b, heads)."""
-    b, heads = max(q.shape[0], k.shape[0]), max(q.shape[1], k.shape[1])
-    length, d = q.shape[-2], q.shape[-1]
-    q, k = (t.expand(b, heads, length, d) for t in (q, k))
-    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
-    return q, k, b, heads
+    if q.shape != k.shape:
+        b, heads = max(q.shape[0], k.shape[0]), max(q.shape[1], k.shape[1])
+        q, k = (t.expand(b, heads, *q.shape[2:]) for t in (q, k))
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    return q, k, q.shape[0], q.shape[1]
+
+
+def _scorer_weights(mlp) -> list[Tensor]:
+    """The KS scorer's (w1, b1, w2, b2, w3, b3) as the kernels read them (nn.Linear layouts,
+    contiguous float32; parameters already are, so this is no copy)."""
+    w = [t for lin in (mlp[0], mlp[2], mlp[4]) for t in (lin.weight, lin.bias)]
+    return [t if t.is_contiguous() else t.contiguous() for t in w]
 
 
 def ks_scores(q: Tensor, k: Tensor, mlp, n: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -123,11 +133,11 @@ def ks_scores(q: Tensor, k: Tensor, mlp, n: int) -> tuple[Tensor, Tensor, Tensor
     q, k, b, heads = _rows_view(q, k)
     length, d = q.shape[-2], q.shape[-1]
     w = _scorer_weights(mlp)
-    hid = w[0].shape[1]
+    hid = w[0].shape[0]
     inp = q.new_empty(b, heads, length, 2 * d)
     scores = q.new_empty(b, heads, length)
     idx = torch.empty(b, heads, length, n, dtype=torch.int32)
-    kernels.lib().ks_scores(q.data_ptr(), k.data_ptr(), *(t.data_ptr() for t in w),
+    kernels.lib().ks_scores(q.data_ptr(), k.data_ptr(), *[t.data_ptr() for t in w],
                             inp.data_ptr(), scores.data_ptr(), idx.data_ptr(), heads, length, d,
                             hid, n, *q.stride()[:3], *k.stride()[:3], b * heads,
                             kernels.threads())
@@ -139,20 +149,13 @@ def ks_target(q: Tensor, k: Tensor, sel: Tensor, scale: float) -> Tensor:
     sampled key positions ``sel [B, H, m]`` -> ``[B, H, m, m]``."""
     q, k, b, heads = _rows_view(q, k)
     m = sel.shape[-1]
-    sel = sel.to(torch.int64).expand(b, heads, m).contiguous()
+    if sel.dtype != torch.int64 or tuple(sel.shape) != (b, heads, m) or not sel.is_contiguous():
+        sel = sel.to(torch.int64).expand(b, heads, m).contiguous()
     target = q.new_empty(b, heads, m, m)
     kernels.lib().ks_target(q.data_ptr(), k.data_ptr(), sel.data_ptr(), target.data_ptr(), scale,
                             heads, q.shape[-2], q.shape[-1], m, *q.stride()[:3],
                             *k.stride()[:3], b * heads, kernels.threads())
     return target
-
-
-def _scorer_weights(mlp) -> list[Tensor]:
-    """The KS scorer's (w1^T, b1, w2^T, b2, w3, b3), contiguous float32: the kernels take the
-    first two layers as [in, out] (they vectorise over a layer's outputs)."""
-    w = [t.detach() for lin in (mlp[0], mlp[2], mlp[4]) for t in (lin.weight, lin.bias)]
-    w[0], w[2] = w[0].t(), w[2].t()
-    return [t.contiguous() for t in w]
 
 
 class _KSRankLoss(torch.autograd.Function):
@@ -161,37 +164,36 @@ class _KSRankLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inp, sel, target, w1, b1, w2, b2, w3, b3):
-        lib = kernels.lib()
-        rows, length, d2 = inp.shape[0] * inp.shape[1], inp.shape[2], inp.shape[3]
-        m, hid = sel.shape[-1], w1.shape[0]
-        w = [w1.t(), b1, w2.t(), b2, w3.reshape(-1), b3]
-        w = [t.detach().contiguous() for t in w]
-        h1, h2 = inp.new_empty(rows * m * hid), inp.new_empty(rows * m * hid)
+        b, heads, length, d2 = inp.shape
+        rows, m, hid = b * heads, sel.shape[-1], w1.shape[0]
+        h = inp.new_empty(2, rows * m * hid)
         x, loss = inp.new_empty(rows * m), inp.new_empty(())
-        lib.ks_rank_fwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
-                        *(t.data_ptr() for t in w), h1.data_ptr(), h2.data_ptr(), x.data_ptr(),
-                        loss.data_ptr(), rows, length, d2, hid, m)
-        ctx.save_for_backward(inp, sel, target, w[2], w[4], h1, h2, x)
+        kernels.lib().ks_rank_fwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
+                                  w1.data_ptr(), b1.data_ptr(), w2.data_ptr(), b2.data_ptr(),
+                                  w3.data_ptr(), b3.data_ptr(), h[0].data_ptr(), h[1].data_ptr(),
+                                  x.data_ptr(), loss.data_ptr(), rows, length, d2, hid, m)
+        ctx.save_for_backward(inp, sel, target, w2, w3, h, x)
         ctx.sizes = (rows, length, d2, hid, m)
         return loss
 
     @staticmethod
     def backward(ctx, g):
-        inp, sel, target, w2t, w3, h1, h2, x = ctx.saved_tensors
+        inp, sel, target, w2, w3, h, x = ctx.saved_tensors
         rows, length, d2, hid, m = ctx.sizes
-        grads = [inp.new_zeros(s) for s in ((hid, d2), (hid,), (hid, hid), (hid,), (1, hid),
-                                               (1,))]
+        flat = inp.new_zeros(hid * d2 + hid + hid * hid + hid + hid + 1)
+        grads = flat.split([hid * d2, hid, hid * hid, hid, hid, 1])
         kernels.lib().ks_rank_bwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
-                                  w2t.data_ptr(), w3.data_ptr(), h1.data_ptr(), h2.data_ptr(),
-                                  x.data_ptr(), float(g), *(t.data_ptr() for t in grads), rows,
+                                  w2.data_ptr(), w3.data_ptr(), h[0].data_ptr(), h[1].data_ptr(),
+                                  x.data_ptr(), float(g), *[t.data_ptr() for t in grads], rows,
                                   length, d2, hid, m)
-        return (None, None, None, *grads)
+        shapes = ((hid, d2), (hid,), (hid, hid), (hid,), (1, hid), (1,))
+        return (None, None, None, *(t.view(s) for t, s in zip(grads, shapes, strict=True)))
 
 
 def ks_rank_loss(inp: Tensor, sel: Tensor, target: Tensor, mlp) -> Tensor:
-    """The KS ranking loss from the scorer's inputs ``inp [B, H, L, 2d]`` (float32, CPU), the
-    sampled positions ``sel [B, H, m]`` and their pairwise targets ``[B, H, m, m]`` (`ks_target`),
-    differentiable in the scorer's parameters (`_KSRankLoss`)."""
-    sel = sel.to(torch.int64).contiguous()
-    params = [t for lin in (mlp[0], mlp[2], mlp[4]) for t in (lin.weight, lin.bias)]
-    return _KSRankLoss.apply(inp.contiguous(), sel, target.contiguous(), *params)
+    """The KS ranking loss from the scorer's inputs ``inp [B, H, L, 2d]`` (contiguous float32,
+    CPU: as `ks_scores` makes them), the sampled positions ``sel [B, H, m]`` and their pairwise
+    targets ``[B, H, m, m]`` (`ks_target`), differentiable in the scorer's parameters."""
+    if sel.dtype != torch.int64 or not sel.is_contiguous():
+        sel = sel.to(torch.int64).contiguous()
+    return _KSRankLoss.apply(inp.contiguous(), sel, target.contiguous(), *_scorer_weights(mlp))

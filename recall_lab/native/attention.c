@@ -312,8 +312,7 @@ static void lsh_window_range(const float* q, const float* k, const float* planes
  * input [k_j, normalize(sum_{p<=j} q_p)] (prefix sums in double rounded to float, as torch's CPU
  * cumsum; exact division) is written to inp [R, L, 2d] (the ranking loss re-scores its sampled
  * rows from it with autograd), the MLP 2d -> hid -> hid -> 1 (ReLU; nn.Linear weights [out, in])
- * gives scores [R, L], then the row's causal top-n as causal_topk_range. w1t, w2t: the first
- * two weights transposed ([in, out]); w3 [hid]. Strides of q, k as in
+ * gives scores [R, L], then the row's causal top-n as causal_topk_range. Strides of q, k as in
  * lsh_window. The scores equal the torch path's to float rounding (another summation order than
  * the BLAS products), so the indices are the same but where two scores are within rounding. */
 #pragma GCC push_options
@@ -331,25 +330,18 @@ static void ks_prefix(const float* q, double* acc, float* out, long d) {
 }
 #pragma GCC pop_options
 
-/* h[o] = relu(b[o] + sum_c x[c] wt[c, o]): one layer of the scorer, vectorised over o (wt is
- * the nn.Linear weight transposed, [in, out]). */
-static inline void ks_layer(const float* x, const float* wt, const float* bias, float* h,
+/* h[o] = relu(b[o] + w[o, :] . x): one layer of the scorer, nn.Linear's weight layout [out, in]
+ * (the same order of sums as the first version of this kernel; `omp simd` dots over the inputs). */
+static inline void ks_layer(const float* x, const float* w, const float* bias, float* h,
                             long in, long out, int relu) {
-    for (long o = 0; o < out; o++) h[o] = 0.f;
-    for (long c = 0; c < in; c++) {
-        const float xc = x[c];
-        _Pragma("omp simd")
-        for (long o = 0; o < out; o++) h[o] += xc * wt[c * out + o];
-    }
-    _Pragma("omp simd")
     for (long o = 0; o < out; o++) {
-        const float a = h[o] + bias[o];
+        const float a = bias[o] + dot(w + o * in, x, in);
         h[o] = relu ? (a > 0.f ? a : 0.f) : a;
     }
 }
 
-static void ks_scores_range(const float* q, const float* k, const float* w1t, const float* b1,
-                            const float* w2t, const float* b2, const float* w3, const float* b3,
+static void ks_scores_range(const float* q, const float* k, const float* w1, const float* b1,
+                            const float* w2, const float* b2, const float* w3, const float* b3,
                             float* inp, float* scores, int* idx, long H, long L, long d, long hid,
                             long n, long qsb, long qsh, long qsl, long ksb, long ksh, long ksl,
                             long r0, long r1) {
@@ -364,8 +356,8 @@ static void ks_scores_range(const float* q, const float* k, const float* w1t, co
             float* x = inp + (r * L + i) * 2 * d;
             for (long c = 0; c < d; c++) x[c] = kr[i * ksl + c];
             ks_prefix(qr + i * qsl, acc, x + d, d);
-            ks_layer(x, w1t, b1, h1, 2 * d, hid, 1);
-            ks_layer(h1, w2t, b2, h2, hid, hid, 1);
+            ks_layer(x, w1, b1, h1, 2 * d, hid, 1);
+            ks_layer(h1, w2, b2, h2, hid, hid, 1);
             ks_layer(h2, w3, b3, out1, hid, 1, 0);
             scores[r * L + i] = out1[0];
         }
@@ -407,8 +399,8 @@ static void ks_target_range(const float* q, const float* k, const long* sel, flo
  * max(z, 0) - z t + log1p(exp(-|z|)), accumulated in double). The backward adds the scorer's
  * weight gradients (nn.Linear layouts: gw1 [hid, 2d], gw2 [hid, hid], gw3 [hid]) for an
  * upstream gradient g; every buffer comes zeroed or is overwritten. */
-void ks_rank_fwd(const float* inp, const long* sel, const float* target, const float* w1t,
-                 const float* b1, const float* w2t, const float* b2, const float* w3,
+void ks_rank_fwd(const float* inp, const long* sel, const float* target, const float* w1,
+                 const float* b1, const float* w2, const float* b2, const float* w3,
                  const float* b3, float* h1, float* h2, float* x, float* loss, long R, long L,
                  long d2, long hid, long m) {
     float out1[1];
@@ -417,8 +409,8 @@ void ks_rank_fwd(const float* inp, const long* sel, const float* target, const f
         for (long s = 0; s < m; s++) {
             const long rs = r * m + s;
             const float* in = inp + (r * L + sel[rs]) * d2;
-            ks_layer(in, w1t, b1, h1 + rs * hid, d2, hid, 1);
-            ks_layer(h1 + rs * hid, w2t, b2, h2 + rs * hid, hid, hid, 1);
+            ks_layer(in, w1, b1, h1 + rs * hid, d2, hid, 1);
+            ks_layer(h1 + rs * hid, w2, b2, h2 + rs * hid, hid, hid, 1);
             ks_layer(h2 + rs * hid, w3, b3, out1, hid, 1, 0);
             x[rs] = out1[0];
         }
@@ -434,7 +426,7 @@ void ks_rank_fwd(const float* inp, const long* sel, const float* target, const f
     loss[0] = (float)(acc / (double)(R * m * m > 0 ? R * m * m : 1));
 }
 
-void ks_rank_bwd(const float* inp, const long* sel, const float* target, const float* w2t,
+void ks_rank_bwd(const float* inp, const long* sel, const float* target, const float* w2,
                  const float* w3, const float* h1, const float* h2, const float* x, float g,
                  float* gw1, float* gb1, float* gw2, float* gb2, float* gw3, float* gb3, long R,
                  long L, long d2, long hid, long m) {
@@ -464,8 +456,9 @@ void ks_rank_bwd(const float* inp, const long* sel, const float* target, const f
                 gb2[o] += dh2[o];
             }
             for (long o = 0; o < hid; o++) axpy(gw2 + o * hid, dh2[o], a1, hid);
-            for (long c = 0; c < hid; c++)
-                dh1[c] = a1[c] > 0.f ? dot(w2t + c * hid, dh2, hid) : 0.f;
+            for (long c = 0; c < hid; c++) dh1[c] = 0.f;
+            for (long o = 0; o < hid; o++) axpy(dh1, dh2[o], w2 + o * hid, hid);
+            for (long c = 0; c < hid; c++) dh1[c] = a1[c] > 0.f ? dh1[c] : 0.f;
             for (long o = 0; o < hid; o++) {
                 gb1[o] += dh1[o];
                 axpy(gw1 + o * d2, dh1[o], in, d2);
@@ -517,12 +510,12 @@ void lsh_window(const float* q, const float* k, const float* planes, int* out, l
                      ksh, ksl, ps, R0(rows), R1(rows));
 }
 
-void ks_scores(const float* q, const float* k, const float* w1t, const float* b1, const float* w2t,
+void ks_scores(const float* q, const float* k, const float* w1, const float* b1, const float* w2,
                const float* b2, const float* w3, const float* b3, float* inp, float* scores,
                int* idx, long H, long L, long d, long hid, long n, long qsb, long qsh, long qsl,
                long ksb, long ksh, long ksl, long rows, long nt) {
     FOR_RANGES(rows, nt)
-    ks_scores_range(q, k, w1t, b1, w2t, b2, w3, b3, inp, scores, idx, H, L, d, hid, n, qsb, qsh,
+    ks_scores_range(q, k, w1, b1, w2, b2, w3, b3, inp, scores, idx, H, L, d, hid, n, qsb, qsh,
                     qsl, ksb, ksh, ksl, R0(rows), R1(rows));
 }
 
