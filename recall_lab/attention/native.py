@@ -1,7 +1,10 @@
 """Every call from `recall_lab/attention/` into the native CPU kernels (recall_lab/native, via
 ctypes): the sparse-attention op's ``native`` backend, and the index kernels of the patterns
-(union of index lists, LSH bucket windows, causal top-n). Callers check `available()` and keep a
-torch path beside each (tested equal).
+(union of index lists, LSH bucket windows, causal top-n), and the HAX branch's pattern in one
+call per part: LSH indices from q, k (`lsh_window`), KS inputs + scores + top-n (`ks_scores`),
+the ranking loss's targets (`ks_target`) and the loss with its scorer gradients
+(`ks_rank_loss`). Callers check `available()` and keep a torch path beside each (tested equal,
+tests/attention/test_hax_fast_paths.py for the HAX ones).
 
 The op: recall_lab/native/attention.c.
 
