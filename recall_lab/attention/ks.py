@@ -73,6 +73,13 @@ def causal_topk_indices_torch(scores: Tensor, n: int) -> Tensor:
     return idx.reshape(rows, nb * n, n)[:, :length].reshape(*lead, length, n).to(torch.int32)
 
 
+def sample_keys(scores: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
+    """`ks_ranking_loss`'s sampled keys: min(n, L) positions per row of ``scores [..., L]``
+    without replacement (the top-n of uniform noise), int64 ``[..., n]``."""
+    noise = torch.rand(scores.shape, device=scores.device, generator=generator)
+    return noise.topk(min(n, scores.shape[-1]), dim=-1).indices
+
+
 def ks_ranking_loss(scores: Tensor, q: Tensor, k: Tensor, n: int, scale: float,
                     generator: torch.Generator | None = None,
                     score_at: Callable[[Tensor], Tensor] | None = None) -> Tensor:
@@ -87,21 +94,31 @@ def ks_ranking_loss(scores: Tensor, q: Tensor, k: Tensor, n: int, scale: float,
     scorer's backward runs over n keys instead of all L (the other L - n get zero gradient).
     """
     length = scores.shape[-1]
-    n = min(n, length)
-    noise = torch.rand(scores.shape, device=scores.device, generator=generator)
-    sel = noise.topk(n, dim=-1).indices
+    sel = sample_keys(scores, n, generator)
     x = scores.gather(-1, sel) if score_at is None else score_at(sel)
+    if (q.device.type == "cpu" == k.device.type and q.dtype == k.dtype == torch.float32
+            and native.available() and q.dim() == k.dim() == 4 and q.shape[-2] == length
+            and tuple(sel.shape[:-1]) == torch.broadcast_shapes(q.shape[:2], k.shape[:2])):
+        # the same targets but where two keys' y lie within float rounding (tested)
+        target = native.ks_target(q.detach(), k.detach(), sel, scale)
+    else:
+        target = ks_ranking_target_torch(q, k, sel, scale, length)
+    logits = x[..., :, None] - x[..., None, :]
+    return F.binary_cross_entropy_with_logits(logits.float(), target)
+
+
+def ks_ranking_target_torch(q: Tensor, k: Tensor, sel: Tensor, scale: float, length: int
+                            ) -> Tensor:
+    """`ks_ranking_loss`'s pairwise targets in torch ops (the reference of `native.ks_target`)."""
     with torch.no_grad():
         qq, kk = torch.broadcast_tensors(q.detach(), k.detach())
         ksel = kk.gather(-2, sel[..., None].expand(*sel.shape, kk.shape[-1]))
         a = (qq.float() @ ksel.float().transpose(-1, -2)) * scale
-        pos = torch.arange(length, device=scores.device)
+        pos = torch.arange(length, device=q.device)
         seen = pos[:, None] >= sel[..., None, :]
         y = torch.where(seen, a.sigmoid(), 0.0).sum(-2)
-        target = ((y[..., :, None] > y[..., None, :]).float()
-                  + (y[..., :, None] >= y[..., None, :]).float()) / 2
-    logits = x[..., :, None] - x[..., None, :]
-    return F.binary_cross_entropy_with_logits(logits.float(), target)
+        return ((y[..., :, None] > y[..., None, :]).float()
+                + (y[..., :, None] >= y[..., None, :]).float()) / 2
 
 
 class KSPattern(Pattern):
@@ -137,11 +154,33 @@ class KSPattern(Pattern):
         """Eq. 14 on detached inputs: ``[B, H, L]``."""
         return self.mlp(self.inputs(q, k)).squeeze(-1)
 
+    def native_applies(self, q: Tensor, k: Tensor) -> bool:
+        """Whether `forward` builds inputs, scores and top-n in one native pass
+        (`native.ks_scores`) instead of `inputs`, the MLP and `causal_topk_indices`: CPU float32
+        q, k and scorer, the kernels built, d <= 256, hidden <= 512. The scores equal the torch
+        path's to float rounding (another summation order), the indices too but where two scores
+        lie within rounding of each other (tested)."""
+        w = self.mlp[0].weight
+        return (q.device.type == "cpu" and k.device.type == "cpu" and w.device.type == "cpu"
+                and q.dtype == k.dtype == w.dtype == torch.float32 and native.available()
+                and self.budget > 0 and self.dim <= 256 and w.shape[0] <= 512
+                and q.shape[-2] > 0 and q.shape[0] > 0 and k.shape[0] > 0)
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor | None = None
                 ) -> tuple[Tensor, Tensor | None]:
         check_qk(q, k)
         if q.shape[-1] != self.dim:
             raise RecallLabError(f"ks was built for dim {self.dim}, got q/k dim {q.shape[-1]}")
+        if self.native_applies(q, k):
+            qd, kd = q.detach(), k.detach()
+            inp, x, idx = native.ks_scores(qd, kd, self.mlp, self.budget)
+            if not self.training:
+                return idx, None
+            # ks_ranking_loss with score_at, as below: the same sampled keys (same random
+            # stream), the targets and the scorer's forward and backward in native calls
+            sel = sample_keys(x, self.budget)
+            target = native.ks_target(qd, kd, sel, self.scale)
+            return idx, native.ks_rank_loss(inp, sel, target, self.mlp)
         inp = self.inputs(q, k)
         with torch.no_grad():  # the top-n is not differentiable; the loss re-scores its keys
             x = self.mlp(inp).squeeze(-1)

@@ -101,6 +101,18 @@ def lsh_indices(qc: Tensor, kc: Tensor, n_keys: int, planes: Tensor, rule: str =
     return bucket_window_indices(lsh_bins(qc, planes, rule), lsh_bins(kc, planes, rule), n_keys)
 
 
+def native_lsh_applies(q: Tensor, k: Tensor, n: int, h: int, rule: str) -> bool:
+    """Whether `LSHPattern` takes the one-pass native kernel (`native.lsh_window`: centring,
+    normalising, projection, binning and the bucket rings in C) instead of `lsh_indices` on
+    `causal_center`: CPU float32 q and k, the kernels built, d <= 256, and rings that fit as in
+    `bucket_window_indices` (bins x n <= 2^24). It lists the same keys as the torch path (tested)
+    but where a projection lies within float rounding of 0 (another summation order)."""
+    bins = 2**h if rule == "sign" else h
+    return (q.device.type == "cpu" and k.device.type == "cpu" and q.dtype == torch.float32
+            and k.dtype == torch.float32 and native.available() and 0 < n and bins * n <= 1 << 24
+            and q.shape[-1] <= 256 and q.shape[-2] > 0 and q.shape[0] > 0 and k.shape[0] > 0)
+
+
 class LSHPattern(Pattern):
     """Eq. 5-9 with a causal prefix mean; planes fresh per training call, seeded in eval."""
 
@@ -124,6 +136,9 @@ class LSHPattern(Pattern):
         n_heads = max(q.shape[1], k.shape[1])
         planes = self.planes(q.shape[-1], n_heads, q.device)
         with torch.no_grad():
+            if native_lsh_applies(q, k, self.budget, self.h, self.rule):
+                return native.lsh_window(q.detach(), k.detach(), planes, self.budget,
+                                         self.rule == "argmax"), None
             idx = lsh_indices(causal_center(q), causal_center(k), self.budget, planes, self.rule)
         return idx, None
 

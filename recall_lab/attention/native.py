@@ -1,7 +1,10 @@
 """Every call from `recall_lab/attention/` into the native CPU kernels (recall_lab/native, via
 ctypes): the sparse-attention op's ``native`` backend, and the index kernels of the patterns
-(union of index lists, LSH bucket windows, causal top-n). Callers check `available()` and keep a
-torch path beside each (tested equal).
+(union of index lists, LSH bucket windows, causal top-n), and the HAX branch's pattern in one
+call per part: LSH indices from q, k (`lsh_window`), KS inputs + scores + top-n (`ks_scores`),
+the ranking loss's targets (`ks_target`) and the loss with its scorer gradients
+(`ks_rank_loss`). Callers check `available()` and keep a torch path beside each (tested equal,
+tests/attention/test_hax_fast_paths.py for the HAX ones).
 
 The op: recall_lab/native/attention.c.
 
@@ -86,3 +89,114 @@ def causal_topk(scores: Tensor, n: int) -> Tensor:
     kernels.lib().causal_topk(x.data_ptr(), out.data_ptr(), length, n, x.shape[0],
                               kernels.threads())
     return out.reshape(*lead, length, n)
+
+
+def lsh_window(q: Tensor, k: Tensor, planes: Tensor, n: int, argmax: bool) -> Tensor:
+    """`lsh_indices(causal_center(q), causal_center(k), n, planes, rule)` in one native pass
+    (CPU, float32): ``q, k [B, H|1, L, d]`` (any strides over B, H, L; a broadcast head is read
+    with stride 0), ``planes [H|1, d, h]``; ``int32 [B, H, L, n]``."""
+    b = max(q.shape[0], k.shape[0])
+    heads = max(q.shape[1], k.shape[1], planes.shape[0])
+    length, d = q.shape[-2], q.shape[-1]
+    h = planes.shape[-1]
+    q, k = (t.expand(b, heads, length, d) for t in (q, k))
+    q, k = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k))
+    planes = planes.float().contiguous()
+    out = torch.empty(b, heads, length, n, dtype=torch.int32)
+    ps = 0 if planes.shape[0] == 1 else d * h
+    kernels.lib().lsh_window(q.data_ptr(), k.data_ptr(), planes.data_ptr(), out.data_ptr(),
+                             heads, length, d, h, n, int(argmax), *q.stride()[:3],
+                             *k.stride()[:3], ps, b * heads, kernels.threads())
+    return out
+
+
+def _rows_view(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, int, int]:
+    """q, k ``[B, H|1, L, d]`` expanded to one shape, the feature dim contiguous; (b, heads)."""
+    if q.shape != k.shape:
+        b, heads = max(q.shape[0], k.shape[0]), max(q.shape[1], k.shape[1])
+        q, k = (t.expand(b, heads, *q.shape[2:]) for t in (q, k))
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    return q, k, q.shape[0], q.shape[1]
+
+
+def _scorer_weights(mlp) -> list[Tensor]:
+    """The KS scorer's (w1, b1, w2, b2, w3, b3) as the kernels read them (nn.Linear layouts,
+    contiguous float32; parameters already are, so this is no copy)."""
+    w = [t for lin in (mlp[0], mlp[2], mlp[4]) for t in (lin.weight, lin.bias)]
+    return [t if t.is_contiguous() else t.contiguous() for t in w]
+
+
+def ks_scores(q: Tensor, k: Tensor, mlp, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """`KSPattern`'s inputs, scores (no gradient) and causal top-n in one native pass (CPU,
+    float32): ``q, k [B, H|1, L, d]`` -> (inp ``[B, H, L, 2d]``, scores ``[B, H, L]``, idx
+    ``int32 [B, H, L, n]``). ``mlp``: the pattern's Linear, ReLU, Linear, ReLU, Linear."""
+    q, k, b, heads = _rows_view(q, k)
+    length, d = q.shape[-2], q.shape[-1]
+    w = _scorer_weights(mlp)
+    hid = w[0].shape[0]
+    inp = q.new_empty(b, heads, length, 2 * d)
+    scores = q.new_empty(b, heads, length)
+    idx = torch.empty(b, heads, length, n, dtype=torch.int32)
+    kernels.lib().ks_scores(q.data_ptr(), k.data_ptr(), *[t.data_ptr() for t in w],
+                            inp.data_ptr(), scores.data_ptr(), idx.data_ptr(), heads, length, d,
+                            hid, n, *q.stride()[:3], *k.stride()[:3], b * heads,
+                            kernels.threads())
+    return inp, scores, idx
+
+
+def ks_target(q: Tensor, k: Tensor, sel: Tensor, scale: float) -> Tensor:
+    """`ks_ranking_loss`'s pairwise targets (CPU, float32, no gradient): ``q, k [B, H|1, L, d]``,
+    sampled key positions ``sel [B, H, m]`` -> ``[B, H, m, m]``."""
+    q, k, b, heads = _rows_view(q, k)
+    m = sel.shape[-1]
+    if sel.dtype != torch.int64 or tuple(sel.shape) != (b, heads, m) or not sel.is_contiguous():
+        sel = sel.to(torch.int64).expand(b, heads, m).contiguous()
+    target = q.new_empty(b, heads, m, m)
+    kernels.lib().ks_target(q.data_ptr(), k.data_ptr(), sel.data_ptr(), target.data_ptr(), scale,
+                            heads, q.shape[-2], q.shape[-1], m, *q.stride()[:3],
+                            *k.stride()[:3], b * heads, kernels.threads())
+    return target
+
+
+class _KSRankLoss(torch.autograd.Function):
+    """`ks_ranking_loss` with KSPattern's `score_at` (the scorer re-run on the sampled rows) as
+    one native call each way; gradients flow to the scorer's six parameters only."""
+
+    @staticmethod
+    def forward(ctx, inp, sel, target, w1, b1, w2, b2, w3, b3):
+        b, heads, length, d2 = inp.shape
+        rows, m, hid = b * heads, sel.shape[-1], w1.shape[0]
+        h = inp.new_empty(2, rows * m * hid)
+        x, loss = inp.new_empty(rows * m), inp.new_empty(())
+        kernels.lib().ks_rank_fwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
+                                  w1.data_ptr(), b1.data_ptr(), w2.data_ptr(), b2.data_ptr(),
+                                  w3.data_ptr(), b3.data_ptr(), h[0].data_ptr(), h[1].data_ptr(),
+                                  x.data_ptr(), loss.data_ptr(), rows, length, d2, hid, m)
+        ctx.save_for_backward(inp, sel, target, w2, w3, h, x)
+        ctx.sizes = (rows, length, d2, hid, m)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        inp, sel, target, w2, w3, h, x = ctx.saved_tensors
+        rows, length, d2, hid, m = ctx.sizes
+        flat = inp.new_zeros(hid * d2 + hid + hid * hid + hid + hid + 1)
+        grads = flat.split([hid * d2, hid, hid * hid, hid, hid, 1])
+        kernels.lib().ks_rank_bwd(inp.data_ptr(), sel.data_ptr(), target.data_ptr(),
+                                  w2.data_ptr(), w3.data_ptr(), h[0].data_ptr(), h[1].data_ptr(),
+                                  x.data_ptr(), float(g), *[t.data_ptr() for t in grads], rows,
+                                  length, d2, hid, m)
+        shapes = ((hid, d2), (hid,), (hid, hid), (hid,), (1, hid), (1,))
+        return (None, None, None, *(t.view(s) for t, s in zip(grads, shapes, strict=True)))
+
+
+def ks_rank_loss(inp: Tensor, sel: Tensor, target: Tensor, mlp) -> Tensor:
+    """The KS ranking loss from the scorer's inputs ``inp [B, H, L, 2d]`` (contiguous float32,
+    CPU: as `ks_scores` makes them), the sampled positions ``sel [B, H, m]`` and their pairwise
+    targets ``[B, H, m, m]`` (`ks_target`), differentiable in the scorer's parameters."""
+    if sel.dtype != torch.int64 or not sel.is_contiguous():
+        sel = sel.to(torch.int64).contiguous()
+    return _KSRankLoss.apply(inp.contiguous(), sel, target.contiguous(), *_scorer_weights(mlp))

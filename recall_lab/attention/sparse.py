@@ -252,13 +252,16 @@ class _SparseAttention(torch.autograd.Function):
         elif backend == "csr":  # any integer dtype (patterns give int32: half the saved bytes)
             out, stats = _csr_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
         elif backend == "native":
-            i3 = i3.to(torch.int32)
-            out, stats = native.forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
+            # contiguous once, and saved so: the backward's kernel reads the same buffers
+            q3, k3, v3 = (t.to(cdt).contiguous() for t in (q3, k3, v3))
+            i3 = i3.to(torch.int32).contiguous()
+            out, stats = native.forward(q3, k3, v3, i3, scale)
         else:
             i3 = i3.to(torch.int64)
             out, stats = _torch_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
         ctx.save_for_backward(q3, k3, v3, i3, out, stats)
         ctx.scale, ctx.backend, ctx.shape = scale, backend, (b, h, length, d, dv)
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         return out.to(v.dtype).view(b, h, length, dv)
 
     @staticmethod
@@ -276,8 +279,9 @@ class _SparseAttention(torch.autograd.Function):
                                                                          _torch_backward)
             dq, dk, dvv = bwd(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, out, stats,
                                           do3.to(cdt), ctx.scale)
-        return (dq.to(q3.dtype).view(b, h, length, d), dk.to(k3.dtype).view(b, h, length, d),
-                dvv.to(v3.dtype).view(b, h, length, dv), None, None, None)
+        qt, kt, vt = ctx.dtypes
+        return (dq.to(qt).view(b, h, length, d), dk.to(kt).view(b, h, length, d),
+                dvv.to(vt).view(b, h, length, dv), None, None, None)
 
 
 def default_backend(device: torch.device | str) -> str:

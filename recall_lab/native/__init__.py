@@ -72,6 +72,11 @@ SIGNATURES: dict[str, list] = {
     "causal_topk": [_P, _P] + [_L] * 4,
     "union_rows": [_P] + [_L] * 4,
     "bucket_window": [_P] * 3 + [_L] * 5,
+    "lsh_window": [_P] * 4 + [_L] * 15,
+    "ks_scores": [_P] * 11 + [_L] * 13,
+    "ks_target": [_P] * 4 + [ctypes.c_float] + [_L] * 12,
+    "ks_rank_fwd": [_P] * 13 + [_L] * 5,
+    "ks_rank_bwd": [_P] * 8 + [ctypes.c_float] + [_P] * 6 + [_L] * 5,
     "exp_fast_array": [_P, _P, _L],
 }
 CONSTANTS = ("scan_max_state", "ssd_checkpoint")

@@ -218,6 +218,255 @@ static void bucket_window_range(const long* bq, const long* bk, int* out, long L
 }
 
 
+/* LSH indices in one pass (Eq. 5-9, `LSHPattern.forward`'s torch path: causal_center, lsh_bins,
+ * bucket_window_indices). Per row (batch, head) and position i: the causal centre of q_i and k_i
+ * (prefix sums accumulated in double and rounded to float, as torch's CPU cumsum does, then
+ * divided by i + 1), normalised, projected on the row's planes [d, h], binned (sign: sum of
+ * 1[p_j > 0] 2^(h-1-j); argmax: the first largest), then key i enters its bin's ring and query i
+ * reads its own bin's ring as in bucket_window_range. No gradient flows through the indices.
+ * q, k: float32 with the feature dim contiguous and strides (sb, sh, sl) in elements for batch,
+ * head and position (0 for a broadcast head); planes [H or 1, d, h] (head stride ps). out int32
+ * [B, H, L, n]. The bins equal the torch path's but where a projection is within rounding of 0
+ * (the sum order differs from the BLAS product's); d <= 256 and h <= 64. */
+static long lsh_bin(const float* x, const float* pl, float* p, long d, long h, int argmax) {
+    for (long j = 0; j < h; j++) p[j] = 0.f;
+    for (long c = 0; c < d; c++) {
+        const float xc = x[c];
+        _Pragma("omp simd")
+        for (long j = 0; j < h; j++) p[j] += xc * pl[c * h + j];
+    }
+    long bin = 0, best = 0;
+    for (long j = 0; j < h; j++) {
+        if (argmax) {
+            if (p[j] > p[best]) best = j;
+        } else {
+            bin = 2 * bin + (p[j] > 0.f);
+        }
+    }
+    return argmax ? best : bin;
+}
+
+/* Exact division (no -freciprocal-math): the centre must round as torch's `cumsum / count`, or
+ * a constant run's centres (rounding noise around 0, which normalising blows up) bin otherwise. */
+#pragma GCC push_options
+#pragma GCC optimize("no-fast-math")
+static void lsh_center(const float* x, double* acc, float* out, long d, long i) {
+    float norm = 0.f;
+    const float cnt = (float)(i + 1);
+    for (long c = 0; c < d; c++) {
+        acc[c] += (double)x[c];
+        const float mean = (float)acc[c] / cnt;
+        out[c] = x[c] - mean;
+        norm += out[c] * out[c];
+    }
+    norm = sqrtf(norm);
+    norm = norm > 1e-12f ? norm : 1e-12f;
+    for (long c = 0; c < d; c++) out[c] = out[c] / norm;
+}
+#pragma GCC pop_options
+
+static void lsh_window_range(const float* q, const float* k, const float* planes, int* out,
+                             long H, long L, long d, long h, long n, long nbins, int argmax,
+                             long qsb, long qsh, long qsl, long ksb, long ksh, long ksl, long ps,
+                             long r0, long r1) {
+    /* per bin: a ring of its n latest keys, the slot the next one goes to, how many it holds */
+    int* ring = malloc(sizeof(int) * (size_t)(nbins * n > 0 ? nbins * n : 1));
+    int* head = malloc(sizeof(int) * 2 * (size_t)(nbins > 0 ? nbins : 1));
+    int* have = head + nbins;
+    double qacc[256], kacc[256];
+    float xq[256], xk[256], p[64];
+    for (long r = r0; r < r1; r++) {
+        const long b = r / H, hh = r % H;
+        const float* qr = q + b * qsb + hh * qsh;
+        const float* kr = k + b * ksb + hh * ksh;
+        const float* pl = planes + hh * ps;
+        for (long bb = 0; bb < nbins; bb++) head[bb] = have[bb] = 0;
+        for (long c = 0; c < d; c++) qacc[c] = kacc[c] = 0.0;
+        for (long i = 0; i < L; i++) {
+            lsh_center(qr + i * qsl, qacc, xq, d, i);
+            lsh_center(kr + i * ksl, kacc, xk, d, i);
+            const long kb = lsh_bin(xk, pl, p, d, h, argmax);
+            const long qb = lsh_bin(xq, pl, p, d, h, argmax);
+            int* o = out + (r * L + i) * n;
+            if (n > 0) {
+                int* rk = ring + kb * n;
+                rk[head[kb]] = (int)i;
+                head[kb] = head[kb] + 1 == n ? 0 : head[kb] + 1;
+                if (have[kb] < n) have[kb]++;
+            }
+            const int* rq = ring + qb * n;
+            long at = head[qb];
+            for (long s = 0; s < have[qb]; s++) {  /* newest first */
+                at = at == 0 ? n - 1 : at - 1;
+                o[s] = rq[at];
+            }
+            for (long s = have[qb]; s < n; s++) o[s] = -1;
+        }
+    }
+    free(ring);
+    free(head);
+}
+
+/* KS scores and top-n in one pass (`KSPattern.forward`'s torch path: `inputs`, the scoring MLP
+ * without gradient, `causal_topk_indices`). Per row (batch, head) and position j: the scorer's
+ * input [k_j, normalize(sum_{p<=j} q_p)] (prefix sums in double rounded to float, as torch's CPU
+ * cumsum; exact division) is written to inp [R, L, 2d] (the ranking loss re-scores its sampled
+ * rows from it with autograd), the MLP 2d -> hid -> hid -> 1 (ReLU; nn.Linear weights [out, in])
+ * gives scores [R, L], then the row's causal top-n as causal_topk_range. Strides of q, k as in
+ * lsh_window. The scores equal the torch path's to float rounding (another summation order than
+ * the BLAS products), so the indices are the same but where two scores are within rounding. */
+#pragma GCC push_options
+#pragma GCC optimize("no-fast-math")
+static void ks_prefix(const float* q, double* acc, float* out, long d) {
+    float norm2 = 0.f;
+    for (long c = 0; c < d; c++) {
+        acc[c] += (double)q[c];
+        out[c] = (float)acc[c];
+        norm2 += out[c] * out[c];
+    }
+    float norm = sqrtf(norm2);
+    norm = norm > 1e-12f ? norm : 1e-12f;
+    for (long c = 0; c < d; c++) out[c] = out[c] / norm;
+}
+#pragma GCC pop_options
+
+/* h[o] = relu(b[o] + w[o, :] . x): one layer of the scorer, nn.Linear's weight layout [out, in]
+ * (the same order of sums as the first version of this kernel; `omp simd` dots over the inputs). */
+static inline void ks_layer(const float* x, const float* w, const float* bias, float* h,
+                            long in, long out, int relu) {
+    for (long o = 0; o < out; o++) {
+        const float a = bias[o] + dot(w + o * in, x, in);
+        h[o] = relu ? (a > 0.f ? a : 0.f) : a;
+    }
+}
+
+static void ks_scores_range(const float* q, const float* k, const float* w1, const float* b1,
+                            const float* w2, const float* b2, const float* w3, const float* b3,
+                            float* inp, float* scores, int* idx, long H, long L, long d, long hid,
+                            long n, long qsb, long qsh, long qsl, long ksb, long ksh, long ksl,
+                            long r0, long r1) {
+    double acc[256];
+    float h1[512], h2[512], out1[1];
+    for (long r = r0; r < r1; r++) {
+        const long b = r / H, hh = r % H;
+        const float* qr = q + b * qsb + hh * qsh;
+        const float* kr = k + b * ksb + hh * ksh;
+        for (long c = 0; c < d; c++) acc[c] = 0.0;
+        for (long i = 0; i < L; i++) {
+            float* x = inp + (r * L + i) * 2 * d;
+            for (long c = 0; c < d; c++) x[c] = kr[i * ksl + c];
+            ks_prefix(qr + i * qsl, acc, x + d, d);
+            ks_layer(x, w1, b1, h1, 2 * d, hid, 1);
+            ks_layer(h1, w2, b2, h2, hid, hid, 1);
+            ks_layer(h2, w3, b3, out1, hid, 1, 0);
+            scores[r * L + i] = out1[0];
+        }
+        causal_topk_range(scores, idx, L, n, r, r + 1);
+    }
+}
+
+/* The ranking loss's targets (`ks_ranking_loss`, Eq. 15-17, no gradient): for the sampled keys
+ * sel [R, m] of each row, y_s = sum_{i >= sel_s} sigmoid(scale * q_i . k_{sel_s}), then
+ * target [R, m, m] = (1[y_a > y_b] + 1[y_a >= y_b]) / 2. Strides as in lsh_window. */
+static void ks_target_range(const float* q, const float* k, const long* sel, float* target,
+                            float scale, long H, long L, long d, long m, long qsb, long qsh,
+                            long qsl, long ksb, long ksh, long ksl, long r0, long r1) {
+    float y[m > 0 ? m : 1];
+    for (long r = r0; r < r1; r++) {
+        const long b = r / H, hh = r % H;
+        const float* qr = q + b * qsb + hh * qsh;
+        const float* kr = k + b * ksb + hh * ksh;
+        for (long s = 0; s < m; s++) {
+            const long j = sel[r * m + s];
+            float acc = 0.f;
+            for (long i = j; i < L; i++) {
+                const float z = scale * dot(qr + i * qsl, kr + j * ksl, d);
+                acc += 1.f / (1.f + expf(-z));
+            }
+            y[s] = acc;
+        }
+        float* t = target + r * m * m;
+        for (long a = 0; a < m; a++)
+            for (long c = 0; c < m; c++)
+                t[a * m + c] = ((y[a] > y[c]) + (y[a] >= y[c])) * 0.5f;
+    }
+}
+
+/* The KS ranking loss (`ks_ranking_loss` with KSPattern's `score_at`), forward and backward in
+ * one call each, one thread (a sum over all rows, in a fixed order). Per row r and sampled key s:
+ * x_s = the scorer on inp[r, sel[r, s]] (h1, h2: its ReLU outputs, kept for the backward), then
+ * loss = mean over r, a, b of BCE-with-logits(x_a - x_b, target[r, a, b]) (written as
+ * max(z, 0) - z t + log1p(exp(-|z|)), accumulated in double). The backward adds the scorer's
+ * weight gradients (nn.Linear layouts: gw1 [hid, 2d], gw2 [hid, hid], gw3 [hid]) for an
+ * upstream gradient g; every buffer comes zeroed or is overwritten. */
+void ks_rank_fwd(const float* inp, const long* sel, const float* target, const float* w1,
+                 const float* b1, const float* w2, const float* b2, const float* w3,
+                 const float* b3, float* h1, float* h2, float* x, float* loss, long R, long L,
+                 long d2, long hid, long m) {
+    float out1[1];
+    double acc = 0.0;
+    for (long r = 0; r < R; r++) {
+        for (long s = 0; s < m; s++) {
+            const long rs = r * m + s;
+            const float* in = inp + (r * L + sel[rs]) * d2;
+            ks_layer(in, w1, b1, h1 + rs * hid, d2, hid, 1);
+            ks_layer(h1 + rs * hid, w2, b2, h2 + rs * hid, hid, hid, 1);
+            ks_layer(h2 + rs * hid, w3, b3, out1, hid, 1, 0);
+            x[rs] = out1[0];
+        }
+        const float* xr = x + r * m;
+        const float* t = target + r * m * m;
+        for (long a = 0; a < m; a++)
+            for (long b = 0; b < m; b++) {
+                const float z = xr[a] - xr[b];
+                acc += (double)((z > 0.f ? z : 0.f) - z * t[a * m + b]
+                                + log1pf(expf(-fabsf(z))));
+            }
+    }
+    loss[0] = (float)(acc / (double)(R * m * m > 0 ? R * m * m : 1));
+}
+
+void ks_rank_bwd(const float* inp, const long* sel, const float* target, const float* w2,
+                 const float* w3, const float* h1, const float* h2, const float* x, float g,
+                 float* gw1, float* gb1, float* gw2, float* gb2, float* gw3, float* gb3, long R,
+                 long L, long d2, long hid, long m) {
+    const float unit = g / (float)(R * m * m > 0 ? R * m * m : 1);
+    float dx[m > 0 ? m : 1], dh2[512], dh1[512];
+    for (long r = 0; r < R; r++) {
+        const float* xr = x + r * m;
+        const float* t = target + r * m * m;
+        for (long a = 0; a < m; a++) dx[a] = 0.f;
+        for (long a = 0; a < m; a++)
+            for (long b = 0; b < m; b++) {
+                const float z = xr[a] - xr[b];
+                const float dz = unit * (1.f / (1.f + expf(-z)) - t[a * m + b]);
+                dx[a] += dz;
+                dx[b] -= dz;
+            }
+        for (long s = 0; s < m; s++) {
+            const long rs = r * m + s;
+            const float gx = dx[s];
+            const float* a2 = h2 + rs * hid;
+            const float* a1 = h1 + rs * hid;
+            const float* in = inp + (r * L + sel[rs]) * d2;
+            gb3[0] += gx;
+            for (long o = 0; o < hid; o++) {
+                gw3[o] += gx * a2[o];
+                dh2[o] = a2[o] > 0.f ? gx * w3[o] : 0.f;
+                gb2[o] += dh2[o];
+            }
+            for (long o = 0; o < hid; o++) axpy(gw2 + o * hid, dh2[o], a1, hid);
+            for (long c = 0; c < hid; c++) dh1[c] = 0.f;
+            for (long o = 0; o < hid; o++) axpy(dh1, dh2[o], w2 + o * hid, hid);
+            for (long c = 0; c < hid; c++) dh1[c] = a1[c] > 0.f ? dh1[c] : 0.f;
+            for (long o = 0; o < hid; o++) {
+                gb1[o] += dh1[o];
+                axpy(gw1 + o * d2, dh1[o], in, d2);
+            }
+        }
+    }
+}
+
 /* ---- exported, parallel over rows (rows.h) ---- */
 
 void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* idx, float* out,
@@ -250,4 +499,30 @@ void bucket_window(const long* bq, const long* bk, int* out, long L, long n, lon
                    long rows, long nt) {
     FOR_RANGES(rows, nt)
     bucket_window_range(bq, bk, out, L, n, nbins, R0(rows), R1(rows));
+}
+
+void lsh_window(const float* q, const float* k, const float* planes, int* out, long H, long L,
+                long d, long h, long n, long argmax, long qsb, long qsh, long qsl, long ksb,
+                long ksh, long ksl, long ps, long rows, long nt) {
+    const long nbins = argmax ? h : 1L << h;
+    FOR_RANGES(rows, nt)
+    lsh_window_range(q, k, planes, out, H, L, d, h, n, nbins, (int)argmax, qsb, qsh, qsl, ksb,
+                     ksh, ksl, ps, R0(rows), R1(rows));
+}
+
+void ks_scores(const float* q, const float* k, const float* w1, const float* b1, const float* w2,
+               const float* b2, const float* w3, const float* b3, float* inp, float* scores,
+               int* idx, long H, long L, long d, long hid, long n, long qsb, long qsh, long qsl,
+               long ksb, long ksh, long ksl, long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    ks_scores_range(q, k, w1, b1, w2, b2, w3, b3, inp, scores, idx, H, L, d, hid, n, qsb, qsh,
+                    qsl, ksb, ksh, ksl, R0(rows), R1(rows));
+}
+
+void ks_target(const float* q, const float* k, const long* sel, float* target, float scale,
+               long H, long L, long d, long m, long qsb, long qsh, long qsl, long ksb, long ksh,
+               long ksl, long rows, long nt) {
+    FOR_RANGES(rows, nt)
+    ks_target_range(q, k, sel, target, scale, H, L, d, m, qsb, qsh, qsl, ksb, ksh, ksl,
+                    R0(rows), R1(rows));
 }
