@@ -75,8 +75,8 @@ def _same_config_folder(out: Path, run: Run) -> Path | None:
     if not out.is_dir():
         return None
     want = run.config.to_json()
-    for p in sorted(out.glob(f"*{run.hash}")):
-        if p.name != run.name and p.name.endswith(f"-{run.hash}") and (p / ck.CONFIG).is_file():
+    for p in sorted(out.glob(f"*-{run.hash}")):
+        if p.name != run.name and (p / ck.CONFIG).is_file():
             on_disk = ck.read_json(p / ck.CONFIG, "run config")
             if all(on_disk.get(t) == want.get(t) for t in want):
                 return p
