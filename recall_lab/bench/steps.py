@@ -59,6 +59,11 @@ def _setup(name: str):
     import torch
 
     torch.set_num_threads(1)
+    try:  # as `recall-lab train` and sweep workers do (trees from before it: glibc defaults)
+        from recall_lab.ssm.cpu_malloc import retain_freed_memory
+        retain_freed_memory()
+    except ImportError:
+        pass
     from recall_lab.data import DataSource
     from recall_lab.runs import build_run_model, run_config_from_tables
 
@@ -91,20 +96,20 @@ def _optimizer(model, cfg):
     return opt, lambda: optimizer_step(model, opt, cfg.train.grad_clip)
 
 
-def _case(name: str, steps: int = 20) -> dict:
+def _case(name: str, steps: int = 20, warmup: int = 5) -> dict:
     cfg, model, batches = _setup(name)  # first: it sets the thread count
     from recall_lab.train import objective
 
     opt, finish = _optimizer(model, cfg)
     wall, cpu = [], []
-    for i in range(5 + steps):
+    for i in range(warmup + steps):
         x, y = batches[i % len(batches)]
         t0, c0 = time.perf_counter(), time.process_time()
         loss = objective(model(x), y, cfg.train.alpha)[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         finish()
-        if i >= 5:
+        if i >= warmup:
             wall.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
     return {"wall_ms": statistics.median(wall) * 1e3, "cpu_ms": statistics.median(cpu) * 1e3}
@@ -311,12 +316,14 @@ def _print_compile(table: dict) -> None:
     print(json.dumps(table))
 
 
-def compare(old: str, new: str, reps: int, models: tuple[str, ...]) -> dict:
+def compare(old: str, new: str, reps: int, models: tuple[str, ...], steps: int = 20,
+            warmup: int = 5) -> dict:
     got: dict = {m: {"old": [], "new": []} for m in models}
+    extra = ["--steps", str(steps), "--warmup", str(warmup)]
     for _ in range(reps):
         for m in models:
             for which, tree in (("old", old), ("new", new)):
-                got[m][which].append(_child(tree, m))
+                got[m][which].append(_child(tree, m, extra=extra))
     table = {}
     for m in models:
         row = {}
@@ -343,9 +350,11 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--new", default=".")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per process")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
     args = ap.parse_args(argv)
     if args.case:
-        print(json.dumps(_case(args.case)))
+        print(json.dumps(_case(args.case, args.steps, args.warmup)))
         return
     if args.compile_case:
         print(json.dumps(_compile_case(args.compile_case)))
@@ -363,7 +372,7 @@ def main(argv: list[str]) -> None:
         return
     if not args.old:
         ap.error("--old TREE is required (a checkout of the code to compare with)")
-    table = compare(args.old, args.new, args.reps, models)
+    table = compare(args.old, args.new, args.reps, models, args.steps, args.warmup)
     print(f"{'model':<12} {'old ms':>8} {'new ms':>8} {'old/new':>8}   {'old cpu':>8} "
           f"{'new cpu':>8} {'old/new':>8}")
     for m, r in table.items():

@@ -63,8 +63,10 @@ SIGNATURES: dict[str, list] = {
     "scan_bwd": [_P] * 13 + [_L] * 6 + [_P, _L],
     "ssd_fwd": [_P] * 8 + [_L] * 7 + [_P, _L],
     "ssd_bwd": [_P] * 13 + [_L] * 7 + [_P, _L],
-    "s6f_fwd": [_P, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L, _P, _P, _P] + [_L] * 5 + [_P, _L],
-    "s6f_bwd": [_P, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L] + [_P] * 12 + [_L] * 5 + [_P, _L],
+    "s6f_fwd": [_P, _P, _L, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L, _P, _P, _P] + [_L] * 5
+    + [_P, _L],
+    "s6f_bwd": [_P, _P, _L, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L] + [_P] * 13 + [_L] * 5
+    + [_P, _L],
     "conv_silu_fwd": [_P, _L, _P, _P, _P] + [_L] * 5,
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,

@@ -656,6 +656,11 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
  * What MambaMixer computes around the scan, in one pass per direction, in the layout its
  * projections produce (so no transposes or copies between them and the scan):
  *   delta = softplus(dtr + bias),  h_t = exp(delta_t A) h_{t-1} + delta_t u_t B_t,
+ *   or, with the low-rank dt projection (R > 0): delta = softplus(WT^T dtr + bias), dtr [R]
+ *   per token (a column slice of x_proj's output) and WT [R, D] (dt_proj's weight transposed);
+ *   its gradients then go to gdtr [Bt, L, R] and gWT_part [Bt, R, D] (summed by the caller).
+ *   Why in here: as separate matmuls, [Bt L, R] x [R, D] and its two backward products have
+ *   an output or inner size of R (4 at d_model 64), where BLAS runs at a few GFLOP/s.
  *   y = C_t . h_t + Dskip u_t (+ side_t),   out = y * silu(z_t)  (out = y when z is NULL).
  * The loops run over channels d (contiguous here), the N states as an outer loop, so they
  * vectorise for any N (the per-channel scan above vectorises over N only: at N = 4 a quarter
@@ -666,8 +671,29 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
  * be NULL); side [Bt, L, D] or NULL; last, glast [Bt, D, N] (glast may be NULL);
  * gB, gC [Bt, L, N] contiguous; per-row partial sums gbias_part, gD_part [Bt, D],
  * gAT_part [Bt, N, D] (summed over rows by the caller). Rows [b0, b1) belong to one call.
- * Scratch: forward N D floats; backward (L (N + 2) + N + 4) D floats. */
+ * Scratch: forward N D floats; backward (L (N + 2) + N + 6) D floats. */
 static inline float softplus_t(float x) { return x > 20.f ? x : log1pf(exp_fast(x)); }
+
+/* delta's pre-activation of one token: rt[d] + bias[d], or (R > 0) sum_r rt[r] WT[r, d] + bias[d]
+ * (the sum first, then the bias: the order of the unfused path, dt @ W^T then + bias). */
+static inline void delta_pre(const float* rt, const float* WT, long R, const float* bias,
+                             float* pre, long D) {
+    if (R) {
+        _Pragma("omp simd")
+        for (long d = 0; d < D; d++) pre[d] = rt[0] * WT[d];
+        for (long r = 1; r < R; r++) {
+            const float w = rt[r];
+            const float* Wr = WT + r * D;
+            _Pragma("omp simd")
+            for (long d = 0; d < D; d++) pre[d] += w * Wr[d];
+        }
+        _Pragma("omp simd")
+        for (long d = 0; d < D; d++) pre[d] += bias[d];
+    } else {
+        _Pragma("omp simd")
+        for (long d = 0; d < D; d++) pre[d] = rt[d] + bias[d];
+    }
+}
 
 /* acc += Dskip u + side, each term where present: y before the gate. The branches sit outside
  * the loops: a condition inside an `omp simd` loop becomes masked loads (vmaskmovps), which
@@ -684,13 +710,13 @@ static inline void add_skips(float* acc, const float* Dskip, const float* ut, co
     }
 }
 
-static void s6f_fwd_range(const float* u, const float* dtr, long dts, const float* bias,
-                          const float* AT, const float* Bm, const float* Cm, long bcs,
-                          const float* Dskip, const float* z, long zs, const float* side,
-                          float* out, float* last, long L, long D, long N, long b0, long b1,
-                          float* scratch) {
+static void s6f_fwd_range(const float* u, const float* dtr, long dts, const float* WT, long R,
+                          const float* bias, const float* AT, const float* Bm, const float* Cm,
+                          long bcs, const float* Dskip, const float* z, long zs,
+                          const float* side, float* out, float* last, long L, long D, long N,
+                          long b0, long b1, float* scratch) {
     float* h = scratch; /* [N, D] */
-    float dl[D], du[D], acc[D];
+    float dl[D], du[D], acc[D], pre[D];
     for (long b = b0; b < b1; b++) {
         for (long i = 0; i < N * D; i++) h[i] = 0.f;
         for (long t = 0; t < L; t++) {
@@ -699,9 +725,10 @@ static void s6f_fwd_range(const float* u, const float* dtr, long dts, const floa
             const float* rt = dtr + bt * dts;
             const float* Bt = Bm + bt * bcs;
             const float* Ct = Cm + bt * bcs;
+            delta_pre(rt, WT, R, bias, pre, D);
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
-                dl[d] = softplus_t(rt[d] + bias[d]);
+                dl[d] = softplus_t(pre[d]);
                 du[d] = dl[d] * ut[d];
                 acc[d] = 0.f;
             }
@@ -731,13 +758,13 @@ static void s6f_fwd_range(const float* u, const float* dtr, long dts, const floa
     }
 }
 
-static void s6f_bwd_range(const float* u, const float* dtr, long dts, const float* bias,
-                          const float* AT, const float* Bm, const float* Cm, long bcs,
-                          const float* Dskip, const float* z, long zs, const float* side,
-                          const float* gout, const float* glast, float* gu, float* gdtr,
-                          float* gz, float* gside, float* gB, float* gC, float* gbias_part,
-                          float* gD_part, float* gAT_part, long L, long D, long N, long b0,
-                          long b1, float* scratch) {
+static void s6f_bwd_range(const float* u, const float* dtr, long dts, const float* WT, long R,
+                          const float* bias, const float* AT, const float* Bm, const float* Cm,
+                          long bcs, const float* Dskip, const float* z, long zs,
+                          const float* side, const float* gout, const float* glast, float* gu,
+                          float* gdtr, float* gz, float* gside, float* gB, float* gC,
+                          float* gbias_part, float* gD_part, float* gAT_part, float* gWT_part,
+                          long L, long D, long N, long b0, long b1, float* scratch) {
     float* H = scratch;                /* [L, N, D] states */
     float* DL = H + L * N * D;         /* [L, D] delta */
     float* GY = DL + L * D;            /* [L, D] d loss / d y (before the gate) */
@@ -746,13 +773,17 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
     float* gdl = gdu + D;              /* [D] */
     float* acc = gdl + D;              /* [D] */
     float* zero = acc + D;             /* [D] h_{-1} */
+    float* pre = zero + D;             /* [D] delta before softplus */
+    float* gpre = pre + D;             /* [D] its gradient */
     for (long d = 0; d < D; d++) zero[d] = 0.f;
     for (long b = b0; b < b1; b++) {
         float* gbias = gbias_part + b * D;
         float* gDs = gD_part + b * D;
         float* gAT = gAT_part + b * N * D;
+        float* gWT = R ? gWT_part + b * R * D : NULL;
         for (long d = 0; d < D; d++) gbias[d] = gDs[d] = 0.f;
         for (long i = 0; i < N * D; i++) gAT[i] = 0.f;
+        for (long i = 0; i < R * D; i++) gWT[i] = 0.f;
         /* forward again: states, delta, and the gradient at y (which needs y for the gate) */
         for (long t = 0; t < L; t++) {
             const long bt = b * L + t;
@@ -761,9 +792,10 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
             const float* Bt = Bm + bt * bcs;
             const float* Ct = Cm + bt * bcs;
             float* dl = DL + t * D;
+            delta_pre(rt, WT, R, bias, pre, D);
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
-                dl[d] = softplus_t(rt[d] + bias[d]);
+                dl[d] = softplus_t(pre[d]);
                 acc[d] = 0.f;
             }
             for (long n = 0; n < N; n++) {
@@ -836,14 +868,27 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                 gB[bt * N + n] = gb;
             }
             float* gut = gu + bt * D;
-            float* grt = gdtr + bt * D;
+            delta_pre(rt, WT, R, bias, pre, D);
+            float* grt = R ? gpre : gdtr + bt * D;
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
                 const float gdelta = gdl[d] + gdu[d] * ut[d];
-                const float g = gdelta / (1.f + exp_fast(-(rt[d] + bias[d]))); /* softplus' */
+                const float g = gdelta / (1.f + exp_fast(-pre[d])); /* softplus' */
                 gut[d] = gdu[d] * dl[d];
                 grt[d] = g;
                 gbias[d] += g;
+            }
+            for (long r = 0; r < R; r++) {
+                const float w = rt[r];
+                const float* Wr = WT + r * D;
+                float* gWr = gWT + r * D;
+                float s = 0.f;
+                _Pragma("omp simd reduction(+:s)")
+                for (long d = 0; d < D; d++) {
+                    s += gpre[d] * Wr[d];
+                    gWr[d] += gpre[d] * w;
+                }
+                gdtr[bt * R + r] = s;
             }
             if (Dskip) {
                 _Pragma("omp simd")
@@ -853,25 +898,26 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
     }
 }
 
-void s6f_fwd(const float* u, const float* dtr, long dts, const float* bias, const float* AT,
-             const float* Bm, const float* Cm, long bcs, const float* Dskip, const float* z,
-             long zs, const float* side, float* out, float* last, long L, long D, long N,
-             long rows, long nt, float* scratch, long stride) {
+void s6f_fwd(const float* u, const float* dtr, long dts, const float* WT, long R,
+             const float* bias, const float* AT, const float* Bm, const float* Cm, long bcs,
+             const float* Dskip, const float* z, long zs, const float* side, float* out,
+             float* last, long L, long D, long N, long rows, long nt, float* scratch,
+             long stride) {
     FOR_RANGES(rows, nt)
-    s6f_fwd_range(u, dtr, dts, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, out, last, L, D, N,
-                  R0(rows), R1(rows), scratch + part * stride);
+    s6f_fwd_range(u, dtr, dts, WT, R, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, out, last, L,
+                  D, N, R0(rows), R1(rows), scratch + part * stride);
 }
 
-void s6f_bwd(const float* u, const float* dtr, long dts, const float* bias, const float* AT,
-             const float* Bm, const float* Cm, long bcs, const float* Dskip, const float* z,
-             long zs, const float* side, const float* gout, const float* glast, float* gu,
-             float* gdtr, float* gz, float* gside, float* gB, float* gC, float* gbias_part,
-             float* gD_part, float* gAT_part, long L, long D, long N, long rows, long nt,
-             float* scratch, long stride) {
+void s6f_bwd(const float* u, const float* dtr, long dts, const float* WT, long R,
+             const float* bias, const float* AT, const float* Bm, const float* Cm, long bcs,
+             const float* Dskip, const float* z, long zs, const float* side, const float* gout,
+             const float* glast, float* gu, float* gdtr, float* gz, float* gside, float* gB,
+             float* gC, float* gbias_part, float* gD_part, float* gAT_part, float* gWT_part,
+             long L, long D, long N, long rows, long nt, float* scratch, long stride) {
     FOR_RANGES(rows, nt)
-    s6f_bwd_range(u, dtr, dts, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, gout, glast, gu, gdtr,
-                  gz, gside, gB, gC, gbias_part, gD_part, gAT_part, L, D, N, R0(rows), R1(rows),
-                  scratch + part * stride);
+    s6f_bwd_range(u, dtr, dts, WT, R, bias, AT, Bm, Cm, bcs, Dskip, z, zs, side, gout, glast, gu,
+                  gdtr, gz, gside, gB, gC, gbias_part, gD_part, gAT_part, gWT_part, L, D, N,
+                  R0(rows), R1(rows), scratch + part * stride);
 }
 
 /* exp_fast over an array: only for the test that ties it to expf (tests/ssm/test_ssm_native.py) */

@@ -236,15 +236,16 @@ class MambaMixer(nn.Module):
 
     def _forward_fused(self, xs: Tensor, z: Tensor, A: Tensor, side: Side | None, dtype):
         """The training path on the CPU: the same computation in the projections' own layout
-        [b, l, *] (no transposes or copies), the scan and its element-wise chain (delta bias +
-        softplus, D skip, side, SiLU gate) in one native call each way (native.py). The path
-        below is its reference (tests/ssm/test_ssm_native.py compares the two)."""
+        [b, l, *] (no transposes or copies), the scan and its element-wise chain (dt_proj's
+        low-rank product, delta bias + softplus, D skip, side, SiLU gate) in one native call
+        each way (native.py). The path below is its reference (tests/ssm/test_ssm_native.py
+        compares the two)."""
         xc = native.conv_silu(xs, self.conv1d.weight, self.conv1d.bias)  # [b, l, d]
         dt, B, C = torch.split(self.x_proj(xc), [self.dt_rank, self.d_state, self.d_state],
-                               dim=-1)
-        dt = dt @ self.dt_proj.weight.t()  # [b, l, d], contiguous
+                               dim=-1)  # dt [b, l, r]: dt_proj's product happens in the kernel
         y = native.selective_scan_fused(xc, dt, A, B, C, _fp(self.D), z, _fp(self.dt_proj.bias),
-                                        side=None if side is None else side(xc))
+                                        side=None if side is None else side(xc),
+                                        dt_weight=_fp(self.dt_proj.weight))
         return self.out_proj(y.to(dtype))
 
     def allocate_state(self, batch: int, device=None, dtype=None) -> MixerState:

@@ -139,7 +139,7 @@ def _tokens(t: Tensor) -> tuple[Tensor, int]:
     return t, t.stride(1)
 
 
-def _s6f_prep(u, dtr, bias, A, B, C, D, z, side) -> tuple:
+def _s6f_prep(u, dtr, bias, A, B, C, D, z, side, dtw=None) -> tuple:
     """The fused scan's inputs in the layouts its C code reads, and their token strides."""
     u = u.contiguous()
     dtr, dts = _tokens(dtr)
@@ -150,57 +150,62 @@ def _s6f_prep(u, dtr, bias, A, B, C, D, z, side) -> tuple:
     side = None if side is None else side.contiguous()
     AT = A.t().contiguous()
     bias, D = bias.contiguous(), None if D is None else D.contiguous()
-    return (u, dtr, bias, AT, B, C, D, z, side), (dts, B.stride(1), zs)
+    WT = None if dtw is None else dtw.t().contiguous()  # [r, d]
+    return (u, dtr, bias, AT, B, C, D, z, side, WT), (dts, B.stride(1), zs)
 
 
 def _s6f_fwd(saved: tuple, strides: tuple) -> tuple[Tensor, Tensor]:
     lib = kernels.lib()
-    u, dtr, bias, AT, B, C, D, z, side = saved
+    u, dtr, bias, AT, B, C, D, z, side, WT = saved
     dts, bcs, zs = strides
     b, length, d = u.shape
     n = AT.shape[0]
     out = u.new_empty(b, length, d)
     last = u.new_empty(b, d, n)
     buf = u.new_empty(kernels.ranges(b) * n * d)
-    lib.s6f_fwd(_ptr(u), _ptr(dtr), dts, _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), bcs,
-                _ptr(D), _ptr(z), zs, _ptr(side), _ptr(out), _ptr(last), length, d, n, b,
-                kernels.threads(), buf.data_ptr(), n * d)
+    lib.s6f_fwd(_ptr(u), _ptr(dtr), dts, _ptr(WT), 0 if WT is None else WT.shape[0],
+                _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), bcs, _ptr(D), _ptr(z), zs, _ptr(side),
+                _ptr(out), _ptr(last), length, d, n, b, kernels.threads(), buf.data_ptr(), n * d)
     return out, last
 
 
 def _s6f_bwd(saved: tuple, strides: tuple, gout, glast) -> tuple:
-    """The gradients of (u, dtr, bias, A, B, C, D, z, side); None for an absent input."""
+    """The gradients of (u, dtr, bias, A, B, C, D, z, side, dtw); None for an absent input."""
     lib = kernels.lib()
-    u, dtr, bias, AT, B, C, D, z, side = saved
+    u, dtr, bias, AT, B, C, D, z, side, WT = saved
     dts, bcs, zs = strides
     b, length, d = u.shape
     n = AT.shape[0]
+    r = 0 if WT is None else WT.shape[0]
     gout = torch.zeros_like(u) if gout is None else gout.contiguous()
     glast = None if glast is None else glast.contiguous()
-    gu, gdtr = torch.empty_like(u), torch.empty_like(u)
+    gu, gdtr = torch.empty_like(u), u.new_empty(b, length, r) if r else torch.empty_like(u)
     gz = None if z is None else torch.empty_like(u)
     gside = None if side is None else torch.empty_like(u)
     gB, gC = u.new_empty(b, length, n), u.new_empty(b, length, n)
     gbias, gD, gAT = u.new_empty(b, d), u.new_empty(b, d), u.new_empty(b, n, d)
-    per = (length * (n + 2) + n + 4) * d  # scratch floats per row range (ssm.c)
+    gWT = u.new_empty(b, r, d) if r else None
+    per = (length * (n + 2) + n + 6) * d  # scratch floats per row range (ssm.c)
     buf = u.new_empty(kernels.ranges(b) * per)
-    ptrs = [_ptr(t) for t in (gout, glast, gu, gdtr, gz, gside, gB, gC, gbias, gD, gAT)]
-    lib.s6f_bwd(_ptr(u), _ptr(dtr), dts, _ptr(bias), _ptr(AT), _ptr(B), _ptr(C), bcs,
-                _ptr(D), _ptr(z), zs, _ptr(side), *ptrs, length, d, n, b, kernels.threads(),
-                buf.data_ptr(), per)
+    ptrs = [_ptr(t) for t in (gout, glast, gu, gdtr, gz, gside, gB, gC, gbias, gD, gAT, gWT)]
+    lib.s6f_bwd(_ptr(u), _ptr(dtr), dts, _ptr(WT), r, _ptr(bias), _ptr(AT), _ptr(B), _ptr(C),
+                bcs, _ptr(D), _ptr(z), zs, _ptr(side), *ptrs, length, d, n, b,
+                kernels.threads(), buf.data_ptr(), per)
     return (gu, gdtr, gbias.sum(0), gAT.sum(0).t(), gB, gC,
-            None if D is None else gD.sum(0), gz, gside)
+            None if D is None else gD.sum(0), gz, gside, None if gWT is None else gWT.sum(0).t())
 
 
 class _NativeS6Fused(torch.autograd.Function):
     """out [b, l, d], h_L [b, d, n] of Mamba's scan with its element-wise chain (ssm.c, s6f_*):
     out = (scan(u, softplus(dtr + bias), A, B, C) + D u + side) * silu(z). u [b, l, d]; dtr,
     z [b, l, d] and B, C [b, l, n] with contiguous channels (strided tokens allowed); A [d, n];
-    bias, D [d]; D, z, side optional; all float32."""
+    bias, D [d]; D, z, side optional; all float32. With dtw [d, r] (dt_proj's weight), dtr is
+    the low-rank dt [b, l, r] and delta = softplus(dtr @ dtw.T + bias), the product in the C
+    code too."""
 
     @staticmethod
-    def forward(ctx, u, dtr, bias, A, B, C, D, z, side):
-        saved, strides = _s6f_prep(u, dtr, bias, A, B, C, D, z, side)
+    def forward(ctx, u, dtr, bias, A, B, C, D, z, side, dtw=None):
+        saved, strides = _s6f_prep(u, dtr, bias, A, B, C, D, z, side, dtw)
         ctx.save_for_backward(*saved)
         ctx.strides = strides
         return _s6f_fwd(saved, strides)
@@ -212,30 +217,31 @@ class _NativeS6Fused(torch.autograd.Function):
 
 @torch.library.custom_op("recall_lab::s6f", mutates_args=())
 def _s6f_op(u: Tensor, dtr: Tensor, bias: Tensor, A: Tensor, B: Tensor, C: Tensor,
-            D: Tensor | None, z: Tensor | None, side: Tensor | None) -> tuple[Tensor, Tensor]:
-    return _s6f_fwd(*_s6f_prep(u, dtr, bias, A, B, C, D, z, side))
+            D: Tensor | None, z: Tensor | None, side: Tensor | None,
+            dtw: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    return _s6f_fwd(*_s6f_prep(u, dtr, bias, A, B, C, D, z, side, dtw))
 
 
 @_s6f_op.register_fake
-def _(u, dtr, bias, A, B, C, D, z, side):
+def _(u, dtr, bias, A, B, C, D, z, side, dtw=None):
     b, length, d = u.shape
     return u.new_empty(b, length, d), u.new_empty(b, d, A.shape[1])
 
 
 @torch.library.custom_op("recall_lab::s6f_bwd", mutates_args=())
 def _s6f_bwd_op(u: Tensor, dtr: Tensor, bias: Tensor, A: Tensor, B: Tensor, C: Tensor,
-                D: Tensor | None, z: Tensor | None, side: Tensor | None, gout: Tensor,
-                glast: Tensor | None) -> list[Tensor]:
+                D: Tensor | None, z: Tensor | None, side: Tensor | None, dtw: Tensor | None,
+                gout: Tensor, glast: Tensor | None) -> list[Tensor]:
     # contiguous outputs: inductor lays out what follows by the fake implementation's strides
-    grads = _s6f_bwd(*_s6f_prep(u, dtr, bias, A, B, C, D, z, side), gout, glast)
+    grads = _s6f_bwd(*_s6f_prep(u, dtr, bias, A, B, C, D, z, side, dtw), gout, glast)
     return [u.new_empty(0) if g is None else g.contiguous() for g in grads]
 
 
 @_s6f_bwd_op.register_fake
-def _(u, dtr, bias, A, B, C, D, z, side, gout, glast):
+def _(u, dtr, bias, A, B, C, D, z, side, dtw, gout, glast):
     b, length, d = u.shape
     n = A.shape[1]
-    like = (u, u, bias, A, None, None, D, z, side)
+    like = (u, dtr, bias, A, None, None, D, z, side, dtw)
     grads = [u.new_empty(0) if t is None else t.new_empty(t.shape) for t in like]
     grads[4], grads[5] = u.new_empty(b, length, n), u.new_empty(b, length, n)
     return grads
@@ -512,8 +518,8 @@ def fused_usable(u: Tensor, A: Tensor, *tensors: Tensor | None) -> bool:
 
 def selective_scan_fused(u: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
                          D: Tensor | None, z: Tensor | None, delta_bias: Tensor,
-                         side: Tensor | None = None, return_last_state: bool = False
-                         ) -> Tensor | tuple[Tensor, Tensor]:
+                         side: Tensor | None = None, return_last_state: bool = False,
+                         dt_weight: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
     """MambaMixer's scan and the element-wise chain around it, channels-last, in one native
     call each way: ``(scan(u, softplus(dt + delta_bias), A, B, C) + D u + side) * silu(z)``.
 
@@ -521,6 +527,10 @@ def selective_scan_fused(u: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
     without copies); A: [d, n]; D, delta_bias: [d]. The same as ``selective_scan_ref`` on the
     transposed inputs with delta_softplus (and z=None, side added, then the gate), which is the
     torch reference it is tested against (tests/ssm/test_ssm_native.py). No resets, groups or
-    float64 (`fused_usable`); the mixer takes its other path for those."""
-    y, last = _dispatch(_NativeS6Fused, _s6f_op, u, dt, delta_bias, A, B, C, D, z, side)
+    float64 (`fused_usable`); the mixer takes its other path for those.
+
+    dt_weight [d, r]: dt is then the low-rank dt [b, l, r] (x_proj's first r columns) and the
+    kernel computes ``dt @ dt_weight.T`` itself (ssm.c says why)."""
+    y, last = _dispatch(_NativeS6Fused, _s6f_op, u, dt, delta_bias, A, B, C, D, z, side,
+                        dt_weight)
     return (y, last) if return_last_state else y

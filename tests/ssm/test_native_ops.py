@@ -37,6 +37,12 @@ def _cases():
                _r(gen, b, length, d) if opt else None, _r(gen, b, length, d) if opt else None)
         out.append(("s6f", native._NativeS6Fused, torch.ops.recall_lab.s6f.default, s6f,
                     (_r(gen, b, length, d), _r(gen, b, d, n))))
+    r = 3  # the low-rank dt with dt_proj's weight
+    s6f = (_r(gen, b, length, d), _r(gen, b, length, r), _r(gen, d, scale=0.5), A,
+           _r(gen, b, length, n), _r(gen, b, length, n), _r(gen, d), _r(gen, b, length, d), None,
+           _r(gen, d, r))
+    out.append(("s6f", native._NativeS6Fused, torch.ops.recall_lab.s6f.default, s6f,
+                (_r(gen, b, length, d), _r(gen, b, d, n))))
     h, p, g = 2, 4, 1
     ssd = (_r(gen, b, length, h, p), _r(gen, b, length, h).abs(), -torch.rand(h, generator=gen),
            _r(gen, b, length, g, n), _r(gen, b, length, g, n))

@@ -211,14 +211,17 @@ def test_a_failed_build_or_the_switch_falls_back_with_a_reason(tmp_path):
     assert out == [backend.TORCH_SCAN, f"disabled by {kernels.ENV_SWITCH}=0"]
 
 
-FUSED_KEYS = ("u", "dt", "A", "B", "C", "D", "z", "bias", "side")
+FUSED_KEYS = ("u", "dt", "A", "B", "C", "D", "z", "bias", "side", "dtw")
 
 
-def _fused_ref(u, dt, A, B, C, D, z, bias, side, return_last_state=True):
-    """The fused op's torch reference: the scan on the transposed inputs, then side and gate."""
+def _fused_ref(u, dt, A, B, C, D, z, bias, side, return_last_state=True, dt_weight=None):
+    """The fused op's torch reference: dt_proj's product (with dt_weight), the scan on the
+    transposed inputs, then side and gate."""
     def t(x):
         return x.transpose(1, 2)
 
+    if dt_weight is not None:
+        dt = dt @ dt_weight.t()
     y, last = selective_scan_ref(t(u), t(dt), A, t(B), t(C), D, delta_bias=bias,
                                  delta_softplus=True, return_last_state=True)
     y = t(y)
@@ -233,8 +236,12 @@ def _run_fused(fn, inp, gy, glast):
     # B, C, z as column slices of one projection, as the mixer passes them (strided tokens)
     b, length, n = leaves["B"].shape
     proj = torch.cat([leaves["B"], leaves["C"]], -1)
-    y, last = fn(leaves["u"], leaves["dt"], leaves["A"], proj[..., :n], proj[..., n:],
-                 leaves["D"], leaves["z"], leaves["bias"], leaves["side"], return_last_state=True)
+    dt = leaves["dt"]
+    if leaves["dtw"] is not None:  # the low-rank dt as a column slice too (x_proj's first r)
+        dt = torch.cat([dt, torch.zeros_like(dt[..., :1])], -1)[..., :-1]
+    y, last = fn(leaves["u"], dt, leaves["A"], proj[..., :n], proj[..., n:],
+                 leaves["D"], leaves["z"], leaves["bias"], leaves["side"], return_last_state=True,
+                 dt_weight=leaves["dtw"])
     torch.autograd.backward([y, last], [gy, glast])
     return [y.detach(), last.detach()] + [None if leaves[k] is None else leaves[k].grad
                                           for k in FUSED_KEYS]
@@ -249,17 +256,21 @@ def _run_fused(fn, inp, gy, glast):
     gated=st.booleans(),
     with_side=st.booleans(),
     with_d=st.booleans(),
+    rank=st.sampled_from([0, 1, 4]),
     seed=st.integers(0, 2**16),
 )
-def test_fused_scan_matches_its_reference(b, d, n, length, gated, with_side, with_d, seed):
+def test_fused_scan_matches_its_reference(b, d, n, length, gated, with_side, with_d, rank,
+                                          seed):
     """values and every gradient of `selective_scan_fused` (float32) against the torch
-    composition in float64; dt large enough to cross softplus's threshold sometimes."""
+    composition in float64; dt large enough to cross softplus's threshold sometimes; with
+    rank > 0 the low-rank dt and dt_proj's weight (the product inside the kernel)."""
     gen = torch.Generator().manual_seed(seed)
 
     def r(*shape, scale=1.0):
         return torch.randn(*shape, generator=gen) * scale
 
-    inp = dict(u=r(b, length, d), dt=r(b, length, d, scale=8.0),
+    dt = r(b, length, rank, scale=4.0) if rank else r(b, length, d, scale=8.0)
+    inp = dict(u=r(b, length, d), dt=dt, dtw=r(d, rank) if rank else None,
                A=-torch.rand(d, n, generator=gen) * 2 - 0.1, B=r(b, length, n),
                C=r(b, length, n), D=r(d) if with_d else None,
                z=r(b, length, d) if gated else None, bias=r(d, scale=0.5),
