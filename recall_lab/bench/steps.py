@@ -1,16 +1,21 @@
 """The capacity experiment's training step, old code against new, side by side in one run.
 
     python recall_lab/bench/steps.py --old /path/to/old/tree [--new .] [--reps 3]
+        [--warmup 5] [--steps 20] [--models a,b,...]
 
 For each of `mamba`, `mamba2`, `transformer`, `mamba+hax`, `mamba2+hax` at the capacity config
 (d_model 64, state 4, k 8, MQAR 8 pairs, batch 32, lr 3e-3), `--reps` rounds, each of which
-starts a fresh process per (model, tree), alternating old and new, with PYTHONPATH set to that
-tree and one torch thread. A child (``--case MODEL``: this file run by path, so it needs only the
-public API that both trees have) trains 5 warm-up steps, then times 20 steps on fixed batches
-and reports their medians: wall ms and CPU ms (process time: what the process computed, without
-the time it waited for a core; on a shared machine its ratios are the steadier ones). The table
-gives the median over rounds and old / new. Only the ratios of one interleaved run mean
-anything on a loaded machine; absolute figures move with the load.
+starts one fresh process per tree (old and new, which goes first alternating), with PYTHONPATH
+set to that tree, one torch thread, and glibc's freed-memory retention as `recall-lab train`
+and sweep workers set it. A child (``--case a,b,...``: this file run by path, so it needs only
+the public API that both trees have) builds every model, trains `--warmup` steps, then
+`--steps` steps on fixed batches, the models' steps interleaved round-robin, and reports their
+medians: wall ms and CPU ms (process time: what the process computed, without the time it
+waited for a core; on a shared machine its ratios are the steadier ones). The table gives the
+median and the minimum over rounds and old / new of each, and each hybrid's speed as a
+fraction of its base's, taken per process (the two were interleaved there) and then the
+median over rounds. Only the ratios of one run mean anything on a shared machine; absolute
+figures move with the load (on this lab's 2-core VM, by +-20% between processes).
 
     python recall_lab/bench/steps.py --compile [--reps 1]
 
@@ -51,6 +56,7 @@ import time
 MODELS = ("mamba", "mamba2", "transformer", "mamba+hax", "mamba2+hax")
 BATCH = 32  # the capacity config's batch: one seed's step
 GROUPS = (2, 4, 8)
+HYBRID_BASE = {"mamba+hax": "mamba", "mamba2+hax": "mamba2"}
 
 
 def _setup(name: str):
@@ -96,23 +102,30 @@ def _optimizer(model, cfg):
     return opt, lambda: optimizer_step(model, opt, cfg.train.grad_clip)
 
 
-def _case(name: str, steps: int = 20, warmup: int = 5) -> dict:
-    cfg, model, batches = _setup(name)  # first: it sets the thread count
+def _case(names: str, steps: int = 20, warmup: int = 5) -> dict:
+    """Per model of the comma-separated `names`: median wall and CPU ms of `steps` steps after
+    `warmup`, the models' steps interleaved (round-robin) in this one process, so that a slower
+    or faster spell of a shared machine falls on all of them alike."""
+    runs = []
+    for name in names.split(","):
+        cfg, model, batches = _setup(name)  # first: it sets the thread count
+        runs.append((name, cfg, model, batches, *_optimizer(model, cfg)))
     from recall_lab.train import objective
 
-    opt, finish = _optimizer(model, cfg)
-    wall, cpu = [], []
+    times: dict = {name: ([], []) for name in names.split(",")}
     for i in range(warmup + steps):
-        x, y = batches[i % len(batches)]
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = objective(model(x), y, cfg.train.alpha)[0]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        finish()
-        if i >= warmup:
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-    return {"wall_ms": statistics.median(wall) * 1e3, "cpu_ms": statistics.median(cpu) * 1e3}
+        for name, cfg, model, batches, opt, finish in runs:
+            x, y = batches[i % len(batches)]
+            t0, c0 = time.perf_counter(), time.process_time()
+            loss = objective(model(x), y, cfg.train.alpha)[0]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            finish()
+            if i >= warmup:
+                times[name][0].append(time.perf_counter() - t0)
+                times[name][1].append(time.process_time() - c0)
+    return {name: {"wall_ms": statistics.median(w) * 1e3, "cpu_ms": statistics.median(c) * 1e3}
+            for name, (w, c) in times.items()}
 
 
 def _cpu_with_children() -> float:
@@ -318,20 +331,37 @@ def _print_compile(table: dict) -> None:
 
 def compare(old: str, new: str, reps: int, models: tuple[str, ...], steps: int = 20,
             warmup: int = 5) -> dict:
-    got: dict = {m: {"old": [], "new": []} for m in models}
+    """Per model: medians over `reps` rounds, each round one fresh process per tree (which goes
+    first alternates) that steps all `models` interleaved (`_case`). Besides old / new, each
+    hybrid's CPU ms over its base's (`ratio_cpu`, the base's speed as a fraction) per process,
+    then the median: both ran in the same process, minutes apart at most."""
+    got: dict = {"old": [], "new": []}
     extra = ["--steps", str(steps), "--warmup", str(warmup)]
-    for _ in range(reps):
-        for m in models:
-            for which, tree in (("old", old), ("new", new)):
-                got[m][which].append(_child(tree, m, extra=extra))
+    for rep in range(reps):
+        order = (("old", old), ("new", new)) if rep % 2 == 0 else (("new", new), ("old", old))
+        for which, tree in order:
+            got[which].append(_child(tree, ",".join(models), extra=extra))
+    return summarise_compare(got, models)
+
+
+def summarise_compare(got: dict, models: tuple[str, ...]) -> dict:
+    """`compare`'s table from its rounds: ``got = {"old"|"new": [{model: {"wall_ms", "cpu_ms"}}
+    per process]}``."""
     table = {}
     for m in models:
         row = {}
         for which in ("old", "new"):
             for key in ("wall_ms", "cpu_ms"):
-                row[f"{which}_{key}"] = statistics.median(r[key] for r in got[m][which])
+                vals = [r[m][key] for r in got[which]]
+                row[f"{which}_{key}"] = statistics.median(vals)
+                row[f"{which}_{key}_min"] = min(vals)
+            base = HYBRID_BASE.get(m)
+            if base in models:
+                row[f"{which}_of_base"] = statistics.median(
+                    r[base]["cpu_ms"] / r[m]["cpu_ms"] for r in got[which])
         row["speedup_wall"] = row["old_wall_ms"] / row["new_wall_ms"]
         row["speedup_cpu"] = row["old_cpu_ms"] / row["new_cpu_ms"]
+        row["speedup_cpu_min"] = row["old_cpu_ms_min"] / row["new_cpu_ms_min"]
         table[m] = row
     return table
 
@@ -374,15 +404,17 @@ def main(argv: list[str]) -> None:
         ap.error("--old TREE is required (a checkout of the code to compare with)")
     table = compare(args.old, args.new, args.reps, models, args.steps, args.warmup)
     print(f"{'model':<12} {'old ms':>8} {'new ms':>8} {'old/new':>8}   {'old cpu':>8} "
-          f"{'new cpu':>8} {'old/new':>8}")
+          f"{'new cpu':>8} {'old/new':>8}   {'min old':>8} {'min new':>8} {'old/new':>8}")
     for m, r in table.items():
         print(f"{m:<12} {r['old_wall_ms']:8.1f} {r['new_wall_ms']:8.1f} {r['speedup_wall']:7.2f}x"
-              f"   {r['old_cpu_ms']:8.1f} {r['new_cpu_ms']:8.1f} {r['speedup_cpu']:7.2f}x")
+              f"   {r['old_cpu_ms']:8.1f} {r['new_cpu_ms']:8.1f} {r['speedup_cpu']:7.2f}x"
+              f"   {r['old_cpu_ms_min']:8.1f} {r['new_cpu_ms_min']:8.1f}"
+              f" {r['speedup_cpu_min']:7.2f}x")
     for side in ("old", "new"):
-        for base, hyb in (("mamba", "mamba+hax"), ("mamba2", "mamba2+hax")):
-            if base in table and hyb in table:
-                ratio = table[base][f"{side}_cpu_ms"] / table[hyb][f"{side}_cpu_ms"]
-                print(f"{side}: {hyb} at {ratio:.2f}x of {base} (cpu ms)")
+        for hyb, base in HYBRID_BASE.items():
+            if f"{side}_of_base" in table.get(hyb, {}):
+                print(f"{side}: {hyb} at {table[hyb][f'{side}_of_base']:.2f}x of {base} "
+                      "(cpu ms, same process, median over rounds)")
     print(json.dumps(table))
 
 

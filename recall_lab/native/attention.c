@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "fastexp.h"
 #include "rows.h" /* FOR_RANGES: the exported entry points run over row ranges */
 
 #define ROW_EMPTY (-1e30f)
@@ -27,38 +28,141 @@ static inline void axpy(float* y, float a, const float* x, long m) {
     for (long c = 0; c < m; c++) y[c] += a * x[c];
 }
 
+/* q . k for the small q/k widths of the hybrids' branches (d = d_state, 4-16): a plain loop.
+ * `dot`'s vector reduction over 4 values was most of the sparse forward's time (its horizontal
+ * sum per listed key); wider d goes to `dot`. */
+static inline float dot_qk(const float* a, const float* b, long m) {
+    if (m > 16) return dot(a, b, m);
+    float acc = 0.f;
+    for (long c = 0; c < m; c++) acc += a[c] * b[c];
+    return acc;
+}
+
+/* The value-width loops (dv = 128 in the lab's hybrids) in GCC/Clang vector types, 32 floats
+ * (four 8-wide registers) per block: several independent accumulators in registers. The
+ * `omp simd` forms above, for a weighted sum of a few rows, kept the output in memory and ran
+ * about 10x slower than this (measured at 32 x 34 queries, 8 slots, dv 128). Portable: the
+ * compiler splits the type where the target's vectors are narrower. */
+typedef float vf8 __attribute__((vector_size(32)));
+
+static inline vf8 ld8(const float* p) {
+    vf8 x;
+    __builtin_memcpy(&x, p, sizeof x);
+    return x;
+}
+
+static inline void st8(float* p, vf8 x) { __builtin_memcpy(p, &x, sizeof x); }
+
+static inline float hsum8(vf8 x) {
+    return ((x[0] + x[4]) + (x[1] + x[5])) + ((x[2] + x[6]) + (x[3] + x[7]));
+}
+
+/* sum_c a[c] b[c] over m (>= 0) values, four partial sums */
+static inline float dot_v(const float* a, const float* b, long m) {
+    vf8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    long c = 0;
+    for (; c + 32 <= m; c += 32) {
+        s0 += ld8(a + c) * ld8(b + c);
+        s1 += ld8(a + c + 8) * ld8(b + c + 8);
+        s2 += ld8(a + c + 16) * ld8(b + c + 16);
+        s3 += ld8(a + c + 24) * ld8(b + c + 24);
+    }
+    for (; c + 8 <= m; c += 8) s0 += ld8(a + c) * ld8(b + c);
+    float acc = hsum8((s0 + s1) + (s2 + s3));
+    for (; c < m; c++) acc += a[c] * b[c];
+    return acc;
+}
+
+/* y += a x over m values */
+static inline void axpy_v(float* y, float a, const float* x, long m) {
+    long c = 0;
+    for (; c + 32 <= m; c += 32) {
+        st8(y + c, ld8(y + c) + a * ld8(x + c));
+        st8(y + c + 8, ld8(y + c + 8) + a * ld8(x + c + 8));
+        st8(y + c + 16, ld8(y + c + 16) + a * ld8(x + c + 16));
+        st8(y + c + 24, ld8(y + c + 24) + a * ld8(x + c + 24));
+    }
+    for (; c + 8 <= m; c += 8) st8(y + c, ld8(y + c) + a * ld8(x + c));
+    for (; c < m; c++) y[c] += a * x[c];
+}
+
+/* o = sum_s p[s] v[js[s]] over nv >= 1 rows of m values (row stride m), in registers per block */
+static inline void weighted_rows(float* o, const float* v, const long* js, const float* p,
+                                 long nv, long m) {
+    long c = 0;
+    for (; c + 32 <= m; c += 32) {
+        const float* r = v + js[0] * m + c;
+        vf8 a0 = p[0] * ld8(r), a1 = p[0] * ld8(r + 8), a2 = p[0] * ld8(r + 16),
+            a3 = p[0] * ld8(r + 24);
+        for (long s = 1; s < nv; s++) {
+            r = v + js[s] * m + c;
+            a0 += p[s] * ld8(r);
+            a1 += p[s] * ld8(r + 8);
+            a2 += p[s] * ld8(r + 16);
+            a3 += p[s] * ld8(r + 24);
+        }
+        st8(o + c, a0);
+        st8(o + c + 8, a1);
+        st8(o + c + 16, a2);
+        st8(o + c + 24, a3);
+    }
+    for (; c + 8 <= m; c += 8) {
+        vf8 a = p[0] * ld8(v + js[0] * m + c);
+        for (long s = 1; s < nv; s++) a += p[s] * ld8(v + js[s] * m + c);
+        st8(o + c, a);
+    }
+    for (; c < m; c++) {
+        float a = p[0] * v[js[0] * m + c];
+        for (long s = 1; s < nv; s++) a += p[s] * v[js[s] * m + c];
+        o[c] = a;
+    }
+}
+
+/* One query's listed keys without the empty slots: their positions and scaled scores, and the
+ * largest score. Returns how many there are. */
+static inline long listed_scores(const float* qi, const float* kr, const int* ii, long n, long d,
+                                 float scale, long* js, float* sc, float* m) {
+    long nv = 0;
+    for (long s = 0; s < n; s++) {
+        if (ii[s] < 0) continue;
+        js[nv] = ii[s];
+        sc[nv] = scale * dot_qk(qi, kr + (long)ii[s] * d, d);
+        *m = nv ? fmaxf(*m, sc[nv]) : sc[nv];
+        nv++;
+    }
+    return nv;
+}
+
+/* exp_fast (fastexp.h) for the probabilities: libm's scalar expf per listed key was most of
+ * this op's time at the lab's small widths (d = 4: the scores cost next to nothing). */
 static void sparse_attn_fwd_range(const float* q, const float* k, const float* v, const int* idx,
                                   float* out, float* lse, float scale, long L, long n, long d,
                                   long dv, long r0, long r1) {
-    float sc[n > 0 ? n : 1];
+    const long nn = n > 0 ? n : 1;
+    float sc[nn];
+    long js[nn];
     for (long r = r0; r < r1; r++) {
         const float* qr = q + r * L * d;
         const float* kr = k + r * L * d;
         const float* vr = v + r * L * dv;
         for (long i = 0; i < L; i++) {
-            const int* ii = idx + (r * L + i) * n;
             float* o = out + (r * L + i) * dv;
             float m = 0.f;
-            long valid = 0;
-            for (long s = 0; s < n; s++) {
-                if (ii[s] < 0) continue;
-                sc[s] = scale * dot(qr + i * d, kr + (long)ii[s] * d, d);
-                m = valid++ ? fmaxf(m, sc[s]) : sc[s];
-            }
-            for (long c = 0; c < dv; c++) o[c] = 0.f;
-            if (!valid) {
+            const long nv = listed_scores(qr + i * d, kr, idx + (r * L + i) * n, n, d, scale,
+                                          js, sc, &m);
+            if (!nv) {
+                for (long c = 0; c < dv; c++) o[c] = 0.f;
                 lse[r * L + i] = ROW_EMPTY;
                 continue;
             }
             float den = 0.f;
-            for (long s = 0; s < n; s++) {
-                if (ii[s] < 0) continue;
-                const float e = expf(sc[s] - m);
-                den += e;
-                axpy(o, e, vr + (long)ii[s] * dv, dv);
+            for (long s = 0; s < nv; s++) {
+                sc[s] = exp_fast(sc[s] - m);
+                den += sc[s];
             }
             const float inv = 1.f / den;
-            for (long c = 0; c < dv; c++) o[c] *= inv;
+            for (long s = 0; s < nv; s++) sc[s] *= inv;
+            weighted_rows(o, vr, js, sc, nv, dv);
             lse[r * L + i] = m + logf(den);
         }
     }
@@ -83,15 +187,15 @@ static void sparse_attn_bwd_range(const float* q, const float* k, const float* v
             for (long c = 0; c < d; c++) dqi[c] = 0.f;
             const float l = lse[r * L + i];
             if (l == ROW_EMPTY) continue;
-            const float delta = dot(doi, out + (r * L + i) * dv, dv);
+            const float delta = dot_v(doi, out + (r * L + i) * dv, dv);
             for (long s = 0; s < n; s++) {
                 const long j = ii[s];
                 if (j < 0) continue;
-                const float p = expf(scale * dot(qi, kr + j * d, d) - l);
-                const float ds = p * (dot(doi, vr + j * dv, dv) - delta) * scale;
+                const float p = exp_fast(scale * dot_qk(qi, kr + j * d, d) - l);
+                const float ds = p * (dot_v(doi, vr + j * dv, dv) - delta) * scale;
                 axpy(dqi, ds, kr + j * d, d);
                 axpy(dkr + j * d, ds, qi, d);
-                axpy(dvr + j * dv, p, doi, dv);
+                axpy_v(dvr + j * dv, p, doi, dv);
             }
         }
     }
@@ -331,11 +435,11 @@ static void ks_prefix(const float* q, double* acc, float* out, long d) {
 #pragma GCC pop_options
 
 /* h[o] = relu(b[o] + w[o, :] . x): one layer of the scorer, nn.Linear's weight layout [out, in]
- * (the same order of sums as the first version of this kernel; `omp simd` dots over the inputs). */
+ * (`dot_qk`: a plain loop at the lab's widths, 2d = 8 inputs and 8 hidden). */
 static inline void ks_layer(const float* x, const float* w, const float* bias, float* h,
                             long in, long out, int relu) {
     for (long o = 0; o < out; o++) {
-        const float a = bias[o] + dot(w + o * in, x, in);
+        const float a = bias[o] + dot_qk(w + o * in, x, in);
         h[o] = relu ? (a > 0.f ? a : 0.f) : a;
     }
 }
@@ -380,7 +484,7 @@ static void ks_target_range(const float* q, const float* k, const long* sel, flo
             const long j = sel[r * m + s];
             float acc = 0.f;
             for (long i = j; i < L; i++) {
-                const float z = scale * dot(qr + i * qsl, kr + j * ksl, d);
+                const float z = scale * dot_qk(qr + i * qsl, kr + j * ksl, d);
                 acc += 1.f / (1.f + expf(-z));
             }
             y[s] = acc;

@@ -36,3 +36,25 @@ def test_summarise_grouped_pairs_rounds():
     rounds["2"]["cpu_ms"].append(5.0)
     with pytest.raises(ValueError):  # rounds must pair up
         steps.summarise_grouped(rounds)
+
+
+def test_summarise_compare_medians_minima_and_hybrid_fraction_per_process():
+    def proc(base, hyb):
+        return {"mamba": {"wall_ms": base, "cpu_ms": base},
+                "mamba+hax": {"wall_ms": hyb, "cpu_ms": hyb}}
+    got = {"old": [proc(20.0, 25.0), proc(30.0, 40.0), proc(10.0, 20.0)],
+           "new": [proc(10.0, 12.0), proc(12.0, 15.0), proc(20.0, 20.0)]}
+    t = steps.summarise_compare(got, ("mamba", "mamba+hax"))
+    assert t["mamba"]["old_cpu_ms"] == 20.0 and t["mamba"]["old_cpu_ms_min"] == 10.0
+    assert t["mamba"]["new_cpu_ms"] == 12.0 and t["mamba"]["speedup_cpu"] == pytest.approx(20 / 12)
+    assert t["mamba"]["speedup_cpu_min"] == pytest.approx(10 / 10)
+    # per process 0.8, 0.75, 0.5 -> median 0.75 (not 20 / 25 from the separate medians)
+    assert t["mamba+hax"]["old_of_base"] == pytest.approx(0.75)
+    assert t["mamba+hax"]["new_of_base"] == pytest.approx(10 / 12)  # of 10/12, 12/15, 20/20
+    assert "old_of_base" not in t["mamba"]
+
+
+def test_case_interleaves_models_in_one_process():
+    out = steps._case("mamba,mamba+hax", steps=1, warmup=1)
+    assert set(out) == {"mamba", "mamba+hax"}
+    assert all(r["cpu_ms"] > 0 and r["wall_ms"] > 0 for r in out.values())
