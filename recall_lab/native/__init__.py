@@ -80,6 +80,7 @@ SIGNATURES: dict[str, list] = {
     "ks_rank_fwd": [_P] * 13 + [_L] * 5,
     "ks_rank_bwd": [_P] * 8 + [ctypes.c_float] + [_P] * 6 + [_L] * 5,
     "exp_fast_array": [_P, _P, _L],
+    "softplus_fast_array": [_P, _P, _L],
 }
 CONSTANTS = ("scan_max_state", "ssd_checkpoint")
 

@@ -563,7 +563,7 @@ static void conv_silu_fwd_range(const float* x, long xs, const float* wT, const 
             float* yt = y + (b * L + t) * C;
             conv_pre_row(x, xs, wT, bias, b, t, L, C, K, yt);
             _Pragma("omp simd")
-            for (long c = 0; c < C; c++) yt[c] = yt[c] / (1.f + expf(-yt[c]));
+            for (long c = 0; c < C; c++) yt[c] = yt[c] / (1.f + exp_fast(-yt[c]));
         }
     }
 }
@@ -583,7 +583,7 @@ static void conv_silu_bwd_range(const float* x, long xs, const float* wT, const 
             conv_pre_row(x, xs, wT, bias, b, t, L, C, K, g);
             _Pragma("omp simd")
             for (long c = 0; c < C; c++) {
-                const float pre = g[c], sg = 1.f / (1.f + expf(-pre));
+                const float pre = g[c], sg = 1.f / (1.f + exp_fast(-pre));
                 g[c] = gyt[c] * sg * (1.f + pre * (1.f - sg));
                 gb[c] += g[c];
             }
@@ -672,7 +672,7 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
  * gB, gC [Bt, L, N] contiguous; per-row partial sums gbias_part, gD_part [Bt, D],
  * gAT_part [Bt, N, D] (summed over rows by the caller). Rows [b0, b1) belong to one call.
  * Scratch: forward N D floats; backward (L (N + 2) + N + 6) D floats. */
-static inline float softplus_t(float x) { return x > 20.f ? x : log1pf(exp_fast(x)); }
+static inline float softplus_t(float x) { return softplus_fast(x); }
 
 /* delta's pre-activation of one token: rt[d] + bias[d], or (R > 0) sum_r rt[r] WT[r, d] + bias[d]
  * (the sum first, then the bias: the order of the unfused path, dt @ W^T then + bias). */
@@ -920,8 +920,14 @@ void s6f_bwd(const float* u, const float* dtr, long dts, const float* WT, long R
                   R0(rows), R1(rows), scratch + part * stride);
 }
 
-/* exp_fast over an array: only for the test that ties it to expf (tests/ssm/test_ssm_native.py) */
+/* exp_fast and softplus_fast over an array: only for the tests that tie them to exp and
+ * softplus (tests/ssm/test_ssm_native.py) */
 void exp_fast_array(const float* x, float* y, long n) {
     _Pragma("omp simd")
     for (long i = 0; i < n; i++) y[i] = exp_fast(x[i]);
+}
+
+void softplus_fast_array(const float* x, float* y, long n) {
+    _Pragma("omp simd")
+    for (long i = 0; i < n; i++) y[i] = softplus_fast(x[i]);
 }

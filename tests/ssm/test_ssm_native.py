@@ -344,3 +344,17 @@ def test_exp_fast_matches_expf_within_a_few_ulp():
     assert err.max().item() <= 3.0, f"max error {err.max().item():.2f} ulp"
     assert torch.all(y[~normal] == 0)
     assert y[x == 0].eq(1.0).all()
+
+
+def test_softplus_fast_matches_softplus_within_a_few_ulp():
+    """The kernels' inlined softplus (native/fastexp.h) against torch's softplus in float64:
+    within 4 float32 ulp of the value (relative, so tiny outputs far left are checked too), and
+    x itself above torch's threshold of 20."""
+    x = torch.cat([torch.linspace(-87.0, 30.0, 200_001), torch.tensor([0.0, -0.0, 20.0, 20.001]),
+                   torch.randn(10_000) * 8]).float().contiguous()
+    y = torch.empty_like(x)
+    kernels.lib().softplus_fast_array(x.data_ptr(), y.data_ptr(), x.numel())
+    want = F.softplus(x.double())
+    err = (y.double() - want).abs() / (torch.finfo(torch.float32).eps * want)
+    assert err.max().item() <= 4.0, f"max error {err.max().item():.2f} ulp at x = {x[err.argmax()]}"
+    assert torch.equal(y[x > 20], x[x > 20])
