@@ -85,9 +85,14 @@ def register(folder: Path, expects: list[dict], source: Path | None = None) -> s
     return reg_id
 
 
-def status(spec: dict, run_regs: list[str | None], registry: dict) -> dict:
+def status(spec: dict, run_regs: list[str | None], registry: dict,
+           launched: list[str | None] | None = None) -> dict:
     """Pre-registration status of one claim given the registration ids its rows' finished runs
-    were launched under. Returns {"status", "text", "first_registered", "changed"}."""
+    were launched under, and when each was launched (ISO UTC, as `sweep` records it; None where
+    not recorded). A run counts as covered when its registration holds the claim, or when it was
+    launched after the claim was first registered: a run of another experiment that the claim
+    compares with carries that experiment's registration, which cannot hold the claim.
+    Returns {"status", "text", "first_registered", "changed"}."""
     h = claim_hash(spec)
     regs = {r["id"]: r for r in registry.get("registrations", [])}
     holding = [r for r in registry.get("registrations", [])
@@ -98,9 +103,16 @@ def status(spec: dict, run_regs: list[str | None], registry: dict) -> dict:
                   for r in registry.get("registrations", []) for c in r.get("claims", [])
                   if text is not None)
     n = len(run_regs)
-    unknown = sum(1 for r in run_regs if r is None or r not in regs)
-    after = sum(1 for r in run_regs if r in regs
-                and not any(c["sha256"] == h for c in regs[r].get("claims", [])))
+    when = list(launched) if launched is not None else [None] * n
+
+    def covered(reg: str | None, at: str | None) -> bool:
+        if reg in regs and any(c["sha256"] == h for c in regs[reg].get("claims", [])):
+            return True
+        return first is not None and at is not None and at >= first["time"]
+
+    open_runs = [r for r, at in zip(run_regs, when, strict=True) if not covered(r, at)]
+    unknown = sum(1 for r in open_runs if r is None or r not in regs)
+    after = len(open_runs) - unknown
     if n == 0:
         st, msg = "no runs", "no finished run of its rows"
     elif unknown == n:

@@ -380,9 +380,12 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         old = read_index(folder) or {}
         launched_under = {e.get("name"): e.get("registration") for e in old.get("runs", [])
                           if isinstance(e, dict)}
+        launched_at = {e.get("name"): e.get("launched") for e in old.get("runs", [])
+                       if isinstance(e, dict)}
         for i, job in enumerate(jobs):  # runs renamed by a grid edit move to their new name
             if job.folder.name != job.run.name:
                 launched_under[job.run.name] = launched_under.get(job.folder.name)
+                launched_at[job.run.name] = launched_at.get(job.folder.name)
                 job.folder.rename(folder / job.run.name)
                 jobs[i] = Job(job.run, folder / job.run.name, job.action)
         # claims first: recorded (when they changed) before any run of this sweep starts, and
@@ -395,6 +398,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
                 summary = ck.read_json(job.folder / ck.SUMMARY, "run summary")
                 entries[job.run.name] = _finished_entry(_entry(job, "done"), summary)
                 entries[job.run.name]["registration"] = launched_under.get(job.run.name)
+                entries[job.run.name]["launched"] = launched_at.get(job.run.name)
             else:
                 entries[job.run.name] = _entry(job, "pending")
         index = {"experiment": exp.name, "source": str(exp.source) if exp.source else None,
@@ -413,11 +417,14 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
                      "resume": j.action == "resume", "threads": threads, "log": list(log)}
                     for j in todo]
         by_name = {j.run.name: j for j in todo}
+        now = _now()
         for j in todo:
             entries[j.run.name]["status"] = "running"
-            # a resumed run keeps the claims it was first launched under
-            entries[j.run.name]["registration"] = (launched_under.get(j.run.name)
-                                                   if j.action == "resume" else reg_id)
+            # a resumed run keeps the claims it was first launched under, and its launch time
+            resumed = j.action == "resume"
+            entries[j.run.name]["registration"] = (launched_under.get(j.run.name) if resumed
+                                                   else reg_id)
+            entries[j.run.name]["launched"] = launched_at.get(j.run.name) if resumed else now
         if todo:
             save()
 
@@ -427,7 +434,8 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             results.append(result)
             job = by_name[result["name"]]
             base = {**_entry(job, result["status"]),
-                    "registration": entries[job.run.name].get("registration")}
+                    "registration": entries[job.run.name].get("registration"),
+                    "launched": entries[job.run.name].get("launched")}
             if result["status"] == "done":
                 entries[job.run.name] = _finished_entry(base, result["summary"])
             else:

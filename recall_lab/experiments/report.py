@@ -63,6 +63,7 @@ class RunRecord:
     summary: dict | None = None
     error: str | None = None
     registration: str | None = None  # the claims in force when the sweep launched it
+    launched: str | None = None  # when the sweep launched it (ISO UTC), where recorded
 
     def metric(self, path: str) -> float | None:
         node: Any = self.summary
@@ -132,7 +133,8 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
                 status = "done" if summary else ("failed" if e.get("status") == "failed"
                                                  else "missing")
                 runs.append(RunRecord(e["name"], folder, status, _flat_config(e["config"]),
-                                      summary, e.get("error"), e.get("registration")))
+                                      summary, e.get("error"), e.get("registration"),
+                                      e.get("launched")))
             continue
         folders = [d] if (d / ck.CONFIG).is_file() else sorted(
             p for p in d.iterdir() if (p / ck.CONFIG).is_file())
@@ -429,11 +431,13 @@ def check_expectations(groups: list[Group], expects: list[dict],
             ok, verdict, detail = False, "open", f"cannot check yet: {exc}"
         except (RecallLabError, KeyError, TypeError, ValueError) as exc:
             ok, verdict, detail = False, "fail", f"cannot check: {exc}"
-        launched = [r.registration for g in used for r in g.runs if r.status == "done"]
+        done = [r for g in used for r in g.runs if r.status == "done"]
         results.append({"claim": claim, "ok": bool(ok and verdict == "pass"),
                         "verdict": verdict, "detail": detail,
                         "stat": e.get("stat", "mean"),
-                        "registered": prereg.status(e, launched, registry or {})})
+                        "registered": prereg.status(e, [r.registration for r in done],
+                                                    registry or {},
+                                                    [r.launched for r in done])})
     return results
 
 

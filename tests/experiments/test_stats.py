@@ -190,6 +190,29 @@ def test_registry_status_by_hand(tmp_path):
     assert claims.status(edited, [second], registry)["status"] == "pre-registered"
 
 
+def test_status_of_runs_launched_under_another_experiments_claims(tmp_path):
+    """A claim that compares with another experiment's runs (ks-oracle against capacity): those
+    runs carry the other registry's id. One launched after the claim's first registration (its
+    sweep recorded when) counts as covered; one with no launch time, or launched before, does
+    not."""
+    spec = {"claim": "oracle beats hax", "a": {"model.name": "oracle"}}
+    for name in ("own", "other"):
+        (tmp_path / name).mkdir()
+    own = claims.register(tmp_path / "own", [spec])
+    other = claims.register(tmp_path / "other", [{"claim": "something else"}])
+    registry = claims.read_registry(tmp_path / "own")
+    registry["registrations"] += claims.read_registry(tmp_path / "other")["registrations"]
+    fixed = registry["registrations"][0]["time"]
+    before, after = "2000-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"
+    assert before < fixed < after
+    st = claims.status(spec, [own, other, other], registry, launched=[after, after, after])
+    assert st["status"] == "pre-registered" and "all 3 runs" in st["text"]
+    st = claims.status(spec, [own, other, other], registry, launched=[after, None, before])
+    assert st["status"] == "after runs" and "2 of its 3" in st["text"]
+    st = claims.status(spec, [own, other], registry)  # no launch times: as before
+    assert st["status"] == "after runs" and "1 of its 2" in st["text"]
+
+
 def test_sweep_registers_claims_before_its_runs(tmp_path, tiny):
     tiny["grid"] = {"train.seed": [0, 1]}
     tiny["report"] = {"expect": [{"claim": "mamba learns something", "a": {},
@@ -201,6 +224,8 @@ def test_sweep_registers_claims_before_its_runs(tmp_path, tiny):
     (reg,) = registry["registrations"]
     index = read_index(folder)
     assert {e["registration"] for e in index["runs"]} == {reg["id"]}
+    # each run's launch time is recorded, and is not before the claims were
+    assert all(e["launched"] >= reg["time"] for e in index["runs"])
     assert reg["claims"][0]["claim"] == "mamba learns something"
     # the registration is older than every run's files
     first = min(p.stat().st_mtime for p in folder.rglob(ck.CONFIG))
