@@ -345,7 +345,7 @@ def sparse_attention(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float 
     b, h, length, _ = q.shape
     # by hand: torch.broadcast_shapes took 20-40 us a call, a tenth of the native op at the
     # hybrids' sizes
-    if any(got not in (1, want) for got, want in zip(idx.shape[:3], (b, h, length))):
+    if any(got not in (1, want) for got, want in zip(idx.shape[:3], (b, h, length), strict=True)):
         raise RecallLabError(f"idx of shape {tuple(idx.shape)} does not broadcast to "
                              f"[{b}, {h}, {length}, n]")
     if idx.shape[2] != length:
