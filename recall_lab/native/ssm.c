@@ -672,8 +672,6 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
  * gB, gC [Bt, L, N] contiguous; per-row partial sums gbias_part, gD_part [Bt, D],
  * gAT_part [Bt, N, D] (summed over rows by the caller). Rows [b0, b1) belong to one call.
  * Scratch: forward N D floats; backward (L (N + 2) + N + 6) D floats. */
-static inline float softplus_t(float x) { return softplus_fast(x); }
-
 /* delta's pre-activation of one token: rt[d] + bias[d], or (R > 0) sum_r rt[r] WT[r, d] + bias[d]
  * (the sum first, then the bias: the order of the unfused path, dt @ W^T then + bias). */
 static inline void delta_pre(const float* rt, const float* WT, long R, const float* bias,
@@ -728,7 +726,7 @@ static void s6f_fwd_range(const float* u, const float* dtr, long dts, const floa
             delta_pre(rt, WT, R, bias, pre, D);
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
-                dl[d] = softplus_t(pre[d]);
+                dl[d] = softplus_fast(pre[d]);
                 du[d] = dl[d] * ut[d];
                 acc[d] = 0.f;
             }
@@ -795,7 +793,7 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
             delta_pre(rt, WT, R, bias, pre, D);
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
-                dl[d] = softplus_t(pre[d]);
+                dl[d] = softplus_fast(pre[d]);
                 acc[d] = 0.f;
             }
             for (long n = 0; n < N; n++) {
