@@ -333,8 +333,8 @@ def compare(old: str, new: str, reps: int, models: tuple[str, ...], steps: int =
             warmup: int = 5) -> dict:
     """Per model: medians over `reps` rounds, each round one fresh process per tree (which goes
     first alternates) that steps all `models` interleaved (`_case`). Besides old / new, each
-    hybrid's CPU ms over its base's (`ratio_cpu`, the base's speed as a fraction) per process,
-    then the median: both ran in the same process, minutes apart at most."""
+    hybrid's speed as a fraction of its base's (`old_of_base`, `new_of_base`: the base's CPU ms
+    over the hybrid's) per process, then the median: the two were interleaved there."""
     got: dict = {"old": [], "new": []}
     extra = ["--steps", str(steps), "--warmup", str(warmup)]
     for rep in range(reps):

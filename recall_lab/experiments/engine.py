@@ -417,7 +417,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
                      "resume": j.action == "resume", "threads": threads, "log": list(log)}
                     for j in todo]
         by_name = {j.run.name: j for j in todo}
-        now = _now()
+        now = _now()  # every run's launch time: the sweep's start, a lower bound
         for j in todo:
             entries[j.run.name]["status"] = "running"
             # a resumed run keeps the claims it was first launched under, and its launch time
