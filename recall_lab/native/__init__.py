@@ -151,9 +151,17 @@ def load() -> tuple[ctypes.CDLL | None, str]:
     return lib, f"ok ({target})"
 
 
+def _constant_under_compile(fn):
+    """What `torch.compiler.assume_constant_result` does (it sets this one attribute; a test ties
+    the two), without its import of torch._dynamo: about 2.5 s in every process that loads the
+    kernels, most of them never compiling anything."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 # The usability checks of the fast paths call these two; under torch.compile dynamo would trace
 # into `load` (file checks, a subprocess) and break the graph, so it takes them as constants.
-@torch.compiler.assume_constant_result
+@_constant_under_compile
 def available() -> bool:
     return load()[0] is not None
 
@@ -166,7 +174,7 @@ def lib() -> ctypes.CDLL:
     return loaded
 
 
-@torch.compiler.assume_constant_result
+@_constant_under_compile
 def constant(name: str) -> int:
     return int(getattr(lib(), name)())
 

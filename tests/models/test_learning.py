@@ -62,7 +62,8 @@ def test_model_learns_small_recall(tmp_path, name, steps, threshold, kw):
 
 @pytest.mark.slow
 def test_round_one_init_stays_on_the_plateau(tmp_path):
-    # measured: round one's init sat at 0.47 from step 250 to 3000 on this task (batch 64)
-    acc = _test_acc(tmp_path, "transformer", MQAR_4_8, 500, d_model=64, batch=64,
+    # measured: round one's init sat at 0.47 from step 250 to 3000 on this task (batch 64); with
+    # this 300-step budget it ends at test 0.460, and today's init at 0.999 (2026-11-26)
+    acc = _test_acc(tmp_path, "transformer", MQAR_4_8, 300, d_model=64, batch=64,
                     **ROUND_ONE_INIT)
     assert acc < 0.7

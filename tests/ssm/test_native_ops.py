@@ -114,3 +114,19 @@ def test_compiled_mixer_has_no_graph_break_and_matches_eager(cls, kw):
     compiled = torch.compile(mixer, dynamic=False)
     for a, w in zip(grads(compiled), grads(mixer), strict=True):
         torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
+
+
+def test_constant_marks_equal_torch_compilers_and_loading_imports_no_dynamo():
+    """`available` and `constant` carry what `torch.compiler.assume_constant_result` would set
+    (so a compiled model takes them as constants: the graph-break test above), but importing the
+    kernels does not import torch._dynamo, which costs seconds in every CLI process."""
+    import subprocess
+    import sys
+
+    reference = vars(torch.compiler.assume_constant_result(lambda: 0))
+    assert reference and {k: vars(kernels.available).get(k) for k in reference} == reference
+    assert {k: vars(kernels.constant).get(k) for k in reference} == reference
+    code = ("import sys, recall_lab.native as k; k.available(); "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
