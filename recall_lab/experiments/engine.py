@@ -397,10 +397,10 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             if job.action == "skip":
                 summary = ck.read_json(job.folder / ck.SUMMARY, "run summary")
                 entries[job.run.name] = _finished_entry(_entry(job, "done"), summary)
-                entries[job.run.name]["registration"] = launched_under.get(job.run.name)
-                entries[job.run.name]["launched"] = launched_at.get(job.run.name)
-            else:
+            else:  # one an earlier sweep launched keeps that record until it is resumed
                 entries[job.run.name] = _entry(job, "pending")
+            entries[job.run.name]["registration"] = launched_under.get(job.run.name)
+            entries[job.run.name]["launched"] = launched_at.get(job.run.name)
         index = {"experiment": exp.name, "source": str(exp.source) if exp.source else None,
                  "axes": exp.axes, "report": exp.report, "reference": exp.reference,
                  "updated": _now(), "runs": list(entries.values())}

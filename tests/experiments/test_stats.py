@@ -213,6 +213,27 @@ def test_status_of_runs_launched_under_another_experiments_claims(tmp_path):
     assert st["status"] == "after runs" and "1 of its 2" in st["text"]
 
 
+def test_an_unfinished_run_passed_over_keeps_its_launch_record(tmp_path, tiny):
+    """A run launched by one sweep and left unfinished keeps the claims it was launched under and
+    its launch time through a later sweep that does not run it (here `--only` leaves it), so the
+    sweep that finally resumes it still knows them (capacity lost two runs' records that way)."""
+    from recall_lab.experiments.grid import parse_only
+
+    tiny["grid"] = {"train.seed": [0, 1]}
+    tiny["report"] = {"expect": [{"claim": "c", "a": {}, "value": 0.0}]}
+    exp = expand(tiny, "x")
+    folder = tmp_path / exp.name
+    run_sweep(exp, tmp_path)
+    seed1 = next(r.name for r in exp.runs if r.config.train.seed == 1)
+    (folder / seed1 / ck.SUMMARY).unlink()  # as if its sweep had been killed mid-run
+    first = {e["name"]: e for e in read_index(folder)["runs"]}[seed1]
+    assert first["registration"] and first["launched"]
+    run_sweep(exp, tmp_path, only=parse_only(["train.seed=0"]))
+    left = {e["name"]: e for e in read_index(folder)["runs"]}[seed1]
+    assert left["status"] == "pending"
+    assert (left["registration"], left["launched"]) == (first["registration"], first["launched"])
+
+
 def test_sweep_registers_claims_before_its_runs(tmp_path, tiny):
     tiny["grid"] = {"train.seed": [0, 1]}
     tiny["report"] = {"expect": [{"claim": "mamba learns something", "a": {},
