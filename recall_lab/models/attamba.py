@@ -34,7 +34,7 @@ from recall_lab.attention.decode import attend
 from recall_lab.config import AttambaConfig, ModelConfig
 from recall_lab.models.hybrid import SparseBranch
 from recall_lab.models.layers import SwiGLU, rope
-from recall_lab.ssm import Mamba2Mixer, selective_scan
+from recall_lab.ssm import Mamba2Mixer, RMSNorm, selective_scan
 from recall_lab.ssm.mixers import dt_bias_init
 
 
@@ -146,9 +146,9 @@ class AttambaBlock(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
-        self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm1 = RMSNorm(cfg.d_model, eps=1e-5)
         self.attn = AttambaAttention(cfg, layer)
-        self.norm2 = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm2 = RMSNorm(cfg.d_model, eps=1e-5)
         self.mlp = SwiGLU(cfg.d_model, cfg.mlp_mult)
 
     def forward(self, x: Tensor, aux: list, params: list | None) -> Tensor:

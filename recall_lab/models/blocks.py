@@ -23,7 +23,7 @@ from recall_lab.models.layers import (
     SlidingWindowAttention,
     SwiGLU,
 )
-from recall_lab.ssm import Mamba2Mixer, MambaMixer
+from recall_lab.ssm import Mamba2Mixer, MambaMixer, RMSNorm
 
 
 @dataclass
@@ -64,7 +64,7 @@ class SSMCache:
 class SSMBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, with_branch: bool = True, layer: int = 0) -> None:
         super().__init__()
-        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm = RMSNorm(cfg.d_model, eps=1e-5)
         self.mixer = _mixer(cfg, cfg.d_model)
         self.branch = None
         if with_branch and cfg.pattern == "attamba":  # per-layer chunk offsets (lab hybrid)
@@ -133,7 +133,7 @@ class SSMBlock(nn.Module):
 class MLPBlock(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm = RMSNorm(cfg.d_model, eps=1e-5)
         self.mlp = SwiGLU(cfg.d_model, cfg.mlp_mult)
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
@@ -150,7 +150,7 @@ class AttentionBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, window: int | None, attn: nn.Module | None = None
                  ) -> None:
         super().__init__()
-        self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm1 = RMSNorm(cfg.d_model, eps=1e-5)
         self.attn = attn or (
             CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
             else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)

@@ -20,6 +20,7 @@ from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.blocks import LMOutput
 from recall_lab.models.decimation import decimated_forward
 from recall_lab.models.decode import DecodeCache, allocate_cache, step
+from recall_lab.ssm import RMSNorm
 
 
 class RecallLM(nn.Module):
@@ -47,7 +48,7 @@ class RecallLM(nn.Module):
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(ARCH_TABLE[cfg.arch].blocks(cfg))
-        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm = RMSNorm(cfg.d_model, eps=1e-5)
         # DeciMamba; may be replaced on a built model for zero-shot evaluation (`--decimate`)
         self.decimation = cfg.decimation
         self.lm_head = (

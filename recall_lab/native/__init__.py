@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c", "norm.c"))
 # hashed with the sources
 HEADERS = tuple(Path(__file__).with_name(name) for name in ("rows.h", "fastexp.h"))
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
@@ -68,6 +68,8 @@ SIGNATURES: dict[str, list] = {
     "s6f_bwd": [_P, _P, _L, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L] + [_P] * 13 + [_L] * 5
     + [_P, _L],
     "conv_silu_fwd": [_P, _L, _P, _P, _P] + [_L] * 5,
+    "norm_fwd": [_P, _P, _L, _P, _P, _P, _L, _L, _L, ctypes.c_float, _L, _L],
+    "norm_bwd": [_P, _P, _L] + [_P] * 6 + [_L] * 5,
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 6,
     "sparse_attn_bwd": [_P] * 10 + [ctypes.c_float] + [_L] * 6,

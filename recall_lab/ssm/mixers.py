@@ -30,6 +30,7 @@ from generators.errors import RecallLabError
 from recall_lab.ssm import native
 from recall_lab.ssm.backend import selective_scan, ssd
 from recall_lab.ssm.decimation import Decimate, decimate_indices, decimation_scores
+from recall_lab.ssm.norm import GatedRMSNorm
 from recall_lab.ssm.reference import reset_mask, selective_scan_ref, ssd_ref
 from recall_lab.ssm.scan import selective_scan_torch
 from recall_lab.ssm.ssd import ssd_torch
@@ -274,25 +275,6 @@ class MambaMixer(nn.Module):
             y = y + side(xc)
         y = y * F.silu(z)
         return self.out_proj(y), MixerState(conv=conv, ssm=h)
-
-
-class GatedRMSNorm(nn.Module):
-    """RMSNorm(y * silu(z)) per channel group, times a weight (Mamba2, norm_before_gate=False)."""
-
-    def __init__(self, d: int, group_size: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        if d % group_size:
-            raise RecallLabError(f"norm group size {group_size} does not divide {d}")
-        self.group_size = group_size
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, y: Tensor, z: Tensor) -> Tensor:
-        y = y * F.silu(z)
-        shape = y.shape
-        yg = y.reshape(*shape[:-1], shape[-1] // self.group_size, self.group_size)
-        yg = yg * torch.rsqrt(yg.pow(2).mean(-1, keepdim=True) + self.eps)
-        return yg.reshape(shape) * self.weight
 
 
 class Mamba2Mixer(nn.Module):

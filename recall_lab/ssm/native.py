@@ -131,7 +131,7 @@ def _scan_grad(ctx, gy, glast):
 _scan_op.register_autograd(_scan_grad, setup_context=_scan_setup)
 
 
-def _tokens(t: Tensor) -> tuple[Tensor, int]:
+def token_layout(t: Tensor) -> tuple[Tensor, int]:
     """(t, its token stride) for a [b, l, c] tensor with contiguous channels and rows (a column
     slice of a projection's output qualifies as is); a copy only when it does not."""
     if t.stride(2) != 1 or t.stride(0) != t.shape[1] * t.stride(1):
@@ -142,11 +142,11 @@ def _tokens(t: Tensor) -> tuple[Tensor, int]:
 def _s6f_prep(u, dtr, bias, A, B, C, D, z, side, dtw=None) -> tuple:
     """The fused scan's inputs in the layouts its C code reads, and their token strides."""
     u = u.contiguous()
-    dtr, dts = _tokens(dtr)
-    B, C = _tokens(B)[0], _tokens(C)[0]
+    dtr, dts = token_layout(dtr)
+    B, C = token_layout(B)[0], token_layout(C)[0]
     if B.stride(1) != C.stride(1):
         B, C = B.contiguous(), C.contiguous()
-    z, zs = (None, 0) if z is None else _tokens(z)
+    z, zs = (None, 0) if z is None else token_layout(z)
     side = None if side is None else side.contiguous()
     AT = A.t().contiguous()
     bias, D = bias.contiguous(), None if D is None else D.contiguous()
