@@ -128,7 +128,7 @@ def _case(kind: str, impl: str, b: int, length: int, reps: int) -> dict:
     torch.set_num_threads(THREADS)
     from torch import nn
 
-    from recall_lab.ssm import Mamba2Mixer, MambaMixer, scan_backend
+    from recall_lab.ssm import Mamba2Mixer, MambaMixer, RMSNorm, scan_backend
     from recall_lab.ssm.cpu_malloc import retain_freed_memory
 
     retained = retain_freed_memory() if impl != "ours-malloc" else False
@@ -146,7 +146,9 @@ def _case(kind: str, impl: str, b: int, length: int, reps: int) -> dict:
         cls = MambaMixer if family == "mamba" else Mamba2Mixer
         scan_impl = {"ref": "ref", "ours-torch": "torch"}.get(impl, "auto")
         blocks = nn.ModuleList([cls(**cfg, scan_impl=scan_impl) for _ in range(2)])
-        norms = nn.ModuleList([nn.RMSNorm(cfg["d_model"]) for _ in range(2)])
+        # the lab's norm (native kernel) with its mixers; torch's with the torch/ref paths
+        norm_cls = RMSNorm if scan_impl == "auto" else nn.RMSNorm
+        norms = nn.ModuleList([norm_cls(cfg["d_model"]) for _ in range(2)])
         params = list(blocks.parameters()) + list(norms.parameters())
         op = "selective_scan" if family == "mamba" else "ssd"
         info["backend"] = {"ref": "reference", "ours-torch": "torch-chunked"}.get(

@@ -68,6 +68,8 @@ SIGNATURES: dict[str, list] = {
     "s6f_bwd": [_P, _P, _L, _P, _L, _P, _P, _P, _P, _L, _P, _P, _L] + [_P] * 13 + [_L] * 5
     + [_P, _L],
     "conv_silu_fwd": [_P, _L, _P, _P, _P] + [_L] * 5,
+    "ssdf_fwd": [_P, _L, _P, _L, _P, _P, _P, _P] + [_L] * 7 + [_P, _L],
+    "ssdf_bwd": [_P, _L, _P, _L] + [_P] * 8 + [_L] * 7 + [_P, _L],
     "norm_fwd": [_P, _P, _L, _P, _P, _P, _L, _L, _L, ctypes.c_float, _L, _L],
     "norm_bwd": [_P, _P, _L] + [_P] * 6 + [_L] * 5,
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
@@ -84,7 +86,7 @@ SIGNATURES: dict[str, list] = {
     "exp_fast_array": [_P, _P, _L],
     "softplus_fast_array": [_P, _P, _L],
 }
-CONSTANTS = ("scan_max_state", "ssd_checkpoint")
+CONSTANTS = ("scan_max_state", "ssd_checkpoint", "ssd_channels_below")
 
 
 def cache_dir() -> Path:

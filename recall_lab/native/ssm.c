@@ -507,6 +507,183 @@ static void ssd_bwd_heads(const float* x, const float* dt, const float* A, const
 #undef SSD_BWD_ARGS
 }
 
+/* ---- Mamba2 (SSD) fused with the mixer's element-wise chain, channels-last (N < 16) ----
+ * What Mamba2Mixer computes around the SSD, in the layouts its conv produces, so that no
+ * slice is copied and no gradient concatenated:
+ *   dt = softplus(dtr + bias) per token and head,  the SSD above (channels-last, no resets),
+ *   y = S_t C_t + Dskip_h x_t.
+ * x, B, C are column slices of one [Bt, L, W] buffer (the conv's output xBC: x at columns
+ * [0, D), B at [D, D + G N), C after it; token stride xs = W); dtr [Bt, L, H] with token stride
+ * dts (a column slice of in_proj's output); bias, A [H]; Dskip [H] or NULL; y, gy [Bt, L, D]
+ * contiguous. The backward writes the gradients of x, B and C into gxbc [Bt, L, W] (the same
+ * columns; the caller's buffer, contiguous with token stride xs), the raw dt's into gdtr
+ * [Bt, L, H] (the bias's is its sum over tokens), and per-row partial sums gA_part, gD_part
+ * [Bt, H]. Scratch as the channels kernel's: forward (N + 2) D + H floats, backward
+ * (ceil(L / SSD_CKPT) + SSD_CKPT + 1) N D + 4 D + H floats. */
+static void ssdf_terms(const float* xbc, long xs, const float* dtr, long dts, const float* bias,
+                       const float* A, long bt, long H, long P, float* av, float* xd, float* dl) {
+    const float* xt = xbc + bt * xs;
+    for (long h = 0; h < H; h++) {
+        const float d = softplus_fast(dtr[bt * dts + h] + bias[h]);
+        const float a = exp_fast(d * A[h]);
+        dl[h] = d;
+        _Pragma("omp simd")
+        for (long p = 0; p < P; p++) {
+            av[h * P + p] = a;
+            xd[h * P + p] = d * xt[h * P + p];
+        }
+    }
+}
+
+static void ssdf_fwd_range(const float* xbc, long xs, const float* dtr, long dts,
+                           const float* bias, const float* A, const float* Dskip, float* y,
+                           long L, long H, long P, long N, long G, long b0, long b1,
+                           float* scratch) {
+    const long D = H * P, Dg = D / G;
+    float* S = scratch;       /* [N, D] */
+    float* av = S + N * D;    /* [D] */
+    float* xd = av + D;       /* [D] */
+    float* dl = xd + D;       /* [H] */
+    for (long b = b0; b < b1; b++) {
+        for (long i = 0; i < N * D; i++) S[i] = 0.f;
+        for (long t = 0; t < L; t++) {
+            const long bt = b * L + t;
+            const float* xt = xbc + bt * xs;
+            const float* Bt = xt + D;
+            const float* Ct = Bt + G * N;
+            float* yt = y + bt * D;
+            ssdf_terms(xbc, xs, dtr, dts, bias, A, bt, H, P, av, xd, dl);
+            if (Dskip) {
+                for (long h = 0; h < H; h++) {
+                    const float dh = Dskip[h];
+                    _Pragma("omp simd")
+                    for (long p = h * P; p < (h + 1) * P; p++) yt[p] = dh * xt[p];
+                }
+            } else {
+                for (long c = 0; c < D; c++) yt[c] = 0.f;
+            }
+            for (long g = 0; g < G; g++)
+                for (long n = 0; n < N; n++) {
+                    const float bn = Bt[g * N + n], cn = Ct[g * N + n];
+                    float* Sn = S + n * D + g * Dg;
+                    const float* a = av + g * Dg;
+                    const float* u = xd + g * Dg;
+                    float* yg = yt + g * Dg;
+                    _Pragma("omp simd")
+                    for (long c = 0; c < Dg; c++) {
+                        Sn[c] = a[c] * Sn[c] + u[c] * bn;
+                        yg[c] += Sn[c] * cn;
+                    }
+                }
+        }
+    }
+}
+
+static void ssdf_bwd_range(const float* xbc, long xs, const float* dtr, long dts,
+                           const float* bias, const float* A, const float* Dskip,
+                           const float* gy, float* gxbc, float* gdtr, float* gA_part,
+                           float* gD_part, long L, long H, long P, long N, long G, long b0,
+                           long b1, float* scratch) {
+    const long D = H * P, Dg = D / G, ND = N * D, T = SSD_CKPT;
+    const long nc = (L + T - 1) / T;
+    float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
+    float* buf = ck + nc * ND;     /* [T, N, D]: the block's states S_t */
+    float* gS = buf + T * ND;      /* [N, D]: d loss / d S_t from the steps after t */
+    float* av = gS + ND;           /* [D] */
+    float* xd = av + D;            /* [D] */
+    float* row = xd + D;           /* [D]: sum_n dS_t[n, c] B_t[n] */
+    float* gac = row + D;          /* [D]: d loss / d a_t, per channel */
+    float* dl = gac + D;           /* [H] */
+    for (long b = b0; b < b1; b++) {
+        float* gA = gA_part + b * H;
+        float* gDs = gD_part + b * H;
+        for (long h = 0; h < H; h++) gA[h] = gDs[h] = 0.f;
+        for (long i = 0; i < ND; i++) ck[i] = gS[i] = 0.f;
+        for (long c = 0; c + 1 < nc; c++) { /* pass 1: block-start states */
+            float* S = ck + (c + 1) * ND;
+            const float* prev = ck + c * ND;
+            for (long t = c * T; t < (c + 1) * T; t++) {
+                const long bt = b * L + t;
+                ssdf_terms(xbc, xs, dtr, dts, bias, A, bt, H, P, av, xd, dl);
+                ssd_advance(S, prev, av, xd, xbc + bt * xs + D, D, N, G);
+                prev = S;
+            }
+        }
+        for (long c = nc - 1; c >= 0; c--) { /* pass 2: blocks in reverse */
+            const long t0 = c * T, t1 = t0 + T < L ? t0 + T : L;
+            for (long t = t0; t < t1; t++) {
+                const long bt = b * L + t;
+                ssdf_terms(xbc, xs, dtr, dts, bias, A, bt, H, P, av, xd, dl);
+                const float* prev = t == t0 ? ck + c * ND : buf + (t - t0 - 1) * ND;
+                ssd_advance(buf + (t - t0) * ND, prev, av, xd, xbc + bt * xs + D, D, N, G);
+            }
+            for (long t = t1 - 1; t >= t0; t--) {
+                const long bt = b * L + t;
+                ssdf_terms(xbc, xs, dtr, dts, bias, A, bt, H, P, av, xd, dl);
+                const float* xt = xbc + bt * xs;
+                const float* Bt = xt + D;
+                const float* Ct = Bt + G * N;
+                float* gxt = gxbc + bt * xs;
+                float* gBt = gxt + D;
+                float* gCt = gBt + G * N;
+                const float* gyt = gy + bt * D;
+                const float* St = buf + (t - t0) * ND;
+                const float* Sp = t == t0 ? ck + c * ND : St - ND;
+                for (long i = 0; i < D; i++) row[i] = gac[i] = 0.f;
+                for (long g = 0; g < G; g++)
+                    for (long n = 0; n < N; n++) {
+                        const float bn = Bt[g * N + n], cn = Ct[g * N + n];
+                        const long o = n * D;
+                        float gc = 0.f, gb = 0.f;
+                        _Pragma("omp simd reduction(+:gc, gb)")
+                        for (long i = g * Dg; i < (g + 1) * Dg; i++) {
+                            const float gs = gS[o + i] + gyt[i] * cn;
+                            gc += St[o + i] * gyt[i];
+                            gb += gs * xd[i];
+                            row[i] += gs * bn;
+                            gac[i] += gs * Sp[o + i];
+                            gS[o + i] = av[i] * gs;
+                        }
+                        gCt[g * N + n] = gc;
+                        gBt[g * N + n] = gb;
+                    }
+                for (long h = 0; h < H; h++) {
+                    const float d = dl[h], a = av[h * P], dh = Dskip ? Dskip[h] : 0.f;
+                    float gd = 0.f, ga = 0.f, gdd = 0.f;
+                    _Pragma("omp simd reduction(+:gd, ga, gdd)")
+                    for (long p = h * P; p < (h + 1) * P; p++) {
+                        gxt[p] = d * row[p] + dh * gyt[p];
+                        gd += xt[p] * row[p];
+                        ga += gac[p];
+                        gdd += gyt[p] * xt[p];
+                    }
+                    const float pre = dtr[bt * dts + h] + bias[h];
+                    gdtr[bt * H + h] = (gd + ga * a * A[h]) / (1.f + exp_fast(-pre)); /* softplus' */
+                    gA[h] += ga * a * d;
+                    gDs[h] += gdd;
+                }
+            }
+        }
+    }
+}
+
+void ssdf_fwd(const float* xbc, long xs, const float* dtr, long dts, const float* bias,
+              const float* A, const float* Dskip, float* y, long L, long H, long P, long N,
+              long G, long rows, long nt, float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    ssdf_fwd_range(xbc, xs, dtr, dts, bias, A, Dskip, y, L, H, P, N, G, R0(rows), R1(rows),
+                   scratch + part * stride);
+}
+
+void ssdf_bwd(const float* xbc, long xs, const float* dtr, long dts, const float* bias,
+              const float* A, const float* Dskip, const float* gy, float* gxbc, float* gdtr,
+              float* gA_part, float* gD_part, long L, long H, long P, long N, long G, long rows,
+              long nt, float* scratch, long stride) {
+    FOR_RANGES(rows, nt)
+    ssdf_bwd_range(xbc, xs, dtr, dts, bias, A, Dskip, gy, gxbc, gdtr, gA_part, gD_part, L, H, P,
+                   N, G, R0(rows), R1(rows), scratch + part * stride);
+}
+
 /* Which loop order: the per-head one vectorises over N, so it wins from N = 16 on (its
  * [P, N] rows fill whole vector registers and sum C_t . S_t in registers); below that the
  * channels-last one (measured once each, forward + backward, 32 x 34 or 16 x 256 tokens, 1
@@ -514,6 +691,8 @@ static void ssd_bwd_heads(const float* x, const float* dt, const float* A, const
  * compute the same recurrence; the split is by N alone, so a given model always takes the same
  * path. */
 #define SSD_CHANNELS_BELOW 16
+
+long ssd_channels_below(void) { return SSD_CHANNELS_BELOW; }
 
 static void ssd_fwd_range(const float* x, const float* dt, const float* A, const float* Bm,
                           const float* Cm, const float* keep, float* y, float* final, long L,

@@ -348,6 +348,16 @@ class Mamba2Mixer(nn.Module):
         _check_decimate(decimate, reset)
         z, xBC, dt = self._split(self.in_proj(x))
         xBC = _conv_silu(xBC, self.conv1d, reset, self._native_ok)
+        A = -torch.exp(_fp(self.A_log))
+        if (self._native_ok and reset is None and decimate is None and not return_params
+                and native.ssd_fused_usable(xBC, self.d_state, self.ngroups, dt, A, self.D,
+                                            self.dt_bias)):
+            # the CPU's fused SSD: dt's bias and softplus, the D skip and the slices in the C
+            # code (native.py); the path below is its reference (tests/ssm/test_ssm_native.py)
+            y = native.ssd_fused(xBC, dt, self.dt_bias, A, self.D, self.nheads, self.d_state)
+            if side is not None:
+                y = y + side(xBC[..., : self.d_inner])
+            return self.out_proj(self.norm(y, z).to(x.dtype))
         kept = None
         if decimate is not None:
             delta = F.softplus(dt + self.dt_bias).transpose(1, 2)  # [b, h, l]
@@ -361,7 +371,6 @@ class Mamba2Mixer(nn.Module):
         xh = xc.reshape(b, length, self.nheads, self.headdim)
         B = B.reshape(b, length, self.ngroups, self.d_state)
         C = C.reshape(b, length, self.ngroups, self.d_state)
-        A = -torch.exp(_fp(self.A_log))
         reset_kw = {} if reset is None else {"reset": reset}
         y = self._ssd(xh, dt, A, B, C, self.chunk_size, D=_fp(self.D), dt_bias=_fp(self.dt_bias),
                 dt_softplus=True, **reset_kw)

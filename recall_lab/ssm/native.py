@@ -338,6 +338,66 @@ def _ssd_grad(ctx, gy, gfinal):
 _ssd_op.register_autograd(_ssd_grad, setup_context=_scan_setup)
 
 
+class _NativeSSDFused(torch.autograd.Function):
+    """Mamba2Mixer's SSD with its element-wise chain (ssm.c, ssdf_*): y [b, l, h p] =
+    SSD(x, softplus(dtr + dt_bias), A, B, C) + D x, from the conv's output xbc [b, l, w] (x, B
+    and C its column slices, one group) and the raw dtr [b, l, h] (a column slice of in_proj's
+    output); float32, N below `ssd_channels_below`. The gradient of xbc comes back as one
+    buffer, so nothing is concatenated."""
+
+    @staticmethod
+    def forward(ctx, xbc, dtr, dt_bias, A, D, heads: int, n: int):
+        lib = kernels.lib()
+        xbc, dtr = xbc.contiguous(), token_layout(dtr)[0]
+        b, length, w = xbc.shape
+        d = w - 2 * n
+        y = xbc.new_empty(b, length, d)
+        per = (n + 2) * d + heads
+        buf = xbc.new_empty(kernels.ranges(b) * per)
+        lib.ssdf_fwd(_ptr(xbc), w, _ptr(dtr), dtr.stride(1), _ptr(dt_bias), _ptr(A), _ptr(D),
+                     _ptr(y), length, heads, d // heads, n, 1, b, kernels.threads(),
+                     buf.data_ptr(), per)
+        ctx.save_for_backward(xbc, dtr, dt_bias, A, D)
+        ctx.sizes = heads, n
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        lib = kernels.lib()
+        xbc, dtr, dt_bias, A, D = ctx.saved_tensors
+        heads, n = ctx.sizes
+        b, length, w = xbc.shape
+        d = w - 2 * n
+        gy = gy.contiguous()
+        gxbc, gdtr = torch.empty_like(xbc), xbc.new_empty(b, length, heads)
+        gA, gD = xbc.new_empty(b, heads), xbc.new_empty(b, heads)
+        ck = kernels.constant("ssd_checkpoint")
+        per = (-(-length // ck) + ck + 1) * n * d + 4 * d + heads  # scratch floats (ssm.c)
+        buf = xbc.new_empty(kernels.ranges(b) * per)
+        lib.ssdf_bwd(_ptr(xbc), w, _ptr(dtr), dtr.stride(1), _ptr(dt_bias), _ptr(A), _ptr(D),
+                     _ptr(gy), _ptr(gxbc), _ptr(gdtr), _ptr(gA), _ptr(gD), length, heads,
+                     d // heads, n, 1, b, kernels.threads(), buf.data_ptr(), per)
+        return (gxbc, gdtr, gdtr.sum((0, 1)), gA.sum(0), None if D is None else gD.sum(0),
+                None, None)
+
+
+def ssd_fused_usable(xbc: Tensor, n: int, groups: int, *tensors: Tensor | None) -> bool:
+    """Whether `ssd_fused` takes these: CPU float32, one group, fewer states than
+    `ssd_channels_below` (the channels-last kernel), not being compiled."""
+    if xbc.device.type != "cpu" or torch.compiler.is_compiling() or not kernels.available():
+        return False
+    return (groups == 1 and n < kernels.constant("ssd_channels_below")
+            and all(t is None or t.dtype == torch.float32 for t in (xbc, *tensors)))
+
+
+def ssd_fused(xbc: Tensor, dtr: Tensor, dt_bias: Tensor, A: Tensor, D: Tensor | None,
+              heads: int, n: int) -> Tensor:
+    """Mamba2Mixer's ``ssd(x, dt, A, B, C, D=D, dt_bias=dt_bias, dt_softplus=True)`` from the
+    conv output xbc = [x | B | C] [b, l, h p + 2 n] and the raw dt [b, l, h]; returns y
+    [b, l, h p] (`_NativeSSDFused`; `ssd_ref` on the split inputs is its reference)."""
+    return _NativeSSDFused.apply(xbc, dtr, dt_bias, A, D, heads, n)
+
+
 def _conv_prep(x, weight, bias):
     if x.stride(2) != 1 or x.stride(0) != x.shape[1] * x.stride(1):
         x = x.contiguous()

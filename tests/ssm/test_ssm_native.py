@@ -358,3 +358,75 @@ def test_softplus_fast_matches_softplus_within_a_few_ulp():
     err = (y.double() - want).abs() / (torch.finfo(torch.float32).eps * want)
     assert err.max().item() <= 4.0, f"max error {err.max().item():.2f} ulp at x = {x[err.argmax()]}"
     assert torch.equal(y[x > 20], x[x > 20])
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    b=st.integers(1, 3),
+    length=st.integers(1, 140),  # past the backward's checkpoint interval (64)
+    heads=st.sampled_from([1, 2, 3]),
+    p=st.sampled_from([1, 4, 16]),
+    n=st.sampled_from([1, 4, 15]),
+    with_d=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_fused_ssd_matches_ssd_ref_on_the_split_inputs(b, length, heads, p, n, with_d, seed):
+    """`ssd_fused` (float32, from one [x | B | C] buffer and a strided raw dt) against `ssd_ref`
+    in float64 on the split inputs with dt_bias and softplus, plus D x: values and the gradients
+    of the buffer, the raw dt, dt_bias, A and D."""
+    gen = torch.Generator().manual_seed(seed)
+    d = heads * p
+    xbc = torch.randn(b, length, d + 2 * n, generator=gen)
+    proj = torch.randn(b, length, heads + 3, generator=gen) * 3  # dt = columns 1 .. heads
+    inp = dict(xbc=xbc, proj=proj, bias=torch.randn(heads, generator=gen),
+               A=-torch.rand(heads, generator=gen) * 3 - 0.05,
+               D=torch.randn(heads, generator=gen) if with_d else None)
+    gy = torch.randn(b, length, d, generator=gen)
+
+    def run(dtype, fused):
+        leaves = {k: None if v is None else v.to(dtype).clone().requires_grad_()
+                  for k, v in inp.items()}
+        xbc_, dtr = leaves["xbc"], leaves["proj"][..., 1:heads + 1]
+        if fused:
+            y = native.ssd_fused(xbc_, dtr, leaves["bias"], leaves["A"], leaves["D"], heads, n)
+        else:
+            x, B, C = torch.split(xbc_, [d, n, n], dim=-1)
+            y = ssd_ref(x.reshape(b, length, heads, p), dtr, leaves["A"],
+                        B.reshape(b, length, 1, n), C.reshape(b, length, 1, n), 16,
+                        D=leaves["D"], dt_bias=leaves["bias"], dt_softplus=True)
+            y = y.reshape(b, length, d)
+        y.backward(gy.to(dtype))
+        return [y.detach()] + [None if v is None else v.grad for v in leaves.values()]
+
+    assert native.ssd_fused_usable(xbc, n, 1)
+    for name, a, w in zip(("y", *inp), run(torch.float32, True), run(torch.float64, False),
+                          strict=True):
+        assert (a is None) == (w is None), name
+        if a is not None:
+            scale = max(1.0, w.abs().max().item())
+            torch.testing.assert_close(a.double() / scale, w / scale, rtol=1e-4, atol=1e-4,
+                                       msg=name)
+
+
+def test_mamba2_mixer_takes_the_fused_ssd_below_16_states_and_it_equals_the_torch_path():
+    """Mamba2Mixer with N = 4 (fused SSD, with and without a side branch) against the same
+    weights on the torch path, every parameter's gradient; N = 16 does not take it."""
+    x = torch.randn(2, 19, 16)
+    for side in (False, True):
+        torch.manual_seed(4)
+        fast = Mamba2Mixer(16, d_state=4, headdim=8)
+        ref = Mamba2Mixer(16, d_state=4, headdim=8, scan_impl="torch")
+        ref.load_state_dict(fast.state_dict())
+        side_w = torch.randn(fast.d_inner, fast.d_inner) * 0.1
+
+        def grads(m, side_w=side_w, side=side):
+            fn = (lambda xc: torch.tanh(xc @ side_w)) if side else None
+            out = m(x, side=fn)
+            return [out.detach(), *torch.autograd.grad(out.square().sum(), list(m.parameters()))]
+
+        for a, w in zip(grads(fast), grads(ref), strict=True):
+            torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
+    assert native.ssd_fused_usable(torch.zeros(1, 1, 8), 4, 1)
+    assert not native.ssd_fused_usable(torch.zeros(1, 1, 8), 16, 1)
+    assert not native.ssd_fused_usable(torch.zeros(1, 1, 8), 4, 2)
+    assert not native.ssd_fused_usable(torch.zeros(1, 1, 8, dtype=torch.float64), 4, 1)
