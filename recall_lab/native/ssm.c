@@ -850,7 +850,7 @@ void conv_silu_bwd(const float* x, long xs, const float* wT, const float* bias, 
  * be NULL); side [Bt, L, D] or NULL; last, glast [Bt, D, N] (glast may be NULL);
  * gB, gC [Bt, L, N] contiguous; per-row partial sums gbias_part, gD_part [Bt, D],
  * gAT_part [Bt, N, D] (summed over rows by the caller). Rows [b0, b1) belong to one call.
- * Scratch: forward N D floats; backward (L (N + 2) + N + 6) D floats. */
+ * Scratch: forward N D floats; backward (L (2 N + 3) + N + 6) D floats. */
 /* delta's pre-activation of one token: rt[d] + bias[d], or (R > 0) sum_r rt[r] WT[r, d] + bias[d]
  * (the sum first, then the bias: the order of the unfused path, dt @ W^T then + bias). */
 static inline void delta_pre(const float* rt, const float* WT, long R, const float* bias,
@@ -943,8 +943,10 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                           float* gbias_part, float* gD_part, float* gAT_part, float* gWT_part,
                           long L, long D, long N, long b0, long b1, float* scratch) {
     float* H = scratch;                /* [L, N, D] states */
-    float* DL = H + L * N * D;         /* [L, D] delta */
-    float* GY = DL + L * D;            /* [L, D] d loss / d y (before the gate) */
+    float* AH = H + L * N * D;         /* [L, N, D] their decays a_t = exp(delta_t A) */
+    float* DL = AH + L * N * D;        /* [L, D] delta */
+    float* SG = DL + L * D;            /* [L, D] softplus' at delta's pre-activation */
+    float* GY = SG + L * D;            /* [L, D] d loss / d y (before the gate) */
     float* dh = GY + L * D;            /* [N, D] */
     float* gdu = dh + N * D;           /* [D] */
     float* gdl = gdu + D;              /* [D] */
@@ -969,10 +971,12 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
             const float* Bt = Bm + bt * bcs;
             const float* Ct = Cm + bt * bcs;
             float* dl = DL + t * D;
+            float* sgt = SG + t * D;
             delta_pre(rt, WT, R, bias, pre, D);
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
                 dl[d] = softplus_fast(pre[d]);
+                sgt[d] = 1.f / (1.f + exp_fast(-pre[d])); /* softplus' */
                 acc[d] = 0.f;
             }
             for (long n = 0; n < N; n++) {
@@ -980,9 +984,11 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                 const float* An = AT + n * D;
                 const float* hp = t ? H + ((t - 1) * N + n) * D : zero;
                 float* hn = H + (t * N + n) * D;
+                float* an = AH + (t * N + n) * D;
                 _Pragma("omp simd")
                 for (long d = 0; d < D; d++) {
-                    hn[d] = exp_fast(dl[d] * An[d]) * hp[d] + dl[d] * ut[d] * bn;
+                    an[d] = exp_fast(dl[d] * An[d]);
+                    hn[d] = an[d] * hp[d] + dl[d] * ut[d] * bn;
                     acc[d] += hn[d] * cn;
                 }
             }
@@ -1026,12 +1032,13 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                 const float* An = AT + n * D;
                 const float* hn = H + (t * N + n) * D;
                 const float* hp = t ? H + ((t - 1) * N + n) * D : zero;
+                const float* an = AH + (t * N + n) * D;
                 float* dhn = dh + n * D;
                 float* gAn = gAT + n * D;
                 float gc = 0.f, gb = 0.f;
                 _Pragma("omp simd reduction(+:gc, gb)")
                 for (long d = 0; d < D; d++) {
-                    const float a = exp_fast(dl[d] * An[d]);
+                    const float a = an[d];
                     const float g = dhn[d] + gy[d] * cn;
                     gc += hn[d] * gy[d];
                     gdu[d] += g * bn;
@@ -1045,12 +1052,12 @@ static void s6f_bwd_range(const float* u, const float* dtr, long dts, const floa
                 gB[bt * N + n] = gb;
             }
             float* gut = gu + bt * D;
-            delta_pre(rt, WT, R, bias, pre, D);
+            const float* sgt = SG + t * D;
             float* grt = R ? gpre : gdtr + bt * D;
             _Pragma("omp simd")
             for (long d = 0; d < D; d++) {
                 const float gdelta = gdl[d] + gdu[d] * ut[d];
-                const float g = gdelta / (1.f + exp_fast(-pre[d])); /* softplus' */
+                const float g = gdelta * sgt[d];
                 gut[d] = gdu[d] * dl[d];
                 grt[d] = g;
                 gbias[d] += g;

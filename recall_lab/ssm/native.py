@@ -185,7 +185,7 @@ def _s6f_bwd(saved: tuple, strides: tuple, gout, glast) -> tuple:
     gB, gC = u.new_empty(b, length, n), u.new_empty(b, length, n)
     gbias, gD, gAT = u.new_empty(b, d), u.new_empty(b, d), u.new_empty(b, n, d)
     gWT = u.new_empty(b, r, d) if r else None
-    per = (length * (n + 2) + n + 6) * d  # scratch floats per row range (ssm.c)
+    per = (length * (2 * n + 3) + n + 6) * d  # scratch floats per row range (ssm.c)
     buf = u.new_empty(kernels.ranges(b) * per)
     ptrs = [_ptr(t) for t in (gout, glast, gu, gdtr, gz, gside, gB, gC, gbias, gD, gAT, gWT)]
     lib.s6f_bwd(_ptr(u), _ptr(dtr), dts, _ptr(WT), r, _ptr(bias), _ptr(AT), _ptr(B), _ptr(C),
