@@ -218,10 +218,58 @@ static void ssd_advance(float* S, const float* prev, const float* av, const floa
         }
 }
 
+/* One forward step of the channels-last SSD: S = av * S + xd B_t^T in place over the [N, D]
+ * state, and y_t += S C_t (the caller initialises y_t). */
+static void ssd_step_out(float* S, const float* av, const float* xd, const float* Bt,
+                         const float* Ct, float* yt, long D, long N, long G) {
+    const long Dg = D / G;
+    for (long g = 0; g < G; g++)
+        for (long n = 0; n < N; n++) {
+            const float bn = Bt[g * N + n], cn = Ct[g * N + n];
+            float* Sn = S + n * D + g * Dg;
+            const float* a = av + g * Dg;
+            const float* u = xd + g * Dg;
+            float* yg = yt + g * Dg;
+            _Pragma("omp simd")
+            for (long c = 0; c < Dg; c++) {
+                Sn[c] = a[c] * Sn[c] + u[c] * bn;
+                yg[c] += Sn[c] * cn;
+            }
+        }
+}
+
+/* One reverse step's state gradients over the [N, D] state, for both channels-last backwards:
+ * with g = dS_t + gy_t C_t^T: gC_t = S_t . gy_t, gB_t = g . xd, row = g B_t (d loss / d (dt x)
+ * per channel), gac = g . S_{t-1} (d loss / d a_t per channel), and dS_{t-1} = a_t g in gS. */
+static void ssd_state_grads(float* gS, const float* St, const float* Sp, const float* av,
+                            const float* xd, const float* gyt, const float* Bt,
+                            const float* Ct, float* gBt, float* gCt, float* row, float* gac,
+                            long D, long N, long G) {
+    const long Dg = D / G;
+    for (long i = 0; i < D; i++) row[i] = gac[i] = 0.f;
+    for (long g = 0; g < G; g++)
+        for (long n = 0; n < N; n++) {
+            const float bn = Bt[g * N + n], cn = Ct[g * N + n];
+            const long o = n * D;
+            float gc = 0.f, gb = 0.f;
+            _Pragma("omp simd reduction(+:gc, gb)")
+            for (long i = g * Dg; i < (g + 1) * Dg; i++) {
+                const float gs = gS[o + i] + gyt[i] * cn;
+                gc += St[o + i] * gyt[i];
+                gb += gs * xd[i];
+                row[i] += gs * bn;
+                gac[i] += gs * Sp[o + i];
+                gS[o + i] = av[i] * gs;
+            }
+            gCt[g * N + n] = gc;
+            gBt[g * N + n] = gb;
+        }
+}
+
 static void ssd_fwd_channels(const float* x, const float* dt, const float* A, const float* Bm,
                              const float* Cm, const float* keep, float* y, float* final, long L,
                              long H, long P, long N, long G, long b0, long b1, float* scratch) {
-    const long D = H * P, Dg = D / G;
+    const long D = H * P;
     float* S = scratch;       /* [N, D] */
     float* av = S + N * D;    /* [D] */
     float* xd = av + D;       /* [D] */
@@ -234,19 +282,7 @@ static void ssd_fwd_channels(const float* x, const float* dt, const float* A, co
             float* yt = y + bt * D;
             ssd_step_terms(x, dt, A, keep, bt, H, P, av, xd);
             for (long c = 0; c < D; c++) yt[c] = 0.f;
-            for (long g = 0; g < G; g++)
-                for (long n = 0; n < N; n++) {
-                    const float bn = Bt[g * N + n], cn = Ct[g * N + n];
-                    float* Sn = S + n * D + g * Dg;
-                    const float* a = av + g * Dg;
-                    const float* u = xd + g * Dg;
-                    float* yg = yt + g * Dg;
-                    _Pragma("omp simd")
-                    for (long c = 0; c < Dg; c++) {
-                        Sn[c] = a[c] * Sn[c] + u[c] * bn;
-                        yg[c] += Sn[c] * cn;
-                    }
-                }
+            ssd_step_out(S, av, xd, Bt, Ct, yt, D, N, G);
         }
         float* fb = final + b * D * N;
         for (long c = 0; c < D; c++)
@@ -259,7 +295,7 @@ static void ssd_bwd_channels(const float* x, const float* dt, const float* A, co
                              const float* gfinal, float* gx, float* gdt, float* gA_part,
                              float* gB, float* gC, long L, long H, long P, long N, long G,
                              long b0, long b1, float* scratch) {
-    const long D = H * P, Dg = D / G, ND = N * D, T = SSD_CKPT;
+    const long D = H * P, ND = N * D, T = SSD_CKPT;
     const long nc = (L + T - 1) / T;
     float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
     float* buf = ck + nc * ND;     /* [T, N, D]: the block's states S_t */
@@ -301,24 +337,8 @@ static void ssd_bwd_channels(const float* x, const float* dt, const float* A, co
                 const float* gyt = gy + bt * D;
                 const float* St = buf + (t - t0) * ND;
                 const float* Sp = t == t0 ? ck + c * ND : St - ND;
-                for (long i = 0; i < D; i++) row[i] = gac[i] = 0.f;
-                for (long g = 0; g < G; g++)
-                    for (long n = 0; n < N; n++) {
-                        const float bn = Bt[g * N + n], cn = Ct[g * N + n];
-                        const long o = n * D;
-                        float gc = 0.f, gb = 0.f;
-                        _Pragma("omp simd reduction(+:gc, gb)")
-                        for (long i = g * Dg; i < (g + 1) * Dg; i++) {
-                            const float gs = gS[o + i] + gyt[i] * cn;
-                            gc += St[o + i] * gyt[i];
-                            gb += gs * xd[i];
-                            row[i] += gs * bn;
-                            gac[i] += gs * Sp[o + i];
-                            gS[o + i] = av[i] * gs;
-                        }
-                        gC[bt * G * N + g * N + n] = gc;
-                        gB[bt * G * N + g * N + n] = gb;
-                    }
+                ssd_state_grads(gS, St, Sp, av, xd, gyt, Bt, Ct, gB + bt * G * N,
+                                gC + bt * G * N, row, gac, D, N, G);
                 const float* xt = x + bt * D;
                 float* gxt = gx + bt * D;
                 for (long h = 0; h < H; h++) {
@@ -539,7 +559,7 @@ static void ssdf_fwd_range(const float* xbc, long xs, const float* dtr, long dts
                            const float* bias, const float* A, const float* Dskip, float* y,
                            long L, long H, long P, long N, long G, long b0, long b1,
                            float* scratch) {
-    const long D = H * P, Dg = D / G;
+    const long D = H * P;
     float* S = scratch;       /* [N, D] */
     float* av = S + N * D;    /* [D] */
     float* xd = av + D;       /* [D] */
@@ -562,19 +582,7 @@ static void ssdf_fwd_range(const float* xbc, long xs, const float* dtr, long dts
             } else {
                 for (long c = 0; c < D; c++) yt[c] = 0.f;
             }
-            for (long g = 0; g < G; g++)
-                for (long n = 0; n < N; n++) {
-                    const float bn = Bt[g * N + n], cn = Ct[g * N + n];
-                    float* Sn = S + n * D + g * Dg;
-                    const float* a = av + g * Dg;
-                    const float* u = xd + g * Dg;
-                    float* yg = yt + g * Dg;
-                    _Pragma("omp simd")
-                    for (long c = 0; c < Dg; c++) {
-                        Sn[c] = a[c] * Sn[c] + u[c] * bn;
-                        yg[c] += Sn[c] * cn;
-                    }
-                }
+            ssd_step_out(S, av, xd, Bt, Ct, yt, D, N, G);
         }
     }
 }
@@ -584,7 +592,7 @@ static void ssdf_bwd_range(const float* xbc, long xs, const float* dtr, long dts
                            const float* gy, float* gxbc, float* gdtr, float* gA_part,
                            float* gD_part, long L, long H, long P, long N, long G, long b0,
                            long b1, float* scratch) {
-    const long D = H * P, Dg = D / G, ND = N * D, T = SSD_CKPT;
+    const long D = H * P, ND = N * D, T = SSD_CKPT;
     const long nc = (L + T - 1) / T;
     float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
     float* buf = ck + nc * ND;     /* [T, N, D]: the block's states S_t */
@@ -629,24 +637,7 @@ static void ssdf_bwd_range(const float* xbc, long xs, const float* dtr, long dts
                 const float* gyt = gy + bt * D;
                 const float* St = buf + (t - t0) * ND;
                 const float* Sp = t == t0 ? ck + c * ND : St - ND;
-                for (long i = 0; i < D; i++) row[i] = gac[i] = 0.f;
-                for (long g = 0; g < G; g++)
-                    for (long n = 0; n < N; n++) {
-                        const float bn = Bt[g * N + n], cn = Ct[g * N + n];
-                        const long o = n * D;
-                        float gc = 0.f, gb = 0.f;
-                        _Pragma("omp simd reduction(+:gc, gb)")
-                        for (long i = g * Dg; i < (g + 1) * Dg; i++) {
-                            const float gs = gS[o + i] + gyt[i] * cn;
-                            gc += St[o + i] * gyt[i];
-                            gb += gs * xd[i];
-                            row[i] += gs * bn;
-                            gac[i] += gs * Sp[o + i];
-                            gS[o + i] = av[i] * gs;
-                        }
-                        gCt[g * N + n] = gc;
-                        gBt[g * N + n] = gb;
-                    }
+                ssd_state_grads(gS, St, Sp, av, xd, gyt, Bt, Ct, gBt, gCt, row, gac, D, N, G);
                 for (long h = 0; h < H; h++) {
                     const float d = dl[h], a = av[h * P], dh = Dskip ? Dskip[h] : 0.f;
                     float gd = 0.f, ga = 0.f, gdd = 0.f;
