@@ -121,3 +121,20 @@ def test_native_and_torch_paths_agree_in_a_mamba2_mixer_and_results_do_not_depen
     want = [out.detach(), *torch.autograd.grad(out.square().sum(), list(ref.parameters()))]
     for a, w in zip(runs[0], want, strict=True):
         torch.testing.assert_close(a, w, rtol=1e-4, atol=1e-5)
+
+
+def test_rmsnorm_takes_the_native_kernel_only_when_a_gradient_is_needed(monkeypatch):
+    """Without a gradient (decoding, evaluation) torch's fused forward runs: it is the faster
+    one there; with one, the native kernel (its backward is the slow part of torch's)."""
+    from recall_lab.ssm import norm
+
+    calls = []
+    real = norm._NativeNorm.apply
+    monkeypatch.setattr(norm._NativeNorm, "apply", lambda *a: calls.append(1) or real(*a))
+    m = RMSNorm(8, eps=1e-5)
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        m(x)
+    assert calls == []
+    m(x).sum().backward()
+    assert calls == [1]
