@@ -1,5 +1,5 @@
 /* RMSNorm on the CPU, forward and backward, optionally gated first: the native fast path of
- * recall_lab/models/norm.py (built and loaded with the other kernels by recall_lab/native).
+ * recall_lab/ssm/norm.py (built and loaded with the other kernels by recall_lab/native).
  *
  *   u = x                 (plain: nn.RMSNorm, every block's pre-norm)
  *   u = x * silu(z)       (gated: Mamba2's norm with norm_before_gate=False)
