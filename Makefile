@@ -38,8 +38,12 @@ $(ORACLE): $(STAMP)
 	-$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $(ORACLE)
 
+# TEST_WORKERS: pytest-xdist processes (one torch thread each, tests/conftest.py). Two fill the
+# 2-core CI machine: the suite took 655 s on one and 399 s on two (docs/performance.md has the
+# measurement); `TEST_WORKERS=auto` takes one per core elsewhere, `TEST_WORKERS=0` runs in-process.
+TEST_WORKERS ?= 2
 test: $(ORACLE)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # the command line's fuzzer (tests/test_fuzz_cli.py) with a larger budget than the suite's: its
 # table of every option and TOML field as always, and FUZZ_EXAMPLES random cases per Hypothesis
