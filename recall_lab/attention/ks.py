@@ -76,8 +76,14 @@ def causal_topk_indices_torch(scores: Tensor, n: int) -> Tensor:
 def sample_keys(scores: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
     """`ks_ranking_loss`'s sampled keys: min(n, L) positions per row of ``scores [..., L]``
     without replacement (the top-n of uniform noise), int64 ``[..., n]``."""
-    noise = torch.rand(scores.shape, device=scores.device, generator=generator)
-    return noise.topk(min(n, scores.shape[-1]), dim=-1).indices
+    return sample_positions(scores.shape, n, scores.device, generator)
+
+
+def sample_positions(shape: tuple[int, ...], n: int, device=None,
+                     generator: torch.Generator | None = None) -> Tensor:
+    """`sample_keys` from the scores' shape ``[..., L]`` alone (the same random draw)."""
+    noise = torch.rand(shape, device=device, generator=generator)
+    return noise.topk(min(n, shape[-1]), dim=-1).indices
 
 
 def ks_ranking_loss(scores: Tensor, q: Tensor, k: Tensor, n: int, scale: float,

@@ -161,6 +161,37 @@ def ks_target(q: Tensor, k: Tensor, sel: Tensor, scale: float) -> Tensor:
     return target
 
 
+def hax_pattern(q: Tensor, k: Tensor, planes: Tensor, mlp, n_lsh: int, n_ks: int, argmax: bool,
+                sel: Tensor | None, scale: float) -> tuple[Tensor, Tensor, Tensor | None]:
+    """`lsh_window`, `ks_scores`, `union_rows` of their two lists and, with ``sel``, `ks_target`
+    in one native call (CPU, float32; `HAXPattern`'s fast path): ``q, k [B, H|1, L, d]``,
+    ``planes [H|1, d, h]``, sampled positions ``sel [B, H, m]`` or None -> (idx ``int32
+    [B, H, L, n_lsh + n_ks]``, the scorer's inputs ``[B, H, L, 2d]``, targets ``[B, H, m, m]``
+    or None)."""
+    q, k, b, heads = _rows_view(q, k)
+    heads = max(heads, planes.shape[0])
+    q, k = (t.expand(b, heads, *t.shape[2:]) for t in (q, k))
+    length, d = q.shape[-2], q.shape[-1]
+    planes = planes.float().contiguous()
+    w = _scorer_weights(mlp)
+    inp = q.new_empty(b, heads, length, 2 * d)
+    scores = q.new_empty(b, heads, length)
+    idx = torch.empty(b, heads, length, n_lsh + n_ks, dtype=torch.int32)
+    m, target = 0, None
+    if sel is not None:
+        m = sel.shape[-1]
+        if sel.dtype != torch.int64 or tuple(sel.shape) != (b, heads, m) or not sel.is_contiguous():
+            sel = sel.to(torch.int64).expand(b, heads, m).contiguous()
+        target = q.new_empty(b, heads, m, m)
+    kernels.lib().hax_pattern(
+        q.data_ptr(), k.data_ptr(), planes.data_ptr(), *[t.data_ptr() for t in w],
+        kernels.ptr(sel), scale, inp.data_ptr(), scores.data_ptr(), kernels.ptr(target),
+        idx.data_ptr(), heads, length, d, planes.shape[-1], n_lsh, int(argmax), w[0].shape[0],
+        n_ks, m, *q.stride()[:3], *k.stride()[:3], 0 if planes.shape[0] == 1 else d * planes.shape[-1],
+        b * heads, kernels.threads())
+    return idx, inp, target
+
+
 class _KSRankLoss(torch.autograd.Function):
     """`ks_ranking_loss` with KSPattern's `score_at` (the scorer re-run on the sampled rows) as
     one native call each way; gradients flow to the scorer's six parameters only."""

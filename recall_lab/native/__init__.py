@@ -81,6 +81,7 @@ SIGNATURES: dict[str, list] = {
     "lsh_window": [_P] * 4 + [_L] * 15,
     "ks_scores": [_P] * 11 + [_L] * 13,
     "ks_target": [_P] * 4 + [ctypes.c_float] + [_L] * 12,
+    "hax_pattern": [_P] * 10 + [ctypes.c_float] + [_P] * 4 + [_L] * 18,
     "ks_rank_fwd": [_P] * 13 + [_L] * 5,
     "ks_rank_bwd": [_P] * 8 + [ctypes.c_float] + [_P] * 6 + [_L] * 5,
     "exp_fast_array": [_P, _P, _L],

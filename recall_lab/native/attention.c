@@ -624,6 +624,42 @@ void ks_scores(const float* q, const float* k, const float* w1, const float* b1,
                     qsl, ksb, ksh, ksl, R0(rows), R1(rows));
 }
 
+/* The HAX pattern (attention/hax.py: LSH u KS, paper 004 Eq. 19-20) in one call: per row, LSH's
+ * window (lsh_window_range) into n1 slots and KS's inputs, scores and top-n (ks_scores_range) into
+ * n2 slots, each query's n1 + n2 slots sorted with repeats -1 (union_rows_range) into
+ * idx [R, L, n1 + n2], and, where sel [R, m] is given, the ranking loss's targets
+ * (ks_target_range). The same arithmetic as the four calls it stands for; at the hybrids' small
+ * shapes their Python and dispatch cost was most of the pattern's time. Strides as in lsh_window
+ * (q and k share H). */
+void hax_pattern(const float* q, const float* k, const float* planes, const float* w1,
+                 const float* b1, const float* w2, const float* b2, const float* w3,
+                 const float* b3, const long* sel, float scale, float* inp, float* scores,
+                 float* target, int* idx, long H, long L, long d, long h, long n1, long argmax,
+                 long hid, long n2, long m, long qsb, long qsh, long qsl, long ksb, long ksh,
+                 long ksl, long ps, long rows, long nt) {
+    const long nbins = argmax ? h : 1L << h;
+    const long width = n1 + n2;
+    int* lsh_idx = malloc(sizeof(int) * (size_t)(rows * L * n1 > 0 ? rows * L * n1 : 1));
+    int* ks_idx = malloc(sizeof(int) * (size_t)(rows * L * n2 > 0 ? rows * L * n2 : 1));
+    FOR_RANGES(rows, nt) {
+        const long r0 = R0(rows), r1 = R1(rows);
+        lsh_window_range(q, k, planes, lsh_idx, H, L, d, h, n1, nbins, (int)argmax, qsb, qsh, qsl,
+                         ksb, ksh, ksl, ps, r0, r1);
+        ks_scores_range(q, k, w1, b1, w2, b2, w3, b3, inp, scores, ks_idx, H, L, d, hid, n2, qsb,
+                        qsh, qsl, ksb, ksh, ksl, r0, r1);
+        for (long t = r0 * L; t < r1 * L; t++) {
+            for (long s = 0; s < n1; s++) idx[t * width + s] = lsh_idx[t * n1 + s];
+            for (long s = 0; s < n2; s++) idx[t * width + n1 + s] = ks_idx[t * n2 + s];
+        }
+        union_rows_range(idx, width, L, r0 * L, r1 * L);
+        if (sel)
+            ks_target_range(q, k, sel, target, scale, H, L, d, m, qsb, qsh, qsl, ksb, ksh, ksl,
+                            r0, r1);
+    }
+    free(lsh_idx);
+    free(ks_idx);
+}
+
 void ks_target(const float* q, const float* k, const long* sel, float* target, float scale,
                long H, long L, long d, long m, long qsb, long qsh, long qsl, long ksb, long ksh,
                long ksl, long rows, long nt) {

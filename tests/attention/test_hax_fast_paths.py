@@ -1,8 +1,9 @@
 """The HAX branch's native fast paths against their torch references (issue 26): LSH indices in
 one pass (`native.lsh_window` vs `lsh_indices(causal_center(...))`), KS scores and top-n
 (`native.ks_scores` vs `KSPattern.inputs`, the scorer, `causal_topk_indices`), the ranking loss's
-targets (`native.ks_target`) and the loss with its scorer gradients (`native.ks_rank_loss` vs
-`ks_ranking_loss` with `score_at`). Seeded random shapes through Hypothesis; cases where the two
+targets (`native.ks_target`), the loss with its scorer gradients (`native.ks_rank_loss` vs
+`ks_ranking_loss` with `score_at`), and the whole HAX pattern in one call (`HAXPattern` vs its
+`UnionPattern.forward`). Seeded random shapes through Hypothesis; cases where the two
 summation orders may round to different discrete choices (a projection within rounding of 0, two
 scores within rounding) are left out with `assume`: the one documented difference."""
 
@@ -15,6 +16,8 @@ from hypothesis import strategies as st
 
 from recall_lab import native as kernels
 from recall_lab.attention import native
+from recall_lab.attention.base import UnionPattern
+from recall_lab.attention.hax import HAXPattern, hax_pattern
 from recall_lab.attention.ks import (
     KSPattern,
     causal_topk_indices,
@@ -172,3 +175,53 @@ def test_native_ks_target_equals_the_torch_path(b, length, d, m, seed):
     got = native.ks_target(q, k, sel, d**-0.5)
     # equal but where two sampled keys' y lie within rounding (not in these seeds' data)
     assert torch.equal(got, want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 3), hq=st.sampled_from([1, 2]), hk=st.sampled_from([1, 2]),
+       length=st.integers(1, 40), d=st.integers(1, 8), budget=st.integers(2, 12),
+       h=st.integers(1, 8), rule=st.sampled_from(["sign", "argmax"]), strided=st.booleans(),
+       train=st.booleans(), seed=st.integers(0, 10**6))
+def test_hax_pattern_in_one_call_equals_its_union_of_parts(b, hq, hk, length, d, budget, h, rule,
+                                                          strided, train, seed):
+    """`HAXPattern`'s one native call (LSH window, KS scores and top-n, union, ranking targets)
+    against `UnionPattern.forward` (each part's own path, then `union_indices`) from the same
+    random state: the same index lists, the same loss and scorer gradients, bit for bit (the
+    same kernels' arithmetic), and the same random stream afterwards. Heads broadcast from 1
+    and the branch's strided q/k views included."""
+    g = torch.Generator().manual_seed(seed)
+    pat = hax_pattern(budget, dim=d, h=h, rule=rule).train(train)
+    assert isinstance(pat, HAXPattern)
+    if strided:
+        heads = max(hq, hk)
+        q, k = torch.randn(b, length, 2, heads, d, generator=g).permute(2, 0, 3, 1, 4)
+    else:
+        q, k = torch.randn(b, hq, length, d, generator=g), torch.randn(b, hk, length, d, generator=g)
+    assert pat.native_applies(q, k)
+    out = {}
+    for side, fwd in (("one call", pat.forward), ("parts", lambda q, k: UnionPattern.forward(pat, q, k))):
+        torch.manual_seed(seed)
+        idx, aux = fwd(q, k)
+        grads = None if aux is None else torch.autograd.grad(aux, list(pat.parameters()))
+        out[side] = (idx, aux, grads, torch.rand(2))
+    (i1, a1, g1, r1), (i2, a2, g2, r2) = out["one call"], out["parts"]
+    assert i1.dtype == torch.int32 and torch.equal(i1, i2) and torch.equal(r1, r2)
+    assert (a1 is None) == (a2 is None) == (not train)
+    if train:
+        assert torch.equal(a1, a2)
+        assert all(torch.equal(x, y) for x, y in zip(g1, g2, strict=True))
+
+
+def test_hax_pattern_falls_back_where_its_parts_would():
+    """float64 (no native path) runs the parts, and a q/k width other than the scorer's still
+    gets KS's own error."""
+    pat = hax_pattern(8, dim=4).train()
+    q, k = torch.randn(2, 2, 1, 10, 4, dtype=torch.float64).unbind(0)
+    assert not pat.native_applies(q, k)
+    torch.manual_seed(0)
+    idx, aux = pat(q, k)
+    torch.manual_seed(0)
+    idx2, aux2 = UnionPattern.forward(pat, q, k)
+    assert torch.equal(idx, idx2) and torch.equal(aux, aux2)
+    with pytest.raises(Exception, match="ks was built for dim 4"):
+        pat(q.float()[..., :3], k.float()[..., :3])
