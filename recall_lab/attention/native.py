@@ -177,6 +177,7 @@ def hax_pattern(q: Tensor, k: Tensor, planes: Tensor, mlp, n_lsh: int, n_ks: int
     inp = q.new_empty(b, heads, length, 2 * d)
     scores = q.new_empty(b, heads, length)
     idx = torch.empty(b, heads, length, n_lsh + n_ks, dtype=torch.int32)
+    plane_stride = 0 if planes.shape[0] == 1 else d * planes.shape[-1]
     m, target = 0, None
     if sel is not None:
         m = sel.shape[-1]
@@ -187,8 +188,7 @@ def hax_pattern(q: Tensor, k: Tensor, planes: Tensor, mlp, n_lsh: int, n_ks: int
         q.data_ptr(), k.data_ptr(), planes.data_ptr(), *[t.data_ptr() for t in w],
         kernels.ptr(sel), scale, inp.data_ptr(), scores.data_ptr(), kernels.ptr(target),
         idx.data_ptr(), heads, length, d, planes.shape[-1], n_lsh, int(argmax), w[0].shape[0],
-        n_ks, m, *q.stride()[:3], *k.stride()[:3], 0 if planes.shape[0] == 1 else d * planes.shape[-1],
-        b * heads, kernels.threads())
+        n_ks, m, *q.stride()[:3], *k.stride()[:3], plane_stride, b * heads, kernels.threads())
     return idx, inp, target
 
 

@@ -196,10 +196,14 @@ def test_hax_pattern_in_one_call_equals_its_union_of_parts(b, hq, hk, length, d,
         heads = max(hq, hk)
         q, k = torch.randn(b, length, 2, heads, d, generator=g).permute(2, 0, 3, 1, 4)
     else:
-        q, k = torch.randn(b, hq, length, d, generator=g), torch.randn(b, hk, length, d, generator=g)
+        q = torch.randn(b, hq, length, d, generator=g)
+        k = torch.randn(b, hk, length, d, generator=g)
     assert pat.native_applies(q, k)
     out = {}
-    for side, fwd in (("one call", pat.forward), ("parts", lambda q, k: UnionPattern.forward(pat, q, k))):
+    def parts(q, k):
+        return UnionPattern.forward(pat, q, k)
+
+    for side, fwd in (("one call", pat.forward), ("parts", parts)):
         torch.manual_seed(seed)
         idx, aux = fwd(q, k)
         grads = None if aux is None else torch.autograd.grad(aux, list(pat.parameters()))
