@@ -3,14 +3,17 @@ ctypes): the sparse-attention op's ``native`` backend, and the index kernels of 
 (union of index lists, LSH bucket windows, causal top-n), and the HAX branch's pattern in one
 call per part: LSH indices from q, k (`lsh_window`), KS inputs + scores + top-n (`ks_scores`),
 the ranking loss's targets (`ks_target`) and the loss with its scorer gradients
-(`ks_rank_loss`). Callers check `available()` and keep a torch path beside each (tested equal,
-tests/attention/test_hax_fast_paths.py for the HAX ones).
+(`ks_rank_loss`), or all of the pattern but the loss in one (`hax_pattern`). Callers check
+`available()` and keep a torch path beside each (tested equal, tests/attention/
+test_hax_fast_paths.py for the HAX ones).
 
 The op: recall_lab/native/attention.c.
 
 Same math as the ``torch`` gather reference (sparse.py), one query at a time: scores of the listed
 keys, softmax, weighted sum of their values; the backward recomputes the probabilities from the
-saved log-sum-exp and accumulates dk, dv into the keys' rows. Nothing is gathered into new
+saved log-sum-exp and accumulates dk, dv into the keys' rows. q, k, v are read through their
+strides, and the output and gradients keep v's (and q's, k's) layout where it is dense, so the
+hybrid branch's permuted views cost no copies either way. Nothing is gathered into new
 buffers and no sparse structure is built, which is where the ``csr`` backend spent most of its
 time (index layout, the transposed pattern's argsort, copies; bench attention). Rows (batch x
 head) are split over torch's OpenMP threads (recall_lab/native); each row's keys are only written by
@@ -20,36 +23,59 @@ are widened by the op, float64 goes to ``csr``/``torch``).
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 from torch import Tensor
 
 from recall_lab import native as kernels
 
 
+def _last_dim_dense(t: Tensor) -> Tensor:
+    return t if t.stride(-1) == 1 or t.shape[-1] == 1 else t.contiguous()
+
+
+def _strides(*ts: Tensor) -> ctypes.Array:
+    """The (batch, head, position) strides of [B, H, L, *] operands, as the kernels read them (a
+    ctypes array: a tensor would cost an op per call)."""
+    flat = [s for t in ts for s in t.stride()[:3]]
+    return (ctypes.c_long * len(flat))(*flat)
+
+
 def forward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, scale: float) -> tuple[Tensor, Tensor]:
-    """``q, k [R, L, d]``, ``v [R, L, dv]`` float32, ``idx int [R, L, n]`` -> (out, lse)."""
+    """``q, k [B, H, L, d]``, ``v [B, H, L, dv]`` float32 (any batch, head and position strides;
+    the last dim is made contiguous where it is not), ``idx int [B*H, L, n]`` -> (out in v's
+    layout, lse ``[B*H, L]``)."""
     lib = kernels.lib()
-    q, k, v = (t.contiguous() for t in (q, k, v))
+    q, k, v = (_last_dim_dense(t) for t in (q, k, v))
     idx = idx.to(torch.int32).contiguous()
-    rows, length, d = q.shape
+    b, h, length, d = q.shape
     n, dv = idx.shape[-1], v.shape[-1]
-    out = q.new_empty(rows, length, dv)
-    lse = q.new_empty(rows, length)
+    # empty_like keeps a dense input's strides (else contiguous): out in v's layout, so the
+    # hybrid branch's transpose back to [b, l, h * dv] is a view
+    out = torch.empty_like(v)
+    lse = q.new_empty(b * h, length)
+    st = _strides(q, k, v, out)
     ptrs = [kernels.ptr(t) for t in (q, k, v, idx, out, lse)]
-    lib.sparse_attn_fwd(*ptrs, scale, length, n, d, dv, rows, kernels.threads())
+    lib.sparse_attn_fwd(*ptrs, scale, length, n, d, dv, h, ctypes.addressof(st), b * h,
+                        kernels.threads())
     return out, lse
 
 
 def backward(q: Tensor, k: Tensor, v: Tensor, idx: Tensor, out: Tensor, lse: Tensor,
              dout: Tensor, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients of `forward` (the same layouts; dq, dk, dv in q's, k's and v's layout where
+    those are dense, else contiguous)."""
     lib = kernels.lib()
-    q, k, v, out, lse, dout = (t.contiguous() for t in (q, k, v, out, lse, dout))
+    q, k, v, out, dout = (_last_dim_dense(t) for t in (q, k, v, out, dout))
     idx = idx.to(torch.int32).contiguous()
-    rows, length, d = q.shape
+    b, h, length, d = q.shape
     n, dv = idx.shape[-1], v.shape[-1]
-    dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dvv = (torch.empty_like(t) for t in (q, k, v))
+    st = _strides(q, k, v, out, dout, dq, dk, dvv)
     ptrs = [kernels.ptr(t) for t in (q, k, v, idx, out, lse, dout, dq, dk, dvv)]
-    lib.sparse_attn_bwd(*ptrs, scale, length, n, d, dv, rows, kernels.threads())
+    lib.sparse_attn_bwd(*ptrs, scale, length, n, d, dv, h, ctypes.addressof(st), b * h,
+                        kernels.threads())
     return dq, dk, dvv
 
 

@@ -252,8 +252,9 @@ class _SparseAttention(torch.autograd.Function):
         elif backend == "csr":  # any integer dtype (patterns give int32: half the saved bytes)
             out, stats = _csr_forward(q3.to(cdt), k3.to(cdt), v3.to(cdt), i3, scale)
         elif backend == "native":
-            # contiguous once, and saved so: the backward's kernel reads the same buffers
-            q3, k3, v3 = (t.to(cdt).contiguous() for t in (q3, k3, v3))
+            # [B, H, L, *] through their strides (the hybrid branch's permuted q, k, v: no
+            # copies), saved as they are; the output comes in v's layout
+            q3, k3, v3 = (t.to(cdt) for t in (q, k, v))
             i3 = i3.to(torch.int32).contiguous()
             out, stats = native.forward(q3, k3, v3, i3, scale)
         else:
@@ -268,7 +269,7 @@ class _SparseAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q3, k3, v3, i3, out, stats = ctx.saved_tensors
         b, h, length, d, dv = ctx.shape
-        do3 = dout.reshape(b * h, length, dv)
+        do3 = dout if ctx.backend == "native" else dout.reshape(b * h, length, dv)
         if ctx.backend == "triton":
             from recall_lab.attention import triton_sparse
 

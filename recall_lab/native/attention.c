@@ -1,10 +1,13 @@
 /* The sparse-attention op (recall_lab/attention/sparse.py) on the CPU: softmax over each query's
  * listed keys, forward and backward, without gathering keys or values into new buffers.
  *
- * Layouts (float32, C-contiguous), per row r = batch * head: q, k, dq, dk [R, L, d];
- * v, dv, out, dout [R, L, dv]; idx int32 [R, L, n] (-1 = empty slot; a key listed twice counts
- * twice); lse [R, L]: log-sum-exp of the scaled scores, or ROW_EMPTY when a query has no key
- * (its output is 0 and it gets no gradient). A call handles rows [r0, r1) and writes only their
+ * Layouts (float32), per row r = batch * H + head: q, k, dq, dk [B, H, L, d]; v, dv, out, dout
+ * [B, H, L, dv], each read through its (batch, head, position) strides with the last dim
+ * contiguous (`st`: three strides per operand, in the order of the arguments), so permuted views
+ * (the hybrid branch's q, k and v, and an output in v's layout) need no copies; idx int32
+ * [R, L, n] contiguous (-1 = empty slot; a key listed twice counts twice); lse [R, L]: log-sum-exp
+ * of the scaled scores, or ROW_EMPTY when a query has no key (its output is 0 and it gets no
+ * gradient). A call handles rows [r0, r1) and writes only their
  * outputs (dk and dv of a row are accumulated by that row's queries), so row ranges may run in
  * parallel and the split does not change the result. No infinities are used (the file is
  * compiled with -ffast-math, which assumes there are none). */
@@ -87,16 +90,16 @@ static inline void axpy_v(float* y, float a, const float* x, long m) {
     for (; c < m; c++) y[c] += a * x[c];
 }
 
-/* o = sum_s p[s] v[js[s]] over nv >= 1 rows of m values (row stride m), in registers per block */
+/* o = sum_s p[s] v[js[s]] over nv >= 1 rows of m values (row stride vs), in registers per block */
 static inline void weighted_rows(float* o, const float* v, const long* js, const float* p,
-                                 long nv, long m) {
+                                 long nv, long m, long vs) {
     long c = 0;
     for (; c + 32 <= m; c += 32) {
-        const float* r = v + js[0] * m + c;
+        const float* r = v + js[0] * vs + c;
         vf8 a0 = p[0] * ld8(r), a1 = p[0] * ld8(r + 8), a2 = p[0] * ld8(r + 16),
             a3 = p[0] * ld8(r + 24);
         for (long s = 1; s < nv; s++) {
-            r = v + js[s] * m + c;
+            r = v + js[s] * vs + c;
             a0 += p[s] * ld8(r);
             a1 += p[s] * ld8(r + 8);
             a2 += p[s] * ld8(r + 16);
@@ -108,13 +111,13 @@ static inline void weighted_rows(float* o, const float* v, const long* js, const
         st8(o + c + 24, a3);
     }
     for (; c + 8 <= m; c += 8) {
-        vf8 a = p[0] * ld8(v + js[0] * m + c);
-        for (long s = 1; s < nv; s++) a += p[s] * ld8(v + js[s] * m + c);
+        vf8 a = p[0] * ld8(v + js[0] * vs + c);
+        for (long s = 1; s < nv; s++) a += p[s] * ld8(v + js[s] * vs + c);
         st8(o + c, a);
     }
     for (; c < m; c++) {
-        float a = p[0] * v[js[0] * m + c];
-        for (long s = 1; s < nv; s++) a += p[s] * v[js[s] * m + c];
+        float a = p[0] * v[js[0] * vs + c];
+        for (long s = 1; s < nv; s++) a += p[s] * v[js[s] * vs + c];
         o[c] = a;
     }
 }
@@ -122,12 +125,12 @@ static inline void weighted_rows(float* o, const float* v, const long* js, const
 /* One query's listed keys without the empty slots: their positions and scaled scores, and the
  * largest score. Returns how many there are. */
 static inline long listed_scores(const float* qi, const float* kr, const int* ii, long n, long d,
-                                 float scale, long* js, float* sc, float* m) {
+                                 long ks, float scale, long* js, float* sc, float* m) {
     long nv = 0;
     for (long s = 0; s < n; s++) {
         if (ii[s] < 0) continue;
         js[nv] = ii[s];
-        sc[nv] = scale * dot_qk(qi, kr + (long)ii[s] * d, d);
+        sc[nv] = scale * dot_qk(qi, kr + (long)ii[s] * ks, d);
         *m = nv ? fmaxf(*m, sc[nv]) : sc[nv];
         nv++;
     }
@@ -136,21 +139,26 @@ static inline long listed_scores(const float* qi, const float* kr, const int* ii
 
 /* Probabilities with exp_fast (fastexp.h), as the other kernels; each query's empty slots are
  * dropped once (`listed_scores`), and its output is written once (`weighted_rows`). */
+/* the start of row r = b * H + hh of an operand with strides st[0..2] (batch, head, position) */
+#define ROW(p, st, r, H) ((p) + ((r) / (H)) * (st)[0] + ((r) % (H)) * (st)[1])
+
 static void sparse_attn_fwd_range(const float* q, const float* k, const float* v, const int* idx,
                                   float* out, float* lse, float scale, long L, long n, long d,
-                                  long dv, long r0, long r1) {
+                                  long dv, long H, const long* st, long r0, long r1) {
+    const long *qs = st, *ks = st + 3, *vs = st + 6, *os = st + 9;
     const long nn = n > 0 ? n : 1;
     float sc[nn];
     long js[nn];
     for (long r = r0; r < r1; r++) {
-        const float* qr = q + r * L * d;
-        const float* kr = k + r * L * d;
-        const float* vr = v + r * L * dv;
+        const float* qr = ROW(q, qs, r, H);
+        const float* kr = ROW(k, ks, r, H);
+        const float* vr = ROW(v, vs, r, H);
+        float* orow = ROW(out, os, r, H);
         for (long i = 0; i < L; i++) {
-            float* o = out + (r * L + i) * dv;
+            float* o = orow + i * os[2];
             float m = 0.f;
-            const long nv = listed_scores(qr + i * d, kr, idx + (r * L + i) * n, n, d, scale,
-                                          js, sc, &m);
+            const long nv = listed_scores(qr + i * qs[2], kr, idx + (r * L + i) * n, n, d, ks[2],
+                                          scale, js, sc, &m);
             if (!nv) {
                 for (long c = 0; c < dv; c++) o[c] = 0.f;
                 lse[r * L + i] = ROW_EMPTY;
@@ -163,40 +171,49 @@ static void sparse_attn_fwd_range(const float* q, const float* k, const float* v
             }
             const float inv = 1.f / den;
             for (long s = 0; s < nv; s++) sc[s] *= inv;
-            weighted_rows(o, vr, js, sc, nv, dv);
+            weighted_rows(o, vr, js, sc, nv, dv, vs[2]);
             lse[r * L + i] = m + logf(den);
         }
     }
 }
 
+/* st: the strides of q, k, v, out, dout, dq, dk, dv, three each */
 static void sparse_attn_bwd_range(const float* q, const float* k, const float* v, const int* idx,
                      const float* out, const float* lse, const float* dout, float* dq, float* dk,
-                     float* dvv, float scale, long L, long n, long d, long dv, long r0, long r1) {
+                     float* dvv, float scale, long L, long n, long d, long dv, long H,
+                     const long* st, long r0, long r1) {
+    const long *qs = st, *ks = st + 3, *vs = st + 6, *os = st + 9, *gs = st + 12, *dqs = st + 15,
+               *dks = st + 18, *dvs = st + 21;
     for (long r = r0; r < r1; r++) {
-        const float* qr = q + r * L * d;
-        const float* kr = k + r * L * d;
-        const float* vr = v + r * L * dv;
-        float* dkr = dk + r * L * d;
-        float* dvr = dvv + r * L * dv;
-        for (long i = 0; i < L * d; i++) dkr[i] = 0.f;
-        for (long i = 0; i < L * dv; i++) dvr[i] = 0.f;
+        const float* qr = ROW(q, qs, r, H);
+        const float* kr = ROW(k, ks, r, H);
+        const float* vr = ROW(v, vs, r, H);
+        const float* orow = ROW(out, os, r, H);
+        const float* gr = ROW(dout, gs, r, H);
+        float* dqr = ROW(dq, dqs, r, H);
+        float* dkr = ROW(dk, dks, r, H);
+        float* dvr = ROW(dvv, dvs, r, H);
+        for (long i = 0; i < L; i++) {
+            for (long c = 0; c < d; c++) dkr[i * dks[2] + c] = 0.f;
+            for (long c = 0; c < dv; c++) dvr[i * dvs[2] + c] = 0.f;
+        }
         for (long i = 0; i < L; i++) {
             const int* ii = idx + (r * L + i) * n;
-            const float* qi = qr + i * d;
-            const float* doi = dout + (r * L + i) * dv;
-            float* dqi = dq + (r * L + i) * d;
+            const float* qi = qr + i * qs[2];
+            const float* doi = gr + i * gs[2];
+            float* dqi = dqr + i * dqs[2];
             for (long c = 0; c < d; c++) dqi[c] = 0.f;
             const float l = lse[r * L + i];
             if (l == ROW_EMPTY) continue;
-            const float delta = dot_v(doi, out + (r * L + i) * dv, dv);
+            const float delta = dot_v(doi, orow + i * os[2], dv);
             for (long s = 0; s < n; s++) {
                 const long j = ii[s];
                 if (j < 0) continue;
-                const float p = exp_fast(scale * dot_qk(qi, kr + j * d, d) - l);
-                const float ds = p * (dot_v(doi, vr + j * dv, dv) - delta) * scale;
-                axpy(dqi, ds, kr + j * d, d);
-                axpy(dkr + j * d, ds, qi, d);
-                axpy_v(dvr + j * dv, p, doi, dv);
+                const float p = exp_fast(scale * dot_qk(qi, kr + j * ks[2], d) - l);
+                const float ds = p * (dot_v(doi, vr + j * vs[2], dv) - delta) * scale;
+                axpy(dqi, ds, kr + j * ks[2], d);
+                axpy(dkr + j * dks[2], ds, qi, d);
+                axpy_v(dvr + j * dvs[2], p, doi, dv);
             }
         }
     }
@@ -575,18 +592,18 @@ void ks_rank_bwd(const float* inp, const long* sel, const float* target, const f
 /* ---- exported, parallel over rows (rows.h) ---- */
 
 void sparse_attn_fwd(const float* q, const float* k, const float* v, const int* idx, float* out,
-                     float* lse, float scale, long L, long n, long d, long dv, long rows,
-                     long nt) {
+                     float* lse, float scale, long L, long n, long d, long dv, long H,
+                     const long* st, long rows, long nt) {
     FOR_RANGES(rows, nt)
-    sparse_attn_fwd_range(q, k, v, idx, out, lse, scale, L, n, d, dv, R0(rows), R1(rows));
+    sparse_attn_fwd_range(q, k, v, idx, out, lse, scale, L, n, d, dv, H, st, R0(rows), R1(rows));
 }
 
 void sparse_attn_bwd(const float* q, const float* k, const float* v, const int* idx,
                      const float* out, const float* lse, const float* dout, float* dq, float* dk,
-                     float* dvv, float scale, long L, long n, long d, long dv, long rows,
-                     long nt) {
+                     float* dvv, float scale, long L, long n, long d, long dv, long H,
+                     const long* st, long rows, long nt) {
     FOR_RANGES(rows, nt)
-    sparse_attn_bwd_range(q, k, v, idx, out, lse, dout, dq, dk, dvv, scale, L, n, d, dv,
+    sparse_attn_bwd_range(q, k, v, idx, out, lse, dout, dq, dk, dvv, scale, L, n, d, dv, H, st,
                           R0(rows), R1(rows));
 }
 

@@ -87,6 +87,38 @@ def test_native_float32_matches_dense_and_the_gather_reference(length, n, dup, s
 
 
 @pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
+@given(b=st.integers(1, 3), h=st.integers(1, 3), length=st.integers(1, 20), n=st.integers(1, 6),
+       d=st.integers(1, 6), dv=st.integers(1, 40), seed=st.integers(0, 10**6))
+def test_native_reads_strided_views_and_keeps_the_values_layout(b, h, length, n, d, dv, seed):
+    """The hybrid branch's layouts: q, k permuted out of one [b, l, 2, h, d] projection, v (and
+    the upstream gradient) [b, h, l, dv] views of [b, l, h, dv] buffers, a broadcast head in
+    idx. The native kernel reads them through their strides and equals the gather reference on
+    contiguous copies (values and gradients); its output and v's gradient come in v's layout,
+    so transposing them back to [b, l, h * dv] is a view (no copy)."""
+    gen = torch.Generator().manual_seed(seed)
+    qk = torch.randn(b, length, 2, h, d, generator=gen)
+    xc = torch.randn(b, length, h * dv, generator=gen)
+    idx = random_idx(b, 1, length, n, gen)
+    g = torch.randn(b, length, h, dv, generator=gen).transpose(1, 2)
+    res = []
+    for backend in ("native", "torch"):
+        qk_leaf, xc_leaf = qk.clone().requires_grad_(), xc.clone().requires_grad_()
+        q, k = qk_leaf.permute(2, 0, 3, 1, 4)
+        v = xc_leaf.view(b, length, h, dv).transpose(1, 2)
+        if backend == "torch":
+            q, k, v = (t.contiguous() for t in (q, k, v))
+        out = sparse_attention(q, k, v, idx, scale=0.6, backend=backend)
+        if backend == "native":
+            assert out.transpose(1, 2).is_contiguous()
+        out.backward(g)
+        if backend == "native":
+            assert xc_leaf.grad.is_contiguous()
+        res.append((out, qk_leaf.grad, xc_leaf.grad))
+    for a, c in zip(*res, strict=True):
+        torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not native.available(), reason=f"no native kernels: {native.load()[1]}")
 def test_native_results_do_not_depend_on_the_thread_count():
     gen = torch.Generator().manual_seed(8)
     q, k, v = (torch.randn(3, 2, 40, 6, generator=gen) for _ in range(3))
