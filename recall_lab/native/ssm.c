@@ -238,6 +238,27 @@ static void ssd_step_out(float* S, const float* av, const float* xd, const float
         }
 }
 
+/* The scratch of both channels-last backwards (ssd_bwd_channels, ssdf_bwd_range), in this order:
+ * ck [nc, N, D] the state each block of SSD_CKPT steps starts from; buf [SSD_CKPT, N, D] the
+ * block's states S_t; gS [N, D] d loss / d S_t from the steps after t; av, xd [D]; row [D]
+ * sum_n dS_t[n, c] B_t[n]; gac [D] d loss / d a_t per channel; then whatever a caller adds. */
+typedef struct {
+    float *ck, *buf, *gS, *av, *xd, *row, *gac, *tail;
+} ssd_scratch;
+
+static ssd_scratch ssd_carve(float* scratch, long nc, long ND, long D) {
+    ssd_scratch s;
+    s.ck = scratch;
+    s.buf = s.ck + nc * ND;
+    s.gS = s.buf + SSD_CKPT * ND;
+    s.av = s.gS + ND;
+    s.xd = s.av + D;
+    s.row = s.xd + D;
+    s.gac = s.row + D;
+    s.tail = s.gac + D;
+    return s;
+}
+
 /* One reverse step's state gradients over the [N, D] state, for both channels-last backwards:
  * with g = dS_t + gy_t C_t^T: gC_t = S_t . gy_t, gB_t = g . xd, row = g B_t (d loss / d (dt x)
  * per channel), gac = g . S_{t-1} (d loss / d a_t per channel), and dS_{t-1} = a_t g in gS. */
@@ -297,13 +318,9 @@ static void ssd_bwd_channels(const float* x, const float* dt, const float* A, co
                              long b0, long b1, float* scratch) {
     const long D = H * P, ND = N * D, T = SSD_CKPT;
     const long nc = (L + T - 1) / T;
-    float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
-    float* buf = ck + nc * ND;     /* [T, N, D]: the block's states S_t */
-    float* gS = buf + T * ND;      /* [N, D]: d loss / d S_t from the steps after t */
-    float* av = gS + ND;           /* [D] */
-    float* xd = av + D;            /* [D] */
-    float* row = xd + D;           /* [D]: sum_n dS_t[n, c] B_t[n] */
-    float* gac = row + D;          /* [D]: d loss / d a_t, per channel */
+    const ssd_scratch sc = ssd_carve(scratch, nc, ND, D);
+    float *ck = sc.ck, *buf = sc.buf, *gS = sc.gS, *av = sc.av, *xd = sc.xd, *row = sc.row,
+          *gac = sc.gac;
     for (long b = b0; b < b1; b++) {
         float* gA = gA_part + b * H;
         for (long h = 0; h < H; h++) gA[h] = 0.f;
@@ -594,14 +611,10 @@ static void ssdf_bwd_range(const float* xbc, long xs, const float* dtr, long dts
                            long b1, float* scratch) {
     const long D = H * P, ND = N * D, T = SSD_CKPT;
     const long nc = (L + T - 1) / T;
-    float* ck = scratch;           /* [nc, N, D]: the state each block of T steps starts from */
-    float* buf = ck + nc * ND;     /* [T, N, D]: the block's states S_t */
-    float* gS = buf + T * ND;      /* [N, D]: d loss / d S_t from the steps after t */
-    float* av = gS + ND;           /* [D] */
-    float* xd = av + D;            /* [D] */
-    float* row = xd + D;           /* [D]: sum_n dS_t[n, c] B_t[n] */
-    float* gac = row + D;          /* [D]: d loss / d a_t, per channel */
-    float* dl = gac + D;           /* [H] */
+    const ssd_scratch sc = ssd_carve(scratch, nc, ND, D);
+    float *ck = sc.ck, *buf = sc.buf, *gS = sc.gS, *av = sc.av, *xd = sc.xd, *row = sc.row,
+          *gac = sc.gac;
+    float* dl = sc.tail;           /* [H] */
     for (long b = b0; b < b1; b++) {
         float* gA = gA_part + b * H;
         float* gDs = gD_part + b * H;
