@@ -48,7 +48,6 @@ from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, format_value, numeric
-from recall_lab.experiments.plots import report_figures
 
 SKIP_FIELDS = ("train.lr", "train.seed")
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -575,6 +574,9 @@ def write_report(rep: dict, out: str | Path, plots: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     rep["figures"] = []
     if plots:
+        # here, not at the top: matplotlib takes ~0.9 s to import, which `--no-plots` skips
+        from recall_lab.experiments.plots import report_figures
+
         rep["figures"] = [str(p) for p in report_figures(rep, out)]
     paths = [out / "report.md", out / "report.csv", out / "report.json"]
     for path, text in zip(paths, (_markdown(rep), _csv(rep),

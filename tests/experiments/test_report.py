@@ -4,6 +4,8 @@ against values worked out by hand), counts of seeds / missing / failed runs, cla
 import csv
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -226,3 +228,13 @@ def test_label_leaves_out_fields_a_model_does_not_have():
                         "model.k": 13}) == "transformer / k=13"
     assert group_label({"model.name": "attamba", "model.attamba.chunk": 4}) == "attamba / chunk=4"
     assert group_label({"model.attamba.chunk": None}) == "all"
+
+
+def test_report_without_plots_does_not_import_matplotlib():
+    """`recall-lab report --no-plots` never needs matplotlib (about 0.9 s to import): the report
+    module imports its figures only when it draws them."""
+    code = ("import sys, recall_lab.experiments.report as r; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'; "
+            "assert callable(r.write_report)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
