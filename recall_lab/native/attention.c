@@ -7,9 +7,9 @@
  * (the hybrid branch's q, k and v, and an output in v's layout) need no copies; idx int32
  * [R, L, n] contiguous (-1 = empty slot; a key listed twice counts twice); lse [R, L]: log-sum-exp
  * of the scaled scores, or ROW_EMPTY when a query has no key (its output is 0 and it gets no
- * gradient). A call handles rows [r0, r1) and writes only their
- * outputs (dk and dv of a row are accumulated by that row's queries), so row ranges may run in
- * parallel and the split does not change the result. No infinities are used (the file is
+ * gradient). A call handles rows [r0, r1) and writes only their outputs (dk and dv of a row are
+ * accumulated by that row's queries), so row ranges may run in parallel and the split does not
+ * change the result. No infinities are used (the file is
  * compiled with -ffast-math, which assumes there are none). */
 #include <math.h>
 #include <stdlib.h>
@@ -137,11 +137,11 @@ static inline long listed_scores(const float* qi, const float* kr, const int* ii
     return nv;
 }
 
-/* Probabilities with exp_fast (fastexp.h), as the other kernels; each query's empty slots are
- * dropped once (`listed_scores`), and its output is written once (`weighted_rows`). */
 /* the start of row r = b * H + hh of an operand with strides st[0..2] (batch, head, position) */
 #define ROW(p, st, r, H) ((p) + ((r) / (H)) * (st)[0] + ((r) % (H)) * (st)[1])
 
+/* Probabilities with exp_fast (fastexp.h), as the other kernels; each query's empty slots are
+ * dropped once (`listed_scores`), and its output is written once (`weighted_rows`). */
 static void sparse_attn_fwd_range(const float* q, const float* k, const float* v, const int* idx,
                                   float* out, float* lse, float scale, long L, long n, long d,
                                   long dv, long H, const long* st, long r0, long r1) {
