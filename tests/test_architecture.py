@@ -66,6 +66,9 @@ DEFERRED: dict[tuple[str, str], str] = {
         "Triton is optional and slow to import; only the GPU path needs it",
     ("recall_lab.experiments.engine", "*"):
         "a pool worker sets its thread count and GPU before torch is imported",
+    ("recall_lab.experiments.report", "recall_lab.experiments.plots"):
+        "matplotlib (about 0.9 s to import) only when a report draws its figures: `report "
+        "--no-plots` skips it (tests/experiments/test_report.py)",
     # left, in files other people are editing now (remove the entry when fixed there)
     ("recall_lab.bench.*", "*"): "not moved to the top yet: left for the throughput issue, which "
         "rewrites the benches (rows with their max error)",
