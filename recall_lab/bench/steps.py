@@ -59,7 +59,7 @@ GROUPS = (2, 4, 8)
 HYBRID_BASE = {"mamba+hax": "mamba", "mamba2+hax": "mamba2"}
 
 
-def _setup(name: str):
+def setup_case(name: str):
     """(config, model, its fixed batches) of the capacity config; torch imported here so that the
     parent process, which only starts children, does not pay for it."""
     import torch
@@ -83,7 +83,7 @@ def _setup(name: str):
     return cfg, model, [data.batch(s, 32, torch.device("cpu")) for s in range(4)]
 
 
-def _optimizer(model, cfg):
+def step_optimizer(model, cfg):
     """(optimizer, its step after backward) as the tree's own training loop makes them: trees
     from before `make_optimizer` (issue 26) built AdamW per tensor and clipped in a loop."""
     import torch
@@ -108,8 +108,8 @@ def _case(names: str, steps: int = 20, warmup: int = 5) -> dict:
     or faster spell of a shared machine falls on all of them alike."""
     runs = []
     for name in names.split(","):
-        cfg, model, batches = _setup(name)  # first: it sets the thread count
-        runs.append((name, cfg, model, batches, *_optimizer(model, cfg)))
+        cfg, model, batches = setup_case(name)  # first: it sets the thread count
+        runs.append((name, cfg, model, batches, *step_optimizer(model, cfg)))
     from recall_lab.train import objective
 
     times: dict = {name: ([], []) for name in names.split(",")}
@@ -137,7 +137,7 @@ def _cpu_with_children() -> float:
 
 def _compile_case(name: str, steps: int = 20) -> dict:
     """Eager against compiled, one copy of the model each, interleaved in this process."""
-    cfg, model, batches = _setup(name)
+    cfg, model, batches = setup_case(name)
     import torch
 
     from recall_lab.train import objective
@@ -148,7 +148,7 @@ def _compile_case(name: str, steps: int = 20) -> dict:
     for side in ("eager", "compiled"):
         m = copy.deepcopy(model)
         fwd = torch.compile(m, dynamic=False) if side == "compiled" else m
-        opt, finish = _optimizer(m, cfg)
+        opt, finish = step_optimizer(m, cfg)
         sides[side] = {"model": m, "fwd": fwd, "opt": opt, "finish": finish, "wall": [],
                        "cpu": []}
 
@@ -185,7 +185,7 @@ def _grouped_case(name: str, groups: tuple[int, ...] = GROUPS, rounds: int = 8,
     `rounds` rounds of `steps` steps per copy, the copy that goes first rotating. Per group size
     (as a string key; "1" is the separate step): the batch, the samples it stepped in all, and
     per round the median CPU and wall ms of its steps."""
-    cfg, model, _ = _setup(name)
+    cfg, model, _ = setup_case(name)
     import torch
 
     from recall_lab.data import DataSource
@@ -195,7 +195,7 @@ def _grouped_case(name: str, groups: tuple[int, ...] = GROUPS, rounds: int = 8,
     arms = {}
     for g in (1, *groups):
         m = copy.deepcopy(model)
-        opt, finish = _optimizer(m, cfg)
+        opt, finish = step_optimizer(m, cfg)
         arms[g] = {"model": m, "opt": opt, "finish": finish, "samples": 0, "cpu": [], "wall": [],
                    "batches": [data.batch(s, BATCH * g, torch.device("cpu")) for s in range(2)]}
 
