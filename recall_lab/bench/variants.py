@@ -32,8 +32,9 @@ import sys
 import time
 import types
 
+from recall_lab.bench.steps import HYBRID_BASE as BASES  # hybrid -> its base model
+
 VARIANTS = ("hybrid", "parts pattern", "cached pattern", "scale only", "base")
-BASES = {"mamba+hax": "mamba", "mamba2+hax": "mamba2"}
 
 
 def _branches(model) -> list:
