@@ -15,6 +15,10 @@ its base model:
 - ``scale only``: each branch returns ``xc * scale``: a branch that does nothing but exist (the
   product and its backward, the fused scan's side input and gradient).
 - ``base``: the base model (`mamba` or `mamba2`).
+- ``hybrid, batch 1`` and ``base, batch 1``: copies of those two stepping the first sample of each
+  batch instead of all 32: the per-token work nearly gone, what is left is the step's floor
+  (Python, autograd, the op dispatch and allocations, AdamW over the same parameters), which no
+  faster kernel removes. Their line also gives that floor's share of the batch-32 step.
 
 Every step goes round the variants, the one that goes first moving by one each step, so that a
 slower or faster spell of a shared machine falls on all of them alike. Per variant: CPU ms per step
@@ -34,7 +38,9 @@ import types
 
 from recall_lab.bench.steps import HYBRID_BASE as BASES  # hybrid -> its base model
 
-VARIANTS = ("hybrid", "parts pattern", "cached pattern", "scale only", "base")
+VARIANTS = ("hybrid", "parts pattern", "cached pattern", "scale only", "base", "hybrid, batch 1",
+            "base, batch 1")
+ONE = ", batch 1"  # the suffix of the batch-1 copies
 
 
 def _branches(model) -> list:
@@ -91,11 +97,15 @@ def variant_models(name: str) -> dict:
             edit(branch)
         out[variant] = (cfg, m, batches)
     out["base"] = setup_case(BASES[name])
+    for v in ("hybrid", "base"):
+        cfg, m, batches = out[v]
+        out[v + ONE] = (cfg, copy.deepcopy(m), [(x[:1], y[:1]) for x, y in batches])
     return out
 
 
 def run(name: str, steps: int = 220, warmup: int = 20) -> dict:
-    """Per variant: CPU ms per step (median, p10, min over the timed steps) and base / this."""
+    """Per variant: CPU ms per step (median, p10, min over the timed steps) and base / this; a
+    batch-1 copy also its share of its batch-32 model's median (`of_batch_32`)."""
     from recall_lab.bench.steps import step_optimizer
     from recall_lab.train import objective
 
@@ -121,6 +131,9 @@ def run(name: str, steps: int = 220, warmup: int = 20) -> dict:
         med = statistics.median(ms)
         table[v] = {"cpu_ms": med, "p10_ms": ms[len(ms) // 10], "min_ms": ms[0],
                     "base_over_this": base / med}
+    for v in table:
+        if v.endswith(ONE):
+            table[v]["of_batch_32"] = table[v]["cpu_ms"] / table[v.removesuffix(ONE)]["cpu_ms"]
     return table
 
 
@@ -132,10 +145,12 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     table = run(args.model, args.steps, args.warmup)
     print(f"{args.model}: CPU ms per step over {args.steps} steps, variants interleaved")
-    print(f"{'variant':<15} {'median':>8} {'p10':>8} {'min':>8} {'base/this':>10}")
+    print(f"{'variant':<16} {'median':>8} {'p10':>8} {'min':>8} {'base/this':>10} "
+          f"{'of batch 32':>12}")
     for v, r in table.items():
-        print(f"{v:<15} {r['cpu_ms']:8.2f} {r['p10_ms']:8.2f} {r['min_ms']:8.2f} "
-              f"{r['base_over_this']:9.3f}x")
+        share = f"{r['of_batch_32']:11.1%}" if "of_batch_32" in r else f"{'-':>11}"
+        print(f"{v:<16} {r['cpu_ms']:8.2f} {r['p10_ms']:8.2f} {r['min_ms']:8.2f} "
+              f"{r['base_over_this']:9.3f}x {share}")
     print(json.dumps(table))
 
 

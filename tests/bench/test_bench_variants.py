@@ -55,12 +55,28 @@ def test_scale_only_branch_is_xc_times_scale(models):
     assert torch.equal(br(xc, []), xc * br.scale)
 
 
+def test_batch_one_copies_step_the_first_sample_of_each_batch(models):
+    for v in ("hybrid", "base"):
+        cfg, model, batches = models[v]
+        cfg1, one, batches1 = models[v + variants.ONE]
+        assert one is not model and cfg1 is cfg and len(batches1) == len(batches)
+        ref, sd = model.state_dict(), one.state_dict()
+        assert sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in ref)
+        for (x, y), (x1, y1) in zip(batches, batches1, strict=True):
+            assert x.shape[0] == 32 and x1.shape[0] == 1
+            assert torch.equal(x1, x[:1]) and torch.equal(y1, y[:1])
+
+
 def test_run_times_every_variant_against_the_base():
     table = variants.run("mamba+hax", steps=2, warmup=1)
     assert tuple(table) == variants.VARIANTS
     assert table["base"]["base_over_this"] == 1.0
     for r in table.values():
         assert 0 < r["min_ms"] <= r["p10_ms"] <= r["cpu_ms"]
+    for v in ("hybrid", "base"):
+        share = table[v + variants.ONE]["of_batch_32"]
+        assert share == table[v + variants.ONE]["cpu_ms"] / table[v]["cpu_ms"]
+    assert not any("of_batch_32" in table[v] for v in variants.VARIANTS[:5])
 
 
 def test_only_the_hybrids_have_variants():
