@@ -76,7 +76,7 @@ def test_run_times_every_variant_against_the_base():
     for v in ("hybrid", "base"):
         share = table[v + variants.ONE]["of_batch_32"]
         assert share == table[v + variants.ONE]["cpu_ms"] / table[v]["cpu_ms"]
-    assert not any("of_batch_32" in table[v] for v in variants.VARIANTS[:5])
+    assert not any("of_batch_32" in r for v, r in table.items() if not v.endswith(variants.ONE))
 
 
 def test_only_the_hybrids_have_variants():
