@@ -1,5 +1,5 @@
-"""Fine-tuning runs (seed 001 Sec. 3.4, 4.6): the config of a new run that starts from a finished
-one with another attention and an adapter.
+"""Fine-tuning runs (Expansion Span Sec. 3.4, 4.6): the config of a new run that starts from a
+finished one with another attention and an adapter.
 
 A fine-tune run is an ordinary run (same trainer, same directory layout) whose `train.finetune`
 names its base run; `recall_lab.runs.build_run_model` builds it (the base run's weights, then the

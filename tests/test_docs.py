@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-README_MAX_LINES = 250  # issue 25: the README is a front door, the rest lives in docs/
+README_MAX_LINES = 250  # the README is a front door, the rest lives in docs/
 
 needs_mkdocs = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("mkdocs", "material", "mkdocstrings")),

@@ -6,10 +6,10 @@ Mean distance of row i of an attention-like matrix M (Eq. 6 with the normalisati
     MD_i = sum_{j <= i} N(M)_{i,j} (i - j),   N(M)_{i,j} = |M_{i,j}| / sum_{k <= i} |M_{i,k}|
 
 Eq. 8 is MD of the last row. "Normalised" divides MD_i by the number of positions row i can see,
-i + 1 (for the last row: the sequence length L, as in seed 002 Fig. 4 right). A row whose weights
+i + 1 (for the last row: the sequence length L, as in DeciMamba Fig. 4 right). A row whose weights
 are all zero has no distribution; its mean distance is NaN.
 
-Per-channel values are averaged over channels (heads) the way seed 002 averages them: the mean of
+Per-channel values are averaged over channels (heads) the way DeciMamba averages them: the mean of
 the per-channel mean distances, not the mean distance of a channel-averaged map.
 """
 

@@ -1,5 +1,5 @@
 """PNG figures (matplotlib, Agg backend): hidden-attention maps on a log scale with a threshold
-(seed 002 Fig. 2-3 style, the map normalised by its largest |entry|), and mean distance against
+(DeciMamba Fig. 2-3 style, the map normalised by its largest |entry|), and mean distance against
 evaluation length, absolute and normalised (Fig. 4 style), optionally with the Delta-sum curve
 (Fig. 2 right)."""
 
@@ -54,7 +54,7 @@ def plot_attention_map(matrix: torch.Tensor | np.ndarray, path: str | Path, *, t
                        threshold: float = 1e-3, mean_distance: torch.Tensor | None = None,
                        ) -> Path:
     """One hidden-attention map [L, L]; with `mean_distance` [L] the curve j = i - MD_i is drawn
-    in red (seed 002 Fig. 3: its horizontal gap to the diagonal is the mean distance)."""
+    in red (DeciMamba Fig. 3: its horizontal gap to the diagonal is the mean distance)."""
     path = Path(path)
     img = log_map(matrix, threshold)
     L = img.shape[0]

@@ -1,4 +1,4 @@
-"""The Attamba key pattern: chunk-boundary keys plus a leading window (paper 003 Eq. 5, 7, Fig. 5).
+"""The Attamba key pattern: chunk-boundary keys plus a leading window (Attamba Eq. 5, 7, Fig. 5).
 
 Attamba's keys and values come from SSMs that restart at every chunk start, so the key at a chunk
 end summarises its chunk. Query i reads

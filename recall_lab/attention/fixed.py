@@ -1,4 +1,4 @@
-"""Context-independent patterns (paper 004 Sec. 2.1): sliding window SW(n), Sink(n), dilated D(n)
+"""Context-independent patterns (HAX paper Sec. 2.1): sliding window SW(n), Sink(n), dilated D(n)
 with a gap fixed by the configuration, and the dense causal baseline `full`. They read only the
 sequence length and the device; O(L n) to build."""
 

@@ -1,4 +1,4 @@
-"""HAX (paper 004 Eq. 19-20): LSH u KS, the context-dependent pair; k is split n - n//2 for LSH
+"""HAX (HAX paper Eq. 19-20): LSH u KS, the context-dependent pair; k is split n - n//2 for LSH
 and n//2 for KS (32 + 32 at the paper's k = 64)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Key selection, KS (paper 004 Eq. 12-17): a scoring MLP over ``[k_j, normalize(prefix sum of
+"""Key selection, KS (HAX paper Eq. 12-17): a scoring MLP over ``[k_j, normalize(prefix sum of
 q)]`` on detached inputs; query i takes the top-n scores among keys 0..i (ties: the earlier key),
 trained by a pairwise ranking loss against sampled reference attention. O(L n log n) to build."""
 

@@ -1,4 +1,4 @@
-"""LSH attention (paper 004 Eq. 5-9): q, k centred by their causal prefix mean, binned by the
+"""LSH attention (HAX paper Eq. 5-9): q, k centred by their causal prefix mean, binned by the
 sign-bit rule (2^h bins) or the argmax rule (h bins); query i keeps the n most recent keys of its
 own bin. O(L log L + L n) to build (one sort, one searchsorted, one gather)."""
 

@@ -1,4 +1,4 @@
-"""The oracle key selection (issue 24 item 5): the control for KS. Keys are chosen from the token
+"""The oracle key selection: the control for KS. Keys are chosen from the token
 ids, not learned: query i reads the positions right after earlier occurrences of its own token,
 when that token is a key. No scorer, no aux loss, no parameters.
 

@@ -16,7 +16,7 @@ of ``d``, is fixed by the configuration). One file per family:
   smallest gap for which no query of a sequence up to ``max_len`` has more than ``n`` candidates;
   ``dilation="release"`` -> ``g = max_len // n``, the release's rule; an int fixes it. (Deriving g
   from the padded batch length L, as an earlier version did, made query i's keys depend on the
-  tokens after i and on its batch-mates: seed 004 Eq. 10-11 forbid that.) ``a`` = SW(n - n//2) u
+  tokens after i and on its batch-mates: HAX paper Eq. 10-11 forbid that.) ``a`` = SW(n - n//2) u
   Sink(n//2); ``sw+d`` = SW(n - n//2) u D(n//2); ``full``: every ``j <= i``.
 * ``lsh.py`` (Eq. 5-9): q, k centred by their causal prefix mean and normalised per vector; bins
   by the sign-bit rule (Eq. 7, 2^h bins, most significant bit = plane 1) or the argmax rule (Eq.
@@ -27,11 +27,11 @@ of ``d``, is fixed by the configuration). One file per family:
   inputs; query ``i`` takes the top-n scores among ``x_0 .. x_i`` (ties: the earlier key wins).
   In training mode the module also returns the pairwise ranking loss on n randomly sampled keys.
 * ``hax.py`` (Eq. 19-20) = LSH(n - n//2) u KS(n//2).
-* ``seattn.py``: ``seattn``, ``seattn-nomem``, ``seattn-random``, ``seattn-landmark`` (seed 001,
-  SE-Attn): own chunk + top-k retrieved memory blocks.
-* ``attamba.py`` (paper 003 Eq. 5, Fig. 5): chunk ends ``j <= i`` plus a leading window; here
+* ``seattn.py``: ``seattn``, ``seattn-nomem``, ``seattn-random``, ``seattn-landmark``
+  (SE-Attn, Expansion Span): own chunk + top-k retrieved memory blocks.
+* ``attamba.py`` (Attamba Eq. 5, Fig. 5): chunk ends ``j <= i`` plus a leading window; here
   ``n`` is the chunk size P, and a query gets up to ceil(L/P) + leading keys.
-* ``oracle.py`` (issue 24 item 5, the control for KS): the only pattern that reads the token ids
+* ``oracle.py`` (the control for KS): the only pattern that reads the token ids
   (``takes_ids``; called as ``pattern(q, k, v, ids=ids)``, q and k ignored): query i takes the
   ``n`` most recent positions ``j + 1 <= i`` with ``x_j == x_i`` and ``x_j`` a key id (option
   ``keys = (lo, hi)``, which `RunConfig` fills from the task's last level; None = every id), i.e.

@@ -1,4 +1,4 @@
-"""NON-CAUSAL dense-mask reference reproducing the original HAX release (paper 004), for comparison.
+"""NON-CAUSAL dense-mask reference reproducing the original HAX release, for comparison.
 
 It follows the sparse branch of the release's ``EnhancedMamba2Mixer.forward`` step by step:
 ``k`` is divided by ``sqrt(d)``; every pattern is an ``L x L`` boolean mask; LSH centres q, k by

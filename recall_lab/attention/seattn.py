@@ -1,4 +1,4 @@
-"""SE-Attn (seed 001 Sec. 3.2-3.3, Eq. 1-7; seed 000 Sec. 3) as a key-index pattern.
+"""SE-Attn (Expansion Span Sec. 3.2-3.3, Eq. 1-7; conference version Sec. 3) as a key-index pattern.
 
 The sequence is cut into chunks of M tokens (chunk start ``cs(p) = floor(p / M) * M``) and into
 memory blocks of S tokens (block j = positions ``jS .. jS+S-1``; only full blocks exist). Query p
@@ -37,9 +37,9 @@ same way in training and uses ``seed`` in evaluation.
 
 Output ``idx: int32 [B or 1, H, L, k*S + M]``: retrieved block tokens first, then the chunk.
 
-Cost (seed 000 App. H: O(d (L S + L M + L^2 / S))): summaries O(L S d); prefix/token scoring
-O(L U d) with U = L // S blocks, tiled over queries so memory stays O(tile * U); chunk scoring
-O((L/M) U d); top-k O(L U); indices O(L (M + k S)); attention O(L (M + k S) d).
+Cost (conference version, App. H: O(d (L S + L M + L^2 / S))): summaries O(L S d); prefix/token
+scoring O(L U d) with U = L // S blocks, tiled over queries so memory stays O(tile * U); chunk
+scoring O((L/M) U d); top-k O(L U); indices O(L (M + k S)); attention O(L (M + k S) d).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SE-Attn written out from its definitions (seed 001 Eq. 1-7), one query at a time.
+"""SE-Attn written out from its definitions (Expansion Span Eq. 1-7), one query at a time.
 
 Readable and slow (Python loops over batch, head, query, block): the oracle that the index
 pattern plus ``sparse_attention`` is tested against. For every query p: chunk start cs(p), the

@@ -1,4 +1,4 @@
-"""The sparse-attention op: softmax over the selected keys only (paper 004, Eq. 2).
+"""The sparse-attention op: softmax over the selected keys only (joint-recall paper, Eq. 2).
 
 ``sparse_attention(q, k, v, idx, scale=None)``: ``q, k: [B, H, L, d]``, ``v: [B, H, L, dv]``,
 ``idx: int [B, H, L, n]`` (broadcastable over B and H); ``idx[..., i, s]`` is a key position or

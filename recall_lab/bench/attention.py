@@ -1,6 +1,6 @@
 """Benchmark: one HAX attention layer, ours (index patterns + sparse op) vs release dense masks.
 
-Setup (paper 004, App. D.1): B = 1, H = 1, q/k dim 16, v dim 128, k = 64 (LSH 32 sign-bit h=8 +
+Setup (HAX paper, App. D.1): B = 1, H = 1, q/k dim 16, v dim 128, k = 64 (LSH 32 sign-bit h=8 +
 KS 32), training mode (fresh hash planes, KS ranking loss included). "fwd" is the training
 forward (autograd recording); "fwd+bwd" adds the backward of ``mean(out^2) + aux_loss``. The
 dense side is :func:`recall_lab.attention.release_reference.release_sparse_attention` with the
@@ -24,13 +24,13 @@ threshold is fixed at 64 KiB in the subprocesses so freed blocks leave the resid
 methods alike). Growth exponents are least-squares slopes of log(time) and log(memory) on log(L).
 Absolute CPU times depend on machine load; compare the ratios measured side by side.
 
-A third method, ``seattn``, times one SE-Attn layer (seed 001) in the same setup: the ``seattn``
-pattern at the same budget k = 64 (chunk 32 + top-4 blocks of 8, prefix scoring, key summaries
-because d_v != d_qk) plus ``sparse_attention``; its fitted exponent is reported beside HAX's. Its
-scoring step is O(L^2 d / S) (every query against every earlier block summary), so the exponent
-climbs from ~1 towards 2 once scoring dominates the O(L (M + kS) d) attention.
+A third method, ``seattn``, times one SE-Attn layer (Expansion Span) in the same setup: the
+``seattn`` pattern at the same budget k = 64 (chunk 32 + top-4 blocks of 8, prefix scoring, key
+summaries because d_v != d_qk) plus ``sparse_attention``; its fitted exponent is reported beside
+HAX's. Its scoring step is O(L^2 d / S) (every query against every earlier block summary), so the
+exponent climbs from ~1 towards 2 once scoring dominates the O(L (M + kS) d) attention.
 
-Two more methods time the ``attamba`` chunk pattern (seed 003) plus ``sparse_attention`` in the
+Two more methods time the ``attamba`` chunk pattern (Attamba) plus ``sparse_attention`` in the
 same setup (the key/value SSMs are not included: the pattern and the attention are what scale
 with L): ``attamba-p8`` with a fixed chunk size P = 8 and 8 leading tokens, O(L (L/8 + 8)) and so
 still quadratic (exponent -> 2 with 8x fewer keys than dense; run up to L = 4096), and
@@ -68,7 +68,7 @@ PEERS = ("torch",)  # FlexAttention ships with torch
 LENGTHS = tuple(int(x) for x in os.environ.get("RECALL_LAB_BENCH_LENGTHS",
                                                 "1024,4096,8192,16384,65536").split(","))
 QUICK_LENGTHS = (256, 1024, 2048)
-TRAIN_SHAPE = (64, 1057)  # the release's training batch x length (paper 004 App. D.1)
+TRAIN_SHAPE = (64, 1057)  # the release's training batch x length (joint-recall paper App. D.1)
 QUICK_TRAIN_SHAPE = (8, 1057)
 FIXED = ("sw", "d", "attamba")  # patterns with a FlexAttention peer
 FLEX_LENGTHS = tuple(x for x in LENGTHS if 1024 <= x <= 16384)

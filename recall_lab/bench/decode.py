@@ -1,6 +1,6 @@
 """`recall-lab bench decode`: per-token decode time and decode-state bytes against the context
-length L, for the models whose inference cost the papers argue about (seed 004: a fixed-size state
-for the sparse hybrids instead of a KV cache that grows with L).
+length L, for the models whose inference cost the papers argue about (the joint-recall paper:
+a fixed-size state for the sparse hybrids instead of a KV cache that grows with L).
 
 Each model (registry defaults: 2 layers, d_model 64, k 64; `max_len` = the longest length, which
 fixes D's gap) is built in eval mode and fed one random token at a time from an empty cache

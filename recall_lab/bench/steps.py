@@ -85,7 +85,7 @@ def setup_case(name: str):
 
 def step_optimizer(model, cfg):
     """(optimizer, its step after backward) as the tree's own training loop makes them: trees
-    from before `make_optimizer` (issue 26) built AdamW per tensor and clipped in a loop."""
+    from before `make_optimizer` built AdamW per tensor and clipped in a loop."""
     import torch
 
     try:

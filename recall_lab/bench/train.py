@@ -1,6 +1,6 @@
 """Training throughput of every named model at the mini configuration, side by side in one run.
 
-For each model (seed 004 Table 1 rows, default sizes: hidden 64, k 64) on the `mini-mqjr` task,
+For each model (HAX paper Table 1 rows, default sizes: hidden 64, k 64) on the `mini-mqjr` task,
 in a fresh subprocess (``python -m recall_lab.bench.train --case MODEL BATCH STEPS``) with one
 torch thread: a process-wide warm-up (3 steps of plain `mamba`), one warm-up step of the model,
 then `steps` full training steps (forward, loss incl. the KS ranking term, backward, clipping,

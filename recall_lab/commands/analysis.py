@@ -1,5 +1,5 @@
 """`recall-lab mean-distance` and `recall-lab attention-map`: hidden attention and Mamba Mean
-Distance (seed 002 Sec. 3) of a trained run."""
+Distance (DeciMamba Sec. 3) of a trained run."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def register(app: GuardedApp) -> None:
         out: Path = typer.Option(None, help="PNG path (default RUN/analysis/attention_map_*)."),
         force: bool = typer.Option(False, help="Overwrite an existing PNG."),
     ) -> None:
-        """PNG of one layer's hidden attention on a log scale (seed 002 Fig. 2-3 style)."""
+        """PNG of one layer's hidden attention on a log scale (DeciMamba Fig. 2-3 style)."""
         from recall_lab.analysis.runs import run_attention_map
 
         res = run_attention_map(

@@ -35,7 +35,7 @@ def register(app: GuardedApp) -> None:
                                  "acc.png (md.png)."),
         force: bool = typer.Option(False, help="Overwrite existing results in --out."),
     ) -> None:
-        """Evaluate runs at 1x..32x their training length (seed 002 Fig. 1 shape)."""
+        """Evaluate runs at 1x..32x their training length (DeciMamba Fig. 1 shape)."""
         from recall_lab.experiments.extrapolate import (
             extrapolation_rows,
             markdown,

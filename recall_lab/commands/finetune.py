@@ -1,4 +1,4 @@
-"""CLI: `recall-lab finetune RUN` (seed 001 Sec. 3.4: SE-Attn + HyLoRA context extension).
+"""CLI: `recall-lab finetune RUN` (Expansion Span Sec. 3.4: SE-Attn + HyLoRA context extension).
 
 Thin: builds the fine-tune `RunConfig` (`recall_lab.finetune.finetune_config`) and runs the one
 trainer (`recall_lab.train.train_run`); the new run records its base run in `train.finetune`.

@@ -1,4 +1,4 @@
-"""Length extrapolation (seed 002 Fig. 1/6 shape): trained runs evaluated on the same tables at
+"""Length extrapolation (DeciMamba Fig. 1/6 shape): trained runs evaluated on the same tables at
 k times their training length (more filler, `TaskSpec.at_length`), as trained and with DeciMamba
 applied zero-shot, plus the Mamba Mean Distance (Eq. 8) of every layer at every length.
 

@@ -25,7 +25,7 @@ tables override key by key) and a `[grid]` of axes over config fields named by d
     "train.lr" = 3e-3
 
     [reference]                          # optional: published numbers, drawn beside ours
-    source = "seed 004 Table 1"          # by `recall-lab report` (keys: group labels)
+    source = "joint-recall paper Table 1"          # by `recall-lab report` (keys: group labels)
     values = { "mamba" = 0.31, "mamba+hax" = 0.92 }
 
     [[report.expect]]                    # optional: claims checked by `report --check`

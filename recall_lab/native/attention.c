@@ -641,7 +641,7 @@ void ks_scores(const float* q, const float* k, const float* w1, const float* b1,
                     qsl, ksb, ksh, ksl, R0(rows), R1(rows));
 }
 
-/* The HAX pattern (attention/hax.py: LSH u KS, paper 004 Eq. 19-20) in one call: per row, LSH's
+/* The HAX pattern (attention/hax.py: LSH u KS, HAX paper Eq. 19-20) in one call: per row, LSH's
  * window (lsh_window_range) into n1 slots and KS's inputs, scores and top-n (ks_scores_range) into
  * n2 slots, each query's n1 + n2 slots sorted with repeats -1 (union_rows_range) into
  * idx [R, L, n1 + n2], and, where sel [R, m] is given, the ranking loss's targets

@@ -1,4 +1,4 @@
-"""DeciMamba's token decimation (seed 002 Sec. 4, Eq. 10-11, Alg. 1, App. D).
+"""DeciMamba's token decimation (its paper's Sec. 4, Eq. 10-11, Alg. 1, App. D).
 
 A decimating Mamba layer scores every context token by its Delta (Delta_t -> 0 means the scan
 skips token t, Eq. 10), keeps the top-P tokens in their original order and runs the selective scan

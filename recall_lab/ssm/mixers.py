@@ -6,10 +6,10 @@ the gate: the hook the hybrid (HAX) block uses for its sparse-attention branch.
 
 `reset` (bool [l] or [b, l], optional): chunk starts. The scan drops its state there and the conv
 taps that would read across a start are masked, so the output equals running every chunk from a
-zero state on its own (Attamba's key/value SSMs, paper 003 Sec. 4.1). In `step`, the caller
+zero state on its own (Attamba's key/value SSMs, Attamba Sec. 4.1). In `step`, the caller
 starts a fresh `allocate_state` at a chunk start (same thing).
 
-`decimate` (a `decimation.Decimate`, optional): DeciMamba (seed 002 Alg. 1). Conv, projections and
+`decimate` (a `decimation.Decimate`, optional): DeciMamba (its Alg. 1). Conv, projections and
 Delta run at full length; the tokens are scored by Delta, the kept ones (`decimation.py`) are
 gathered (scan input, Delta, B, C and the gate z) and the scan runs on them only. The forward then
 returns `(out [b, l', d_model], kept)` (`kept.idx`, `kept.valid`: positions in the input), plus

@@ -12,7 +12,7 @@ SSD (Mamba2) is the same recurrence with one scalar decay per head and a state o
 `reset` (bool [l] or [b, l], optional, both scans): at a position t with reset[t] the state carried
 in from t-1 is dropped (the decay exp(Delta_t A) is taken as 0, the input Delta_t B_t u_t kept), so
 the scan restarts from zero there: a chunk-reset scan equals running every chunk on its own
-(Attamba's `cu_seqlens`, paper 003 Sec. 3.2). Zero padding between chunks cannot do this once a
+(Attamba's `cu_seqlens`, Attamba Sec. 3.2). Zero padding between chunks cannot do this once a
 conv bias is in front of the scan.
 """
 
