@@ -32,12 +32,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # layers by Mamba Mean Distance, so these sit below models)
     ("kernels", ("recall_lab.ssm", "recall_lab.attention", "recall_lab.analysis.hidden_attention",
                  "recall_lab.analysis.mean_distance", "recall_lab.analysis.collect",
-                 "recall_lab.environment", "recall_lab.kernel_check")),
+                 "recall_lab.environment", "recall_lab.kernel_check", "recall_lab.mixers")),
     ("models", ("recall_lab.models",)),
     ("runs", ("recall_lab.runs",)),
     ("training", ("recall_lab.evaluate", "recall_lab.finetune", "recall_lab.train")),
     ("experiments", ("recall_lab.experiments", "recall_lab.analysis", "recall_lab.bench",
-                     "proofs")),
+                     "recall_lab.testing", "proofs")),
     ("commands", ("recall_lab.commands", "recall_lab.cli")),
 )
 
@@ -61,7 +61,7 @@ DEFERRED: dict[tuple[str, str], str] = {
                      "recall_lab.commands.training", "recall_lab.data", "recall_lab.device",
                      "recall_lab.environment", "recall_lab.evaluate", "recall_lab.experiments.*",
                      "recall_lab.finetune", "recall_lab.models.*", "recall_lab.runs",
-                     "recall_lab.train")},
+                     "recall_lab.testing", "recall_lab.train")},
     ("recall_lab.attention.sparse", "recall_lab.attention.triton_sparse"):
         "Triton is optional and slow to import; only the GPU path needs it",
     ("recall_lab.experiments.engine", "*"):

@@ -54,22 +54,23 @@ def attend(q: Tensor, keys: Keys, scale: float) -> Tensor:
     return (w.unsqueeze(-2) @ keys.v).squeeze(-2)
 
 
-def tensor_bytes(obj, seen: set | None = None) -> int:
-    """Bytes of every tensor reachable from obj (dataclasses, plain objects, lists, dicts)."""
+def tensor_bytes(obj, seen: set | None = None, count: bool = False) -> int:
+    """Bytes of every tensor reachable from obj (dataclasses, plain objects, lists, dicts);
+    `count`: their numbers of elements instead."""
     seen = set() if seen is None else seen
     if id(obj) in seen:
         return 0
     seen.add(id(obj))
     if torch.is_tensor(obj):
-        return obj.numel() * obj.element_size()
+        return obj.numel() * (1 if count else obj.element_size())
     if isinstance(obj, dict):
-        return sum(tensor_bytes(v, seen) for v in obj.values())
+        return sum(tensor_bytes(v, seen, count) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(v, seen) for v in obj)
+        return sum(tensor_bytes(v, seen, count) for v in obj)
     if isinstance(obj, torch.nn.Module):  # parameters are not decode state
         return 0
     if hasattr(obj, "__dict__"):
-        return sum(tensor_bytes(v, seen) for v in vars(obj).values())
+        return sum(tensor_bytes(v, seen, count) for v in vars(obj).values())
     return 0
 
 

@@ -16,6 +16,7 @@ from torch import nn
 from recall_lab.config import ModelConfig
 from recall_lab.models.attamba import attamba_blocks
 from recall_lab.models.blocks import AttentionBlock, MLPBlock, SSMBlock, attention_layer
+from recall_lab.models.mixer_block import mixer_blocks
 
 
 def _ssm_activations(d_state: int, units: int = 1, keys: bool = False
@@ -88,5 +89,8 @@ ARCH_TABLE: dict[str, ArchRow] = {
     # the estimate's state size for these stays 16 (what it assumed before the table)
     "mamba2-attn": ArchRow(_mamba2_attn_blocks, _ssm_activations(16)),
     "attamba": ArchRow(attamba_blocks, _ssm_activations(16)),
+    # a contract mixer (models/mixer_block.py): what it keeps for its backward is unknown to the
+    # lab; the estimate counts it as an attention layer's (a rough floor, not a measurement)
+    "mixer": ArchRow(mixer_blocks, _attention_activations),
 }
 BRANCH_ARCHS = tuple(a for a, row in ARCH_TABLE.items() if row.takes_names)

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from recall_lab.attention.decode import GROWTH_ORDER, make_decoder, tensor_bytes
 from recall_lab.models.decimation import decimated_prefill
 from recall_lab.models.layers import CausalSelfAttention
+from recall_lab.models.mixer_block import MixerBlock, mixer_state_numbers
 
 
 @dataclass
@@ -100,6 +101,8 @@ def state_growth(model: nn.Module) -> str:
     for module in model.modules():
         if isinstance(module, CausalSelfAttention):  # SDPA, no pattern: the full KV cache
             growth.append("L")
+        elif isinstance(module, MixerBlock):  # a contract mixer: measured from its caches
+            growth.append(module.growth)
         elif isinstance(getattr(module, "pattern", None), nn.Module):
             growth.append(getattr(make_decoder(module.pattern), "growth", "L"))
     return max(growth, key=GROWTH_ORDER.index)
@@ -112,6 +115,29 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def _one_step_cache(model: nn.Module) -> DecodeCache:
+    """A cache for one sequence after one step (every buffer is allocated by then)."""
+    was = model.training
+    model.eval()
+    cache = allocate_cache(model, 1, 1)
+    step(model, torch.zeros(1, dtype=torch.int64, device=model.embed.weight.device), cache)
+    model.train(was)
+    return cache
+
+
+@torch.no_grad()
+def state_numbers(model: nn.Module, sequence_length: int) -> int | None:
+    """Numbers of recurrent state per sequence at `sequence_length`: a contract mixer model's
+    `state_size` sum when each of its mixers has one, else the decode cache's numbers when they
+    do not grow with L, else None (the state grows with L; `state_growth` says how)."""
+    own = mixer_state_numbers(model, sequence_length)
+    if own is not None:
+        return own
+    if state_growth(model) != "constant":
+        return None
+    return tensor_bytes(_one_step_cache(model).blocks, count=True)
+
+
 @torch.no_grad()
 def decode_state(model: nn.Module) -> str:
     """What `recall-lab models` shows: the decode state's bytes for one sequence when they do
@@ -120,13 +146,8 @@ def decode_state(model: nn.Module) -> str:
     growth = state_growth(model)
     if growth != "constant":
         return f"grows as {growth}"
-    was = model.training
-    model.eval()
-    cache = allocate_cache(model, 1, 1)
-    step(model, torch.zeros(1, dtype=torch.int64, device=model.embed.weight.device), cache)
-    model.train(was)
-    return f"const {_size(cache.nbytes())}"
+    return f"const {_size(_one_step_cache(model).nbytes())}"
 
 
 __all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state", "prefill",
-           "state_growth", "step"]
+           "state_growth", "state_numbers", "step"]

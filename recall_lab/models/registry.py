@@ -29,8 +29,9 @@ from __future__ import annotations
 from generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
+from recall_lab.mixers import named_mixers, resolve_mixer
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
-from recall_lab.models.decode import decode_state
+from recall_lab.models.decode import decode_state, state_growth, state_numbers
 from recall_lab.models.lm import RecallLM
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
@@ -84,10 +85,53 @@ def registered_models() -> tuple[str, ...]:
     return tuple(_REGISTERED)
 
 
-def listed_models() -> tuple[str, ...]:
-    """Every named model `recall-lab models` lists, in its order."""
+def builtin_models() -> tuple[str, ...]:
+    """The lab's named models built from its own blocks, in `recall-lab models`' order."""
     return (PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + DECI_MODELS + CONTROL_MODELS
             + registered_models())
+
+
+def mixer_models() -> tuple[str, ...]:
+    """Models named by the `recall_lab.mixers` entry points (the lab's own contract mixers and
+    installed plug-ins): 2 layers of one mixer. A name a built-in model already has is left out."""
+    return tuple(n for n in named_mixers() if not is_builtin_model(n))
+
+
+def listed_models() -> tuple[str, ...]:
+    """Every named model `recall-lab models` lists, in its order."""
+    return builtin_models() + mixer_models()
+
+
+def is_builtin_model(name: str) -> bool:
+    arch = name.partition("+")[0]
+    return name in MODEL_ROWS or arch.removesuffix("-2x") in BRANCH_ARCHS
+
+
+def _mixer_fields(name: str, overrides: dict) -> dict | None:
+    """The base fields of a mixer model (arch "mixer"), or None for a built-in model. `mixer` /
+    `mixers` in the overrides make any name a mixer model (the name is then a label); names in
+    them are resolved to import paths, so a run's config stores the path."""
+    given = overrides.get("mixer") is not None or overrides.get("mixers") is not None
+    if not given and (is_builtin_model(name) or name not in named_mixers()):
+        return None
+    if given and is_builtin_model(name):
+        raise RecallLabError(f"model name {name!r} is a built-in model; name a mixer model "
+                             "otherwise (or leave the name out: the class name is used)")
+    base: dict = {"arch": "mixer"}
+    if not given:
+        base["mixer"] = named_mixers()[name]
+    if overrides.get("mixer") is not None:
+        overrides["mixer"] = resolve_mixer(overrides["mixer"])
+    if overrides.get("mixers") is not None:
+        mixers = list(overrides["mixers"])
+        for i, entry in enumerate(mixers):
+            if isinstance(entry, dict) and "mixer" in entry:
+                mixers[i] = {**entry, "mixer": resolve_mixer(entry["mixer"])}
+            elif not isinstance(entry, dict):
+                mixers[i] = resolve_mixer(entry)
+        overrides["mixers"] = mixers
+        overrides.setdefault("n_layers", len(mixers))
+    return base
 
 
 def _known_patterns() -> tuple[str, ...]:
@@ -100,6 +144,10 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
         raise RecallLabError(f"model name must be a string (see `recall-lab models`), got "
                              f"{type(name).__name__} {name!r}")
     base: dict = {"name": name, "vocab_size": vocab_size}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    mixer = _mixer_fields(name, overrides)
+    if mixer is not None:
+        return ModelConfig.model_validate({**base, **mixer, **overrides})
     if name in MODEL_ROWS:
         base.update(MODEL_ROWS[name])
     else:
@@ -120,7 +168,6 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
             base["pattern"] = rest
     if base.get("pattern") == "attamba":
         base["attamba"] = {}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
     if isinstance(base.get("decimation"), dict) and isinstance(overrides.get("decimation"), dict):
         overrides["decimation"] = {**base["decimation"], **overrides["decimation"]}
     if isinstance(base.get("attamba"), dict) and isinstance(overrides.get("attamba"), dict):
@@ -131,6 +178,8 @@ def model_config(name: str, vocab_size: int, **overrides) -> ModelConfig:
 def check_model_name(cfg: ModelConfig, where: str = "model config") -> None:
     """The name must describe the config's architecture and pattern, as `model_config` makes
     them (a config.json whose `name` was edited would label one model's weights as another's)."""
+    if cfg.arch == "mixer" and not is_builtin_model(cfg.name):
+        return  # a mixer model's name is a label (its import path is what builds it)
     expected = model_config(cfg.name, cfg.vocab_size)
     if (expected.arch, expected.pattern) != (cfg.arch, cfg.pattern):
         raise RecallLabError(
@@ -152,11 +201,13 @@ def build_model(name: str | ModelConfig, vocab_size: int | None = None, **overri
 
 
 def _unknown(name: str) -> str:
+    mixers = ", ".join(mixer_models())
     return (
         f"unknown model {name!r}; choose from {', '.join(PAPER_MODELS)}, "
-        f"{', '.join(r for r in MODEL_ROWS if r not in PAPER_MODELS)} "
+        f"{', '.join(r for r in MODEL_ROWS if r not in PAPER_MODELS)}"
+        f"{', ' + mixers if mixers else ''} "
         f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "
-        "or mamba+deci / mamba2+deci)"
+        "or mamba+deci / mamba2+deci; or a mixer: --mixer pkg.module:Class)"
     )
 
 
@@ -195,12 +246,19 @@ def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
 def listing_row(name: str, vocab_size: int) -> dict:
     """One row of `recall-lab models`: name, backbone, branch, d_model, k (the attention budget,
     Attamba's chunk size P or DeciMamba's L_base), the parameter count and the decode state
-    (bytes per sequence when constant in L, else how it grows; models/decode.py)."""
+    (bytes per sequence when constant in L, else how it grows; models/decode.py), and the
+    state in numbers per sequence (a mixer's `state_size`, else the constant decode state's)."""
     m = build_model(name, vocab_size)
     c = m.config
     k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
     if c.decimation is not None:
         k = f"L_base={c.decimation.L_base}"
+    length = c.max_len or 2048
+    numbers, growth = state_numbers(m, length), state_growth(m)
+    state = "unknown" if numbers is None and growth == "constant" else (
+        f"grows as {growth}" if numbers is None else
+        f"{numbers:,}" + ("" if growth == "constant" else f" at L={length}"))
     return {"name": name, "backbone": c.arch, "branch": c.pattern or ARCH_TABLE[c.arch].branch,
             "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}",
+            "state": state,
             "decode state": decode_state(m)}

@@ -1,0 +1,65 @@
+"""CLI of the generic checks: `recall-lab check MIXER` (recall_lab/testing.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from recall_lab.commands.shell import GuardedApp, console
+
+
+def register(app: GuardedApp) -> None:
+    @app.command()
+    def check(
+        target: str = typer.Argument(..., help="A mixer (import path pkg.module:Class, or a "
+                                     "name from `recall-lab models`) or a built-in model."),
+        kwargs: str = typer.Option(None, "--kwargs", help="The mixer's keyword arguments as a "
+                                   "JSON object."),
+        json_out: Path = typer.Option(None, "--json", help="Also write the rows to this JSON "
+                                      "file."),
+        require_learning: bool = typer.Option(False, "--require-learning", help="Fail (exit 1) "
+                                              "when the learning gate fails too."),
+        learning: bool = typer.Option(True, "--learning/--no-learning", help="Run the learning "
+                                      "gate (about a minute of one core)."),
+        speed: bool = typer.Option(True, "--speed/--no-speed", help="Time forward + backward "
+                                   "beside the lab's mamba."),
+        force: bool = typer.Option(False, help="Overwrite --json if it exists."),
+    ) -> int:
+        """Check a mixer or model with the lab's generic harness: causality, padding and
+        length, finite gradients, determinism and decode = parallel (exit 1 if one fails),
+        then the learning gate (small MQAR within a fixed budget), parameters, state size and
+        speed. One row per check with its measured value."""
+        from rich.table import Table
+
+        from recall_lab.checkpoint import write_json
+        from recall_lab.commands.training import set_threads
+        from recall_lab.runs import mixer_kwargs_json, refuse_overwrite
+        from recall_lab.testing import resolve_target, run_checks
+
+        set_threads(1)
+        if json_out is not None:
+            refuse_overwrite(json_out, force)
+        subject = resolve_target(target, mixer_kwargs_json(kwargs, "--kwargs"))
+        console.print(f"checking {escape(subject.name)}"
+                      + (f" ({escape(subject.info['path'])})" if "path" in subject.info else ""),
+                      highlight=False)
+        rows = run_checks(subject, learning=learning, speed=speed)
+        table = Table(title=escape(f"recall-lab check {subject.name}"))
+        for col in ("check", "result", "value", "detail"):
+            table.add_column(col)
+        for r in rows:
+            mark = {True: "[green]pass[/]", False: "[bold red]FAIL[/]", None: "-"}[r.passed]
+            table.add_row(escape(r.name), mark, escape(r.value), escape(r.detail))
+        console.print(table)
+        failed = [r for r in rows if r.passed is False
+                  and (r.correctness or (require_learning and r.name == "learning gate"))]
+        if json_out is not None:
+            write_json(json_out, {"target": subject.name, **subject.info,
+                                  "passed": not failed, "rows": [r.to_json() for r in rows]})
+            console.print(f"written to {json_out}", markup=False)
+        if failed:
+            console.print(f"{len(failed)} check(s) failed: "
+                          f"{', '.join(r.name for r in failed)}", markup=False)
+        return 1 if failed else 0

@@ -1,0 +1,156 @@
+"""The mixer contract (version 1): how any sequence mixer enters the lab.
+
+It is zoology's contract on purpose, so a mixer written for zoology runs here unchanged:
+
+- built as ``Mixer(d_model=..., layer_idx=..., **kwargs)`` (a class whose signature has no
+  ``layer_idx`` and no ``**kwargs`` is built without it);
+- ``forward(x)`` maps ``(B, L, D)`` to ``(B, L, D)`` and is strictly causal: output i depends on
+  inputs 0..i only, never on the padded length of its batch;
+- optional ``state_size(batch_size=1, sequence_length=L)``: numbers of recurrent state for
+  ``batch_size`` sequences of length L (called with keywords);
+- optional ``allocate_cache(batch_size, max_len)`` and ``step(x_t, cache)``: decoding, one token
+  ``x_t (B, D) -> y_t (B, D)``, the cache updated in place (a ``(y_t, cache)`` pair is accepted
+  too). Without them the lab decodes by recomputing the prefix, exactly, with state growing as L.
+
+A mixer is named by an import path, ``pkg.module:Class`` or ``pkg.module.Class``, or by a name a
+package publishes in the ``recall_lab.mixers`` entry-point group (`registry.py`). A path that
+does not import, a class that rejects its arguments or a module that is not a torch module ends
+in one `RecallLabError` line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from generators.errors import RecallLabError
+
+CONTRACT_VERSION = 1
+
+
+def split_path(path: str) -> tuple[str, str]:
+    """``pkg.mod:Class`` or ``pkg.mod.Class`` -> (module, attribute)."""
+    if not isinstance(path, str) or not path.strip() or path.count(":") > 1:
+        raise RecallLabError(f"mixer {path!r}: expected an import path pkg.module:Class or "
+                             "pkg.module.Class, or a mixer name (see `recall-lab models`)")
+    module, sep, attr = path.partition(":")
+    if not sep:
+        module, _, attr = path.rpartition(".")
+    if not module or not attr:
+        raise RecallLabError(f"mixer {path!r}: expected an import path pkg.module:Class or "
+                             "pkg.module.Class, or a mixer name (see `recall-lab models`)")
+    return module, attr
+
+
+def _import(module: str, path: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        # a module beside the user's working directory (`--mixer my_mixer:Mixer`) imports too;
+        # the console script does not put the working directory on sys.path by itself
+        if exc.name == module.split(".")[0] and os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
+            return _import(module, path)
+        raise RecallLabError(f"mixer {path!r}: module {module} does not import "
+                             f"(ModuleNotFoundError: {exc})") from None
+    except Exception as exc:  # the user's module raised while importing
+        raise RecallLabError(f"mixer {path!r}: module {module} does not import "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def load_mixer_class(path: str) -> Any:
+    """The class (or factory) an import path names."""
+    module, attr = split_path(path)
+    obj = _import(module, path)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise RecallLabError(f"mixer {path!r}: module {module} has no {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise RecallLabError(f"mixer {path!r}: {attr} is not a class")
+    return obj
+
+
+def _takes(cls: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: pass everything
+        return True
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def build_mixer(path: str, d_model: int, layer_idx: int = 0,
+                kwargs: dict[str, Any] | None = None) -> nn.Module:
+    """An instance of the mixer at `path` for one layer, with its kwargs."""
+    cls = load_mixer_class(path)
+    kwargs = dict(kwargs or {})
+    if _takes(cls, "layer_idx"):
+        kwargs["layer_idx"] = layer_idx
+    name = getattr(cls, "__name__", path)
+    try:
+        mixer = cls(d_model=d_model, **kwargs)
+    except RecallLabError:
+        raise
+    except Exception as exc:  # wrong signature, rejected kwargs, the user's own checks
+        raise RecallLabError(f"mixer {path!r}: {name}(d_model={d_model}, "
+                             f"{', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) failed: "
+                             f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(mixer, nn.Module):
+        raise RecallLabError(f"mixer {path!r}: {name}(...) returned a "
+                             f"{type(mixer).__name__}, not a torch.nn.Module")
+    return mixer
+
+
+def mixer_label(path: str) -> str:
+    """A run's model name when only an import path is given: the class name."""
+    return split_path(path)[1].rpartition(".")[2]
+
+
+def has_step(mixer: nn.Module) -> bool:
+    return callable(getattr(mixer, "allocate_cache", None)) and callable(
+        getattr(mixer, "step", None))
+
+
+def state_numbers(mixer: nn.Module, sequence_length: int) -> int | None:
+    """The mixer's own count of state numbers per sequence (`state_size`), or None."""
+    fn = getattr(mixer, "state_size", None)
+    if not callable(fn):
+        return None
+    try:
+        n = fn(batch_size=1, sequence_length=sequence_length)
+    except Exception as exc:
+        raise RecallLabError(f"mixer {type(mixer).__name__}: state_size(batch_size=1, "
+                             f"sequence_length={sequence_length}) failed: "
+                             f"{type(exc).__name__}: {exc}") from None
+    return int(n)
+
+
+def probe_mixer(mixer: nn.Module, path: str, d_model: int) -> None:
+    """One forward on a small fixed input: the output must be a finite (B, L, D) tensor. Run
+    once when a mixer is built, so a broken mixer ends in one line before anything trains."""
+    x = torch.randn(2, 5, d_model, generator=torch.Generator().manual_seed(0))
+    p = next(mixer.parameters(), None)
+    if p is not None:
+        x = x.to(device=p.device, dtype=p.dtype)
+    was = mixer.training
+    mixer.eval()  # no dropout: the probe draws nothing from torch's global generator
+    try:
+        with torch.no_grad():
+            y = mixer(x)
+        mixer.train(was)
+    except Exception as exc:
+        raise RecallLabError(f"mixer {path!r}: forward on a (2, 5, {d_model}) input failed: "
+                             f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise RecallLabError(f"mixer {path!r}: forward returned {got} for a (2, 5, {d_model}) "
+                             "input; the contract maps (B, L, D) to (B, L, D)")
+    if not torch.isfinite(y).all():
+        raise RecallLabError(f"mixer {path!r}: forward returned NaN or inf on a (2, 5, "
+                             f"{d_model}) normal input")
