@@ -222,15 +222,16 @@ def report_table(rep: dict):
     from rich.table import Table
 
     table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
-    for col in [*rep["by"], "best lr", "valid", "solved [95% CI]", "steps to solve",
-                "mean +/- std", "per seed", "seeds", "missing", "failed",
+    for col in [*rep["by"], "best lr", "valid", "solved [95% CI]", "KM median steps [95% CI]",
+                "restricted mean steps", "steps to solve", "mean +/- std", "per seed", "seeds",
+                "missing", "failed",
                 *(["reference"] if rep["reference"].get("values") else [])]:
         table.add_column(col, justify="left" if col in rep["by"] else "right")
     for row in rep["rows"]:
         cells = [str(row[f]) for f in rep["by"]]
         cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}",
                   "-" if row["valid"] is None else f"{row['valid']:.4f}",
-                  row["solved"], row["steps_to_solve"],
+                  row["solved"], row["km_text"], row["rmst_text"], row["steps_to_solve"],
                   ("-" if row["mean"] is None else f"{row['mean']:.4f}")
                   + (f" +/- {row['std']:.4f}" if row["std"] is not None else ""),
                   " / ".join("-" if x is None else f"{x:.3f}" for x in row["per_seed"]) or "-",

@@ -25,6 +25,11 @@ Claims (`[[report.expect]]` in the experiment file), checked by `report --check`
     at = { "task.levels" = "max" }          # optional: restrict both to a value, or max / min
                                             # (task.levels by table size)
 
+    stat = "logrank"                        # steps to solve, unsolved seeds censored at
+                                            # their last step: op "<" = a solves sooner
+                                            # than b (log-rank test at `level`, default
+                                            # 0.05), ">" later, "~" no difference detected
+
 `[report]` may also set `metric` (default "test.acc") and `by` (a list of dotted fields).
 """
 
@@ -87,6 +92,11 @@ class Group:
     valid_mean: float | None = None
     solved: stats.SolveRate = field(default_factory=lambda: stats.wilson(0, 0))
     solve_steps: list[int | None] = field(default_factory=list)  # per selected seed
+    # steps to solve as time to event: per selected seed its solve step, or (unsolved) its last
+    # step, right-censored; the Kaplan-Meier estimate over them
+    durations: list[float] = field(default_factory=list)
+    events: list[bool] = field(default_factory=list)
+    survival: stats.Survival | None = None
     lr_solved: dict[float, stats.SolveRate] = field(default_factory=dict)  # every lr's seeds
 
     @property
@@ -243,7 +253,22 @@ def aggregate(runs: list[RunRecord], by: list[str] | None = None,
                 stats.steps_to_solve(r.folder, solve_at, (r.summary or {}).get("best_step"))
                 if stats.is_solved(r.metric(metric), solve_at, lower) else None
                 for r in g.selected]
+            for r, step in zip(g.selected, g.solve_steps, strict=True):
+                solved = stats.is_solved(r.metric(metric), solve_at, lower)
+                g.events.append(solved)
+                g.durations.append(float(step if step is not None else last_step(r)))
+            g.survival = stats.kaplan_meier(g.durations, g.events)
     return fields, list(groups.values())
+
+
+def last_step(r: RunRecord) -> int:
+    """The last step a run trained (its summary's `stopped_at`, else its step count): where an
+    unsolved run is censored."""
+    summary = r.summary or {}
+    for value in (summary.get("stopped_at"), summary.get("steps"), r.config.get("train.steps")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise RecallLabError(f"run {r.name}: no last step in its summary or config")
 
 
 def runs_frame(dirs: list[str | Path], solve_at: float = stats.SOLVE_AT,
@@ -285,7 +310,7 @@ def _select(groups: list[Group], selector: dict, what: str) -> Group:
     return found[0]
 
 
-STATS = ("mean", "solved", "frontier")
+STATS = ("mean", "solved", "frontier", "logrank")
 TESTS = {">": "greater", ">=": "greater", "<": "less", "<=": "less", "~": "two-sided"}
 
 
@@ -355,6 +380,29 @@ def _check_solved(pool: list[Group], e: dict, op: str,
     return ok, f"{a.label} {ra.text()} vs {b.label} {rb.text()}; {verdict}", [a, b]
 
 
+def _check_logrank(pool: list[Group], e: dict, op: str,
+                   level: float) -> tuple[bool, str, list[Group]]:
+    """Time-to-solve claims by the log-rank test at `level`, unsolved seeds censored at their
+    last step: op compares steps to solve (<, <=: a solves sooner than b; >, >=: later; ~: no
+    difference detected, two-sided)."""
+    if "margin" in e or "value" in e:
+        raise RecallLabError("stat = 'logrank' compares two groups: give b, no value or margin")
+    a = _finished(_select(pool, e["a"], "a"))
+    b = _finished(_select(pool, e["b"], "b"))
+    if a.survival is None or b.survival is None:
+        raise ClaimOpen(f"{(b if a.survival else a).label} has no finished run at its best lr")
+    lr = stats.logrank((a.durations, a.events), (b.durations, b.events))
+    medians = (f"{a.label} KM median {a.survival.median_text()} vs {b.label} "
+               f"{b.survival.median_text()} steps; log-rank chi2 = {lr.chi2:.3g}")
+    if op == "~":
+        ok = lr.p_two >= level
+        return ok, f"{medians}, p = {lr.p_two:.3g} {'>=' if ok else '<'} {level:g}", [a, b]
+    word, p = ("sooner", lr.p_sooner) if op in ("<", "<=") else ("later", lr.p_later)
+    ok = p < level
+    return ok, (f"{medians}; {word}: one-sided p = {p:.3g} {'<' if ok else '>='} "
+                f"{level:g}"), [a, b]
+
+
 def _frontier_of(pool: list[Group], selector: dict, what: str) -> tuple[float, list[Group]]:
     sel = flatten(selector)
     matching = [g for g in pool
@@ -393,8 +441,9 @@ def check_expectations(groups: list[Group], expects: list[dict],
     `verdict` is "pass", "fail" (the numbers say no, or the claim cannot be evaluated: no such
     group, a bad key) or "open" (a run of its rows has not finished, so the seeds still to come
     could turn it); `ok` is verdict == "pass". `stat` is "mean" (default: the
-    test mean, optionally + margin), "solved" (seeds solved; Wilson interval or Fisher test) or
-    "frontier" (largest table solved in >= half the seeds)."""
+    test mean, optionally + margin), "solved" (seeds solved; Wilson interval or Fisher test),
+    "frontier" (largest table solved in >= half the seeds) or "logrank" (steps to solve, unsolved
+    seeds censored: a solves sooner or later than b by the log-rank test)."""
     results = []
     for i, e in enumerate(expects):
         claim = e.get("claim") or f"expectation {i + 1}"
@@ -410,13 +459,16 @@ def check_expectations(groups: list[Group], expects: list[dict],
             if stat not in STATS:
                 raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
             op = e.get("op", ">=")
-            if op not in OPS and not (stat == "solved" and op == "~"):
+            tests = stat in ("solved", "logrank")  # ~ asks a test for no difference
+            if op not in OPS and not (tests and op == "~"):
                 raise RecallLabError(f"op must be one of {', '.join(OPS)}"
-                                     f"{' or ~' if stat == 'solved' else ''}, got {op!r}")
+                                     f"{' or ~' if tests else ''}, got {op!r}")
             level = float(e.get("level", stats.LEVEL))
             pool = _restrict(groups, e.get("at") or {})
             if stat == "solved":
                 ok, detail, used = _check_solved(pool, e, op, level)
+            elif stat == "logrank":
+                ok, detail, used = _check_logrank(pool, e, op, level)
             elif stat == "frontier":
                 ok, detail, used = _check_frontier(pool, e, op)
             else:
@@ -463,7 +515,12 @@ def table_rows(fields: list[str], groups: list[Group], reference: dict,
                      "solved_lo": g.solved.lo, "solved_hi": g.solved.hi,
                      "steps_to_solve": _steps_text(q),
                      "steps_median": None if q is None else q[1],
-                     "solve_steps": g.solve_steps, **c, "reference": ref.get(g.label)})
+                     "solve_steps": g.solve_steps, **c, "reference": ref.get(g.label),
+                     "km_text": "-" if g.survival is None else g.survival.median_text(),
+                     "rmst_text": "-" if g.survival is None else g.survival.rmst_text(),
+                     **{f"km_{k}": getattr(g.survival, k, None)
+                        for k in ("median", "median_lo", "median_hi", "rmst", "rmst_lo",
+                                  "rmst_hi")}})
     return rows
 
 
@@ -501,7 +558,8 @@ def _markdown(rep: dict) -> str:
     fields, metric = rep["by"], rep["metric"]
     ref = rep["reference"] or {}
     head = [*fields, "best lr", f"valid.{metric.split('.', 1)[1]}", "solved [95% CI]",
-            "steps to solve: median [IQR]", f"{metric} mean +/- std", "per seed", "seeds",
+            "steps to solve: median [IQR]", "steps to solve: KM median [95% CI]",
+            "restricted mean steps [95% CI]", f"{metric} mean +/- std", "per seed", "seeds",
             "missing", "failed"]
     if ref.get("values"):
         head.append(f"reference ({ref.get('source', 'reference')})")
@@ -510,13 +568,17 @@ def _markdown(rep: dict) -> str:
              f"group by the mean validation metric. At that lr: seeds solved ({metric} "
              f"{'<=' if metric.endswith('.loss') else '>='} {rep['solve_at']:g}) out of seeds "
              "run with a Wilson 95% interval; steps to solve (first evaluation whose held-out "
-             "accuracy reached the threshold) over the solved seeds; "
+             "accuracy reached the threshold) over the solved seeds; the same with unsolved "
+             "seeds right-censored at their last step: Kaplan-Meier median (the first step at "
+             "which fewer than half the seeds remain unsolved; >N: not reached by step N) with "
+             "its log-log 95% interval, and the restricted mean steps to solve up to the last "
+             "step followed, with a 95% interval; "
              f"{metric} as mean +/- sample std over seeds.", "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rep["rows"]:
         cells = [row[f] for f in fields]
         cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}", _num(row["valid"]),
-                  row["solved"], row["steps_to_solve"],
+                  row["solved"], row["steps_to_solve"], row["km_text"], row["rmst_text"],
                   f"{_num(row['mean'])} +/- {_num(row['std'])}",
                   " / ".join(_num(x) for x in row["per_seed"]) or "-", str(row["seeds"]),
                   str(row["missing"]), str(row["failed"])]
@@ -536,7 +598,8 @@ def _csv(rep: dict) -> str:
     buf = io.StringIO()
     cols = [*rep["by"], "label", "best_lr", "valid", "solved_k", "solved_n", "solved_lo",
             "solved_hi", "steps_median", "solve_steps", "mean", "std", "per_seed", "seeds",
-            "missing", "failed", "reference"]
+            "missing", "failed", "reference", "km_median", "km_median_lo", "km_median_hi",
+            "km_rmst", "km_rmst_lo", "km_rmst_hi"]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rep["rows"]:
@@ -549,6 +612,17 @@ def _rate(r: stats.SolveRate) -> dict:
     return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "confidence": r.confidence}
 
 
+def _survival(s: stats.Survival | None) -> dict | None:
+    """A group's Kaplan-Meier numbers for report.json (None: not reached within the runs)."""
+    if s is None:
+        return None
+    return {"n": s.n, "solved": s.events, "median": s.median, "median_lo": s.median_lo,
+            "median_hi": s.median_hi, "horizon": s.horizon, "rmst": s.rmst, "rmst_se": s.rmst_se,
+            "rmst_lo": s.rmst_lo, "rmst_hi": s.rmst_hi, "confidence": s.confidence,
+            "curve": {"steps": list(s.times), "solved": list(s.solved), "lo": list(s.lo),
+                      "hi": list(s.hi)}}
+
+
 def _json(rep: dict) -> dict:
     groups = []
     for g in rep["groups"]:
@@ -558,6 +632,7 @@ def _json(rep: dict) -> dict:
                        "solved": _rate(g.solved),
                        "solved_by_lr": {str(k): _rate(v) for k, v in g.lr_solved.items()},
                        "solve_steps": g.solve_steps,
+                       "survival": _survival(g.survival),
                        "selected": [r.name for r in g.selected],
                        "per_seed": [r.metric(rep["metric"]) for r in g.selected],
                        "failed_runs": {r.name: r.error for r in g.runs if r.status == "failed"},

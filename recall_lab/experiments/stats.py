@@ -10,6 +10,15 @@ Intervals and tests come from scipy.stats; this module only decides what is coun
   threshold, read from `metrics.jsonl`; a solved run whose valid curve never reached it (test
   above, valid just below) counts its best checkpoint's step;
 - *samples to solve* = steps to solve x batch size (comparable across batch sizes).
+
+Survival (time to event): a run's steps to solve are its event time; a run that ends unsolved is
+right-censored at its last step, so the runs the budget cut off count as "not solved by then",
+not as "never". Per group: the Kaplan-Meier curve with its exponential-Greenwood (log-log) 95%
+band and median (the first step at which fewer than half the seeds remain unsolved; its interval
+where the band crosses one half), from `lifelines`; the restricted mean steps to solve up to the
+group's last observed step (the area under the KM curve) with the Klein-Moeschberger standard
+error; and the log-rank test between two groups (lifelines' chi-square, one-sided by the sign of
+observed minus expected solves).
 """
 
 from __future__ import annotations
@@ -134,3 +143,133 @@ def seeds_for_power(p_a: float, p_b: float, power: float = 0.8, level: float = L
         if fisher_power(p_a, p_b, n, level=level) >= power:
             return n
     return None
+
+
+# ---- survival: steps to solve as time to event, unsolved runs right-censored ------------------
+
+@dataclass(frozen=True)
+class Survival:
+    """Kaplan-Meier estimate of one group's steps to solve. `times` holds 0 and every step where
+    a run solved or was censored; `solved` is the fraction solved by each (1 - S(t)), with its
+    band `lo`-`hi`. Medians and bounds are None where not reached within the runs (the curve or
+    band never falls below one half); the restricted mean is over [0, horizon]."""
+
+    n: int
+    events: int
+    times: tuple[float, ...]
+    solved: tuple[float, ...]
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+    median: float | None
+    median_lo: float | None
+    median_hi: float | None
+    horizon: float
+    rmst: float
+    rmst_se: float
+    rmst_lo: float
+    rmst_hi: float
+    confidence: float = 0.95
+
+    def median_text(self) -> str:
+        def fmt(x: float | None) -> str:
+            return f">{self.horizon:g}" if x is None else f"{x:g}"
+        return f"{fmt(self.median)} [{fmt(self.median_lo)}, {fmt(self.median_hi)}]"
+
+    def rmst_text(self) -> str:
+        return f"{self.rmst:.0f} [{self.rmst_lo:.0f}, {self.rmst_hi:.0f}]"
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def kaplan_meier(durations: list[float], events: list[bool], confidence: float = 0.95,
+                 horizon: float | None = None) -> Survival | None:
+    """The Kaplan-Meier estimate of time to solve (`events`: True = solved at that duration,
+    False = censored there), None for no runs. `horizon` (default: the last duration) bounds
+    the restricted mean."""
+    if not durations:
+        return None
+    if len(durations) != len(events):
+        raise ValueError("durations and events differ in length")
+    # here, not at the top: lifelines takes ~3 s to import (report start-up), and the GPU
+    # machine's environment does not have it; only a report's survival statistics need it
+    from lifelines import KaplanMeierFitter
+    from lifelines.utils import median_survival_times
+
+    t = np.asarray(durations, dtype=float)
+    e = np.asarray(events, dtype=bool)
+    km = KaplanMeierFitter(alpha=1.0 - confidence).fit(t, e)
+    sf = km.survival_function_.iloc[:, 0]
+    band = km.confidence_interval_
+    mid = median_survival_times(band)
+    tau = float(t.max() if horizon is None else horizon)
+    rmst, se = restricted_mean(km.event_table, sf, tau)
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    return Survival(
+        n=len(t), events=int(e.sum()), times=tuple(float(x) for x in sf.index),
+        solved=tuple(float(1 - x) for x in sf.values),
+        lo=tuple(float(1 - x) for x in band.iloc[:, 1].values),
+        hi=tuple(float(1 - x) for x in band.iloc[:, 0].values),
+        median=_finite(km.median_survival_time_), median_lo=_finite(mid.iloc[0, 0]),
+        median_hi=_finite(mid.iloc[0, 1]), horizon=tau, rmst=rmst, rmst_se=se,
+        rmst_lo=max(0.0, rmst - z * se), rmst_hi=min(tau, rmst + z * se), confidence=confidence)
+
+
+def restricted_mean(table, sf, tau: float) -> tuple[float, float]:
+    """Restricted mean time to solve, the area under the KM survival step function `sf` over
+    [0, tau], and its standard error (Klein & Moeschberger, Sec. 4.5): Var = sum over event
+    times t_i <= tau of A_i^2 d_i / (n_i (n_i - d_i)), A_i the area from t_i to tau (0 where
+    n_i = d_i: the curve is 0 after). `table` is lifelines' event table (observed, at_risk)."""
+    times = np.asarray(sf.index, dtype=float)
+    surv = np.asarray(sf.values, dtype=float)
+    keep = times <= tau
+    times, surv = times[keep], surv[keep]
+    widths = np.diff(np.append(times, tau))
+    pieces = surv * widths  # S is constant on [t_i, t_i+1)
+    area = float(pieces.sum())
+    tail = np.cumsum(pieces[::-1])[::-1]  # area from t_i to tau
+    d = table["observed"].reindex(times).to_numpy(dtype=float)
+    n = table["at_risk"].reindex(times).to_numpy(dtype=float)
+    var = 0.0
+    for a_i, d_i, n_i in zip(tail, d, n, strict=True):
+        if d_i > 0 and n_i > d_i:
+            var += a_i * a_i * d_i / (n_i * (n_i - d_i))
+    return area, math.sqrt(var)
+
+
+@dataclass(frozen=True)
+class LogRank:
+    """The log-rank test between groups a and b: chi-square (1 df), two-sided p, observed minus
+    expected solves of a (> 0: a solves sooner), and the one-sided p of "a solves sooner"."""
+
+    chi2: float
+    p_two: float
+    o_minus_e: float
+    p_sooner: float
+    p_later: float
+
+
+def logrank(a: tuple[list[float], list[bool]], b: tuple[list[float], list[bool]]) -> LogRank:
+    """Log-rank test of two groups' (durations, events), from lifelines; the one-sided p-values
+    are the normal tail of +/- sqrt(chi2), signed by a's observed minus expected solves."""
+    from lifelines.statistics import logrank_test  # lazy: see kaplan_meier
+
+    ta, ea = np.asarray(a[0], dtype=float), np.asarray(a[1], dtype=bool)
+    tb, eb = np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=bool)
+    if not len(ta) or not len(tb):
+        raise ValueError("the log-rank test needs runs in both groups")
+    if not ea.any() and not eb.any():  # no run solved: nothing to compare
+        return LogRank(0.0, 1.0, 0.0, 1.0, 1.0)
+    res = logrank_test(ta, tb, event_observed_A=ea, event_observed_B=eb)
+    chi2 = float(res.test_statistic)
+    # a's observed minus expected solves: at each solve time, a's share of those at risk
+    o_e = 0.0
+    for t in np.unique(np.concatenate([ta[ea], tb[eb]])):
+        at_a, at_b = float((ta >= t).sum()), float((tb >= t).sum())
+        d_a, d = float(((ta == t) & ea).sum()), float(((ta == t) & ea).sum()
+                                                     + ((tb == t) & eb).sum())
+        o_e += d_a - d * at_a / (at_a + at_b)
+    zval = math.copysign(math.sqrt(max(chi2, 0.0)), o_e) if o_e else 0.0
+    return LogRank(chi2, float(res.p_value), o_e, float(stats.norm.sf(zval)),
+                   float(stats.norm.cdf(zval)))

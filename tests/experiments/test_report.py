@@ -161,8 +161,11 @@ def test_files_and_check_exit_code(sweep_dir):
     assert float(rows["mamba+hax"]["std"]) == pytest.approx(math.sqrt(0.005))
     assert float(rows["mamba+hax"]["reference"]) == 0.5
     md = (sweep_dir / "report.md").read_text()
-    # 0 of 2 seeds reach 0.95: Wilson upper bound z^2 / (n + z^2) = 3.8415 / 5.8415 = 0.66
-    assert ("| mamba+hax | 0.001 | 0.9250 | 0/2 [0.00, 0.66] | - | 0.6500 +/- 0.0707 | "
+    # 0 of 2 seeds reach 0.95: Wilson upper bound z^2 / (n + z^2) = 3.8415 / 5.8415 = 0.66;
+    # both censored at their last step (6): the KM curve stays at 0 solved, so its median and
+    # both bounds are not reached (">6"), and the restricted mean is all 6 steps, with no spread
+    assert ("| mamba+hax | 0.001 | 0.9250 | 0/2 [0.00, 0.66] | - | >6 [>6, >6] | 6 [6, 6] | "
+            "0.6500 +/- 0.0707 | "
             "0.6000 / 0.7000 | 2 | 2 | 1 | 0.5000 |") in md
     data = json.loads((sweep_dir / "report.json").read_text())
     assert data["groups"][1]["failed_runs"] and data["checks"][1]["ok"]
