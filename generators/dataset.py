@@ -51,6 +51,7 @@ from generators.joint_recall import (
     value_targets,
 )
 from generators.spec import TaskSpec
+from generators.tasks import GeneratorTask, task_from_json
 
 FORMAT = "recall-lab-dataset"
 FORMAT_VERSION = 2
@@ -163,6 +164,16 @@ def _rows_and_targets(
     spec: TaskSpec, n: int, ss: np.random.SeedSequence, dtype: np.dtype,
     label_dtype: np.dtype | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    if isinstance(spec, GeneratorTask):  # any task: rows of max_len (0 / -100 on the right),
+        r = spec.rows(n, ss)  # its slice labels (0 without) in place of the level sizes
+        inputs = np.zeros((n, spec.max_len), dtype=dtype)
+        inputs[:, : r.inputs.shape[1]] = r.inputs
+        slices = r.slices if r.slices is not None else np.zeros(n, dtype=np.int64)
+        if label_dtype is None:
+            return inputs, slices[:, None], None
+        targets = np.full(inputs.shape, IGNORE, dtype=label_dtype)
+        targets[:, : r.targets.shape[1]] = r.targets
+        return inputs, slices[:, None], targets
     inputs, sizes, targets = build_rows(spec, n, ss, dtype, label_dtype)
     if label_dtype is not None and targets is None:  # filler: targets from the final rows
         targets = value_targets(inputs, sep_positions(inputs), spec.vocab(), label_dtype)
@@ -192,6 +203,16 @@ def _little_endian(dtype: np.dtype) -> np.dtype:
 def layout(spec: TaskSpec) -> dict:
     """What a shard's columns hold (written into the manifest)."""
     vocab = spec.vocab()
+    if isinstance(spec, GeneratorTask):
+        return {
+            "input_ids": f"binary: the row's {spec.max_len} token ids as little-endian "
+                         f"{smallest_dtype(vocab).name}",
+            "labels": f"binary: the row's targets as little-endian {_label_dtype(vocab.size).name}"
+                      f"; {IGNORE} = no target",
+            "slices": "int64: the row's slice label (0 when the task gives none)",
+            "id_dtype": smallest_dtype(vocab).name,
+            "label_dtype": _label_dtype(vocab.size).name,
+        }
     return {
         "input_ids": f"binary: the row's token ids, unpadded, as little-endian "
                      f"{smallest_dtype(vocab).name} (numpy: np.frombuffer(row, '<"
@@ -218,6 +239,8 @@ def _write_shard(
         inputs, sizes, targets, r = _block_rows(spec, seed, job.split, block, n, held_out,
                                                 dtype, label_dtype)
         lengths = row_lengths(inputs)
+        if isinstance(spec, GeneratorTask):  # every id may be 0: rows are stored whole
+            lengths = np.full(len(inputs), inputs.shape[1], dtype=np.int64)
         mask = np.arange(inputs.shape[1])[None, :] < lengths[:, None]
         # one Arrow chunk (and Parquet row group) per block: 32-bit offsets always suffice
         ids.append(_bytes_column(inputs[mask], lengths))
@@ -228,12 +251,15 @@ def _write_shard(
         done += n
         block += 1
     sizes = np.concatenate(parts_sizes)
+    if isinstance(spec, GeneratorTask):
+        last = pa.array(sizes.reshape(-1).astype(np.int64))
+    else:
+        last = pa.FixedSizeListArray.from_arrays(pa.array(sizes.reshape(-1).astype(np.uint32)),
+                                                 spec.n_levels)
     table = pa.table({
         "input_ids": pa.chunked_array(ids, pa.binary()),
         "labels": pa.chunked_array(labels, pa.binary()),
-        "sizes": pa.FixedSizeListArray.from_arrays(
-            pa.array(sizes.reshape(-1).astype(np.uint32)), spec.n_levels
-        ),
+        "slices" if isinstance(spec, GeneratorTask) else "sizes": last,
     })
     # no dictionary: token bytes do not repeat as whole values, so it only costs time
     # zstd level 1: a third smaller than lz4 on these bytes at about the same speed (measured)
@@ -385,7 +411,7 @@ def _worker_ready() -> bool:
 
 def _run_job(args: tuple) -> dict:
     spec_json, seed, job, held = args
-    return _write_shard(TaskSpec.model_validate_json(spec_json), seed, job, held)
+    return _write_shard(task_from_json(json.loads(spec_json)), seed, job, held)
 
 
 def write_dataset(
@@ -597,8 +623,9 @@ def read_manifest(folder: Path, *, check_hash: bool = True) -> dict:
     return manifest
 
 
-def manifest_spec(manifest: dict) -> TaskSpec:
-    return TaskSpec.model_validate(manifest["task"])
+def manifest_spec(manifest: dict):
+    """The manifest's task: a `TaskSpec` or a `GeneratorTask`."""
+    return task_from_json(manifest["task"])
 
 
 def check_shard(folder: Path, shard: dict) -> Path:

@@ -331,3 +331,18 @@ def generate(
     if targets is None:
         targets = value_targets(inputs, sep_positions(inputs), vocab, np.int64)
     return Batch(inputs=inputs.astype(np.int64, copy=False), targets=targets, sizes=sizes)
+
+
+def _spec_of(**fields) -> TaskSpec:
+    return TaskSpec.model_validate(fields)
+
+
+def joint_recall(n: int, seed: np.random.SeedSequence, **fields) -> tuple[np.ndarray, np.ndarray]:
+    """Multi-level joint recall through the task contract (generators/tasks.py): the kwargs are
+    `TaskSpec` fields; the rows are `generate`'s, byte for byte."""
+    b = generate(_spec_of(**fields), n, seed)
+    return b.inputs, b.targets
+
+
+joint_recall.vocab_size = lambda **fields: _spec_of(**fields).vocab().size
+joint_recall.max_len = lambda **fields: (lambda s: s.seq_len or s.max_len)(_spec_of(**fields))

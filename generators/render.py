@@ -34,3 +34,13 @@ def render_sample(row: np.ndarray, vocab: Vocab) -> RenderedSample:
         else:
             inquiry.append(vocab.names[int(row[pos])])
     return RenderedSample(" ".join(info), " ".join(inquiry), " ".join(output))
+
+
+def render_scored(inputs: np.ndarray, targets: np.ndarray) -> tuple[str, str]:
+    """A row of any task as text: its ids, each scored position marked `id[->target]`, and the
+    targets alone in order (`position:target`)."""
+    inputs, targets = np.asarray(inputs).reshape(-1), np.asarray(targets).reshape(-1)
+    marked = [f"{int(t)}[->{int(y)}]" if y != IGNORE else str(int(t))
+              for t, y in zip(inputs, targets)]
+    scored = [f"{i}:{int(y)}" for i, y in enumerate(targets) if y != IGNORE]
+    return " ".join(marked), " ".join(scored)

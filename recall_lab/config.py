@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from generators import PRESETS, TaskSpec, get_preset
 from generators.errors import RecallLabError
 from generators.fields import Float, Int
+from generators.tasks import BUILTIN, GeneratorTask, generator_task, task_from_json
 
 # Branch patterns the original HAX release implements (attention/release_reference.py's
 # RELEASE_ARCHS without "full"; a test keeps the two equal); here because config imports no torch.
@@ -335,13 +336,16 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _task_is_spec(self) -> RunConfig:
-        if not isinstance(self.task, TaskSpec):
-            object.__setattr__(self, "task", TaskSpec.model_validate(self.task))
+        if not isinstance(self.task, (TaskSpec, GeneratorTask)):  # a generator task or ours
+            object.__setattr__(self, "task", task_from_json(self.task))
         if self.model.max_len is None:  # fixed once, from the training task (also old runs)
             object.__setattr__(self, "model",
                                self.model.model_copy(update={"max_len": self.task.max_len}))
         opts = self.model.pattern_opts
         if self.model.pattern in TASK_KEY_PATTERNS and "keys" not in opts:
+            if not isinstance(self.task, TaskSpec):
+                raise RecallLabError(f"pattern {self.model.pattern} needs the key ids: set "
+                                     "pattern_opts keys for a generator task")
             vocab = self.task.vocab()  # keys = the last level's ids; fixed once, as max_len
             keys = list(vocab.level_range(vocab.n_levels - 1))
             object.__setattr__(self, "model", self.model.model_copy(
@@ -404,6 +408,10 @@ def task_from_table(table: dict) -> tuple[Any, str | None]:
         raise RecallLabError(f"a task must be a table of fields ([task]), got "
                              f"{type(table).__name__} {table!r}")
     table = dict(table)
+    if "generator" in table:  # a task generator by import path or built-in name + its kwargs
+        if "preset" in table:
+            raise RecallLabError("[task] takes a preset or a generator, not both")
+        return generator_task(table), None
     preset = table.pop("preset", None)
     if preset is not None:
         spec = get_preset(preset)
@@ -418,10 +426,13 @@ def resolve_task(task: str) -> tuple[Any, str | None]:
     """A task given on the command line: a preset name or a TOML file (`[task]` table or bare)."""
     if task in PRESETS:
         return task_from_table({"preset": task})
+    if task in BUILTIN:  # a built-in generator with its defaults
+        return task_from_table({"generator": task})
     path = Path(task)
     if path.suffix == ".toml" or path.exists():
         data = read_toml(path)
         return task_from_table(data.get("task", data))
     raise RecallLabError(
-        f"unknown task {task!r}: not a preset ({', '.join(PRESETS)}) and not a TOML file"
+        f"unknown task {task!r}: not a preset ({', '.join(PRESETS)}), not a built-in task "
+        f"({', '.join(BUILTIN)}) and not a TOML file"
     )

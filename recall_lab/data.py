@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from generators import TaskSpec, generate
+from generators import TaskSpec
 from generators.dataset import (
     SPLITS,
     manifest_hash,
@@ -31,8 +31,18 @@ from generators.dataset import (
     verify_split,
 )
 from generators.errors import RecallLabError
+from generators.foreign import (
+    DEFAULT_FRACTIONS,
+    files_hash,
+    is_foreign,
+    read_foreign,
+    read_lab_split,
+    shape_of,
+)
 from generators.interop import open_dataset
 from generators.joint_recall import smallest_dtype, targets_for
+from generators.tasks import GeneratorTask
+from generators.tasks import rows as task_rows
 
 __all__ = ["DataSource", "DatasetReader", "batch_at", "held_out", "open_dataset",
            "stream_batches", "stream_overlap"]
@@ -49,17 +59,23 @@ def _to_torch(inputs: np.ndarray, targets: np.ndarray, device: str | torch.devic
     )
 
 
-def held_out(spec: TaskSpec, n: int, data_seed: int, split: str):
+def held_out_rows(spec, n: int, data_seed: int, split: str):
+    """The fixed held-out set `split` ("valid" or "test") of a streamed run, any task: `Rows`
+    (inputs, targets and the task's slice labels, if it gives them)."""
+    key = {"valid": VALID_KEY, "test": TEST_KEY}[split]
+    return task_rows(spec, n, np.random.SeedSequence(data_seed, spawn_key=(key,)))
+
+
+def held_out(spec, n: int, data_seed: int, split: str):
     """The fixed held-out set `split` ("valid" or "test") of a streamed run: (inputs, targets)
     int64 arrays."""
-    key = {"valid": VALID_KEY, "test": TEST_KEY}[split]
-    b = generate(spec, n, np.random.SeedSequence(data_seed, spawn_key=(key,)))
+    b = held_out_rows(spec, n, data_seed, split)
     return b.inputs, b.targets
 
 
 def batch_at(spec: TaskSpec, batch_size: int, seed: int, step: int, device="cpu"):
     """The streamed batch number `step` (inputs, targets), LongTensor [B, L]."""
-    b = generate(spec, batch_size, np.random.SeedSequence(seed, spawn_key=(STREAM_KEY, step)))
+    b = task_rows(spec, batch_size, np.random.SeedSequence(seed, spawn_key=(STREAM_KEY, step)))
     return _to_torch(b.inputs, b.targets, device)
 
 
@@ -72,8 +88,8 @@ def stream_overlap(spec: TaskSpec, batch_size: int, seed: int, steps: int,
     task with few distinct samples they repeat training rows and measure memorisation too."""
     n_batches = max(1, min(steps, max_rows // max(batch_size, 1)))
     seen = np.concatenate([
-        row_keys(generate(spec, batch_size,
-                          np.random.SeedSequence(seed, spawn_key=(STREAM_KEY, step))).inputs)
+        row_keys(task_rows(spec, batch_size,
+                           np.random.SeedSequence(seed, spawn_key=(STREAM_KEY, step))).inputs)
         for step in range(n_batches)
     ])
     out: dict = {"train_rows_checked": int(len(seen))}
@@ -193,6 +209,93 @@ class DatasetReader:
         return self._perm[2]
 
 
+class LabelledReader(DatasetReader):
+    """Rows with their own labels, used as given: a folder `recall-lab generate` wrote for a
+    generator task, or foreign data (generators/foreign.py: Parquet or HF `datasets` files with
+    `input_ids` and `labels`). Same interface as `DatasetReader`, plus each split's slices."""
+
+    def __init__(self, path: str | Path, task: GeneratorTask | None = None,
+                 fractions: dict | None = None):
+        self.folder = Path(path)
+        self._perm = None
+        self._verified: set[str] = set()
+        if is_foreign(self.folder):
+            self.manifest = None
+            kw = dict(task.kwargs) if task is not None and task.generator == "dataset" else {}
+            kw.update(fractions or {})
+            fractions = {k: kw[k] for k in ("valid", "test", "split_seed") if k in kw}
+            self._splits, self.files, how = read_foreign(self.folder, fractions)
+            self.fingerprint = files_hash(self.files)
+            self.spec = dataset_task(self._splits, self.fingerprint,
+                                     {**DEFAULT_FRACTIONS, **fractions} if how == "fraction"
+                                     else None)
+            self._verified = set(SPLITS)
+        else:
+            self.manifest = read_manifest(self.folder)
+            self.spec = manifest_spec(self.manifest)
+            self.fingerprint = manifest_hash(self.manifest)
+            self._splits = {}
+            self._has_slices = self.spec.rows(1, 0).slices is not None
+        self.vocab = self.spec.vocab()
+
+    def verify(self, splits: tuple[str, ...] = SPLITS) -> None:
+        for split in splits:
+            if split not in self._verified:
+                self._split(split)  # reading a shard checks its sha256 first
+
+    def _split(self, split: str):
+        if split not in self._splits:
+            part = read_lab_split(self.folder, self.manifest, split)
+            if not self._has_slices:
+                part.slices = None
+            self._splits[split] = part
+            self._verified.add(split)
+        return self._splits[split]
+
+    def count(self, split: str) -> int:
+        if split not in SPLITS:
+            raise RecallLabError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+        if self.manifest is not None:
+            return int(self.manifest["counts"][split])
+        return len(self._splits[split].lengths)
+
+    def rows(self, split: str, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        part = self._split(split)
+        index = np.asarray(index, dtype=np.int64)
+        return part.padded(index, self.spec.max_len if self.manifest is not None else None)
+
+    def slices(self, split: str, n: int | None = None) -> np.ndarray | None:
+        part = self._split(split)
+        if part.slices is None:
+            return None
+        return part.slices[: self.count(split) if n is None else n]
+
+
+def dataset_task(splits: dict, sha256: str, fractions: dict | None) -> GeneratorTask:
+    """The task of foreign data: its vocabulary and longest row, how it was split, its content
+    hash (so a run's config names the data it was trained on)."""
+    vocab_size, max_len = shape_of(splits)
+    kwargs = {"vocab_size": vocab_size, "max_len": max_len, **(fractions or {}),
+              "sha256": sha256}
+    return GeneratorTask(generator="dataset", kwargs=kwargs)
+
+
+def open_reader(data: str | Path, task=None) -> DatasetReader:
+    """The reader of `train.data`: a lab dataset of the joint-recall family (labels recomputed
+    from the ids, as always), or rows with their own labels (a generator task's dataset,
+    foreign data)."""
+    if not Path(data).exists():
+        sha = task.kwargs.get("sha256") if isinstance(task, GeneratorTask) else None
+        named = f" (the run's data has content sha256 {sha})" if sha else ""
+        raise RecallLabError(f"dataset {data} does not exist{named}; moved or deleted? put it "
+                             "back at that path")
+    if is_foreign(data):
+        return LabelledReader(data, task if isinstance(task, GeneratorTask) else None)
+    if isinstance(manifest_spec(read_manifest(Path(data))), GeneratorTask):
+        return LabelledReader(data)
+    return DatasetReader(data)
+
+
 class DataSource:
     """Where a run's data comes from, built once: the generator's stream (task + data seed) or a
     dataset folder from `recall-lab generate` (`train.data`). It gives training batch number
@@ -201,8 +304,14 @@ class DataSource:
 
     def __init__(self, spec: TaskSpec, data_seed: int = 0, data: str | Path | None = None):
         self.spec, self.seed = spec, data_seed
-        self.reader = DatasetReader(data) if data is not None else None
+        self.reader = open_reader(data, spec) if data is not None else None
         if self.reader is not None and self.reader.spec != spec:
+            if isinstance(spec, GeneratorTask) and spec.generator == "dataset" and \
+                    spec.kwargs.get("sha256") != self.reader.fingerprint:
+                raise RecallLabError(f"dataset {data} is not the data of this run: its content "
+                                     f"sha256 is {self.reader.fingerprint[:16]}, the run's "
+                                     f"{str(spec.kwargs.get('sha256'))[:16]} (changed or "
+                                     "replaced?)")
             raise RecallLabError(f"the run's task ({spec.describe()}) is not the task of "
                                  f"dataset {data} ({self.reader.spec.describe()})")
 
@@ -214,7 +323,9 @@ class DataSource:
     @property
     def fingerprint(self) -> str | None:
         """The content hash of a dataset's manifest (None for a stream, which is its config)."""
-        return manifest_hash(self.reader.manifest) if self.reader is not None else None
+        if self.reader is None:
+            return None
+        return getattr(self.reader, "fingerprint", None) or manifest_hash(self.reader.manifest)
 
     def verify(self) -> None:
         """Check a dataset's shards against their sha256 now (a run does it before it touches
@@ -233,6 +344,12 @@ class DataSource:
         if self.reader is not None:
             return self.reader.arrays(split, n)
         return held_out(self.spec, n, self.seed, split)
+
+    def slices(self, split: str, n: int) -> np.ndarray | None:
+        """The slice label of each of those samples, where the task gives them (else None)."""
+        if self.reader is not None:
+            return self.reader.slices(split, n) if hasattr(self.reader, "slices") else None
+        return held_out_rows(self.spec, n, self.seed, split).slices
 
     def overlap(self, batch_size: int, steps: int, held: dict[str, np.ndarray]) -> dict | None:
         """For a stream, how much of each held-out set the training stream also draws

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from generators import IGNORE, TaskSpec
 from generators.errors import RecallLabError
 from generators.joint_recall import sep_positions
+from generators.tasks import GeneratorTask
 from generators.vocab import Vocab
 from recall_lab.config import RunConfig
 from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
@@ -58,7 +59,12 @@ def check_batch_size(batch_size: int) -> None:
 
 
 def _trim(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Columns past every row's last token and last target dropped (PAD = 0 pads joint-recall
+    rows on the right; a generator task may use id 0 anywhere, so its last target counts)."""
     width = int((x != 0).sum(1).max(initial=1))
+    scored = np.flatnonzero((y != IGNORE).any(0))
+    if len(scored):
+        width = max(width, int(scored[-1]) + 1)
     return x[:, :width], y[:, :width]
 
 
@@ -66,15 +72,17 @@ def _trim(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def evaluate(
     model: torch.nn.Module, inputs: np.ndarray, targets: np.ndarray,
     batch_size: int = 64, device: str | torch.device = "cpu", autocast: bool = False,
-    decode: bool = False,
+    decode: bool = False, slices: np.ndarray | None = None,
 ) -> dict[str, float]:
     """loss / acc / exact / n over a fixed set, in eval mode (training mode restored after).
     `decode`: logits by recurrent decoding (models/decode.py: prefill each row's information
-    component, then step through the inquiry) instead of the parallel forward."""
+    component, then step through the inquiry) instead of the parallel forward. `slices` (a
+    label per row): also acc / exact / n per label, under "slices" (zoology's slices)."""
     check_batch_size(batch_size)
     was_training = model.training
     model.eval()
     totals: dict[str, float] = {}
+    per_row: list[np.ndarray] = []
     try:
         for start in range(0, len(inputs), batch_size):
             x, y = _trim(inputs[start:start + batch_size], targets[start:start + batch_size])
@@ -87,15 +95,42 @@ def evaluate(
                     logits = model(xt).logits
             for k, v in batch_metrics(logits, yt).items():
                 totals[k] = totals.get(k, 0.0) + float(v)
+            if slices is not None:
+                per_row.append(row_scores(logits, yt))
     finally:
         model.train(was_training)
     n = max(totals.get("n_samples", 0.0), 1.0)
-    return {
+    out = {
         "loss": totals.get("ce_sum", 0.0) / max(totals.get("n_targets", 0.0), 1.0),
         "acc": totals.get("acc_sum", 0.0) / n,
         "exact": totals.get("exact", 0.0) / n,
         "n": int(totals.get("n_samples", 0)),
     }
+    if slices is not None:
+        out["slices"] = by_slice(np.concatenate(per_row) if per_row else np.zeros((0, 3)),
+                                 np.asarray(slices)[: len(inputs)])
+    return out
+
+
+def row_scores(logits: torch.Tensor, targets: torch.Tensor) -> np.ndarray:
+    """[B, 3] per row: accuracy over its targets, exact (all right), has targets."""
+    mask = targets != IGNORE
+    correct = ((logits.argmax(-1) == targets) & mask).sum(1)
+    n_t = mask.sum(1)
+    acc = correct.double() / n_t.clamp(min=1)
+    return torch.stack([acc, (correct == n_t).double(), (n_t > 0).double()], 1).cpu().numpy()
+
+
+def by_slice(scores: np.ndarray, slices: np.ndarray) -> dict[str, dict]:
+    """Per-sample accuracy and exact match averaged within each slice label (rows without
+    targets left out), keyed by the label."""
+    out = {}
+    for label in np.unique(slices):
+        rows = scores[(slices == label) & (scores[:, 2] > 0)]
+        out[str(int(label))] = {"acc": float(rows[:, 0].mean()) if len(rows) else 0.0,
+                                "exact": float(rows[:, 1].mean()) if len(rows) else 0.0,
+                                "n": int(len(rows))}
+    return out
 
 
 def evaluate_run(
@@ -127,8 +162,11 @@ def evaluate_run(
     extra: dict = {}
     if decimate is not None:
         extra = set_decimation(model, decimate, cfg, data_seed, dev)
-    x, y = DataSource(spec, data_seed).held_out("test", n)
-    metrics = evaluate(model, x, y, batch_size, dev, autocast=_bf16(dev))
+    source = (DataSource.for_run(cfg) if spec == cfg.task and cfg.train.data is not None and
+              isinstance(spec, GeneratorTask) else DataSource(spec, data_seed))
+    x, y = source.held_out("test", n)  # foreign data and a generator task's dataset: its test
+    metrics = evaluate(model, x, y, batch_size, dev, autocast=_bf16(dev),
+                       slices=source.slices("test", len(x)))
     if model.decimation is not None:
         extra["decimation"] = model.decimation.model_dump(mode="json")
         extra["kept_non_filler"] = kept_non_filler(model, x[:batch_size], spec, dev)
@@ -181,6 +219,9 @@ def fit_vocab(spec, train_spec):
     evaluated on other table sizes and lengths; an error when the tokens cannot be named."""
     if spec.vocab() == train_spec.vocab():
         return spec
+    if not (isinstance(spec, TaskSpec) and isinstance(train_spec, TaskSpec)):
+        raise RecallLabError(f"task {spec.describe()} has {spec.vocab().size} ids but the model "
+                             f"was trained with {train_spec.vocab().size}")
     if spec.values != train_spec.values or spec.n_levels != train_spec.n_levels:
         raise RecallLabError(
             f"task has {spec.values} values and {spec.n_levels} levels but the model was trained "

@@ -23,6 +23,7 @@ from torch import nn
 from generators import PRESETS
 from generators.dataset import manifest_spec, read_manifest
 from generators.errors import RecallLabError
+from generators.foreign import is_foreign
 from generators.folders import read_marker, write_marker
 from generators.joint_recall import check_samples_fit
 from recall_lab import checkpoint as ck
@@ -69,11 +70,16 @@ def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
         raise RecallLabError(f"{where}: train.data must be a dataset folder (a string), got "
                              f"{type(train_tab['data']).__name__} {train_tab['data']!r}")
     if train_tab.get("data") is not None:
-        manifest = read_manifest(Path(train_tab["data"]))
-        spec, task_name = manifest_spec(manifest), manifest.get("preset")
-        if data.get("task") and task_from_table(data["task"])[0] != spec:
-            raise RecallLabError(f"{where}: its [task] is not the task of dataset "
-                                 f"{train_tab['data']}")
+        # recorded resolved: the run resumes, evaluates and reports from any working folder
+        train_tab["data"] = str(Path(train_tab["data"]).expanduser().resolve())
+        if is_foreign(train_tab["data"]):  # another tool's data: its task is read from it
+            spec, task_name = foreign_task(train_tab["data"], data.get("task"), where), None
+        else:
+            manifest = read_manifest(Path(train_tab["data"]))
+            spec, task_name = manifest_spec(manifest), manifest.get("preset")
+            if data.get("task") and task_from_table(data["task"])[0] != spec:
+                raise RecallLabError(f"{where}: its [task] is not the task of dataset "
+                                     f"{train_tab['data']}")
     elif data.get("task"):
         spec, task_name = task_from_table(data["task"])
     else:
@@ -292,8 +298,8 @@ def resume_config(out: Path | None, model: str | None, steps: int | None,
             same, have = ours == cfg.task, cfg.task_name or cfg.task.describe()
         elif field in TrainConfig.model_fields:
             have = getattr(cfg.train, field)
-            same = (str(Path(value)) == str(Path(have))) if field == "data" and have else \
-                value == have
+            same = (Path(value).resolve() == Path(have).resolve()) if field == "data" and have \
+                else value == have
         elif field in ("k", "d_model"):
             have = getattr(cfg.model, field)
             same = value == have
@@ -394,3 +400,20 @@ def load_run_model(run: Path, which: str, cfg: RunConfig | None = None, *,
     if merge:
         merge_adapters(model).eval()
     return model
+
+
+def foreign_task(path: str, table: dict | None, where: str):
+    """The task of foreign data at `path` (generators/foreign.py); a `[task]` table beside it
+    may state only how data without named splits is split: `valid`, `test`, `split_seed`."""
+    from recall_lab.data import LabelledReader
+
+    fractions = dict(table or {})
+    fractions = dict(fractions.get("kwargs", fractions))
+    fractions.pop("generator", None)
+    for key in ("vocab_size", "max_len", "sha256"):
+        fractions.pop(key, None)  # a run's own config.json restates them
+    extra = sorted(set(fractions) - {"valid", "test", "split_seed"})
+    if extra:
+        raise RecallLabError(f"{where}: [task] {extra[0]} does not apply to data files; beside "
+                             "train.data a [task] states only valid, test, split_seed")
+    return LabelledReader(path, fractions=fractions).spec

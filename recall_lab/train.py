@@ -311,7 +311,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     wall = time.perf_counter() - t0
     ck.load_weights(out / ck.BEST, model)
     test_set = data.held_out("test", t.test_samples)
-    test = evaluate(model, *test_set, eval_bs, device, autocast)
+    test = evaluate(model, *test_set, eval_bs, device, autocast,
+                    slices=data.slices("test", len(test_set[0])))  # per slice, where given
     valid_x, test_x = length_tests(model, cfg, eval_bs, device, autocast)
     overlap = data.overlap(t.batch_size, t.steps, {"valid": valid[0], "test": test_set[0]})
     summary = {

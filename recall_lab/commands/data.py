@@ -13,7 +13,9 @@ from generators import generate as generate_samples  # `generate` is also the co
 from generators.dataset import write_dataset
 from generators.errors import RecallLabError
 from generators.joint_recall import check_samples_fit
-from generators.render import render_sample
+from generators.render import render_sample, render_scored
+from generators.tasks import BUILTIN, GeneratorTask
+from generators.tasks import rows as task_rows
 from recall_lab.commands.progress import CountProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import resolve_task
@@ -83,7 +85,8 @@ def register(app: GuardedApp) -> None:
                                  f"{preset!r} fixes the task (only --train/--valid/--test "
                                  "override its counts)")
         name = preset
-        if preset is not None and (preset.endswith(".toml") or Path(preset).is_file()):
+        if preset in BUILTIN or (preset is not None and (preset.endswith(".toml") or
+                                                         Path(preset).is_file())):
             spec, name = resolve_task(preset)  # the forms `train --task` takes
             entry = get_preset_entry(name) if name is not None else None
             defaults = ({"train": entry.train, "valid": entry.valid, "test": entry.test}
@@ -147,25 +150,52 @@ def register(app: GuardedApp) -> None:
 
         if index < 0 or count < 1:
             raise RecallLabError("--index must be >= 0 and --count >= 1")
-        if Path(source).is_dir():
-            from recall_lab.data import DatasetReader
+        targets = slices = None
+        if Path(source).is_dir() or source.endswith(".parquet"):
+            from recall_lab.data import open_reader
 
-            reader = DatasetReader(source)
+            reader = open_reader(source)  # a lab dataset or another tool's data
             spec = reader.spec
             total = reader.count(split)
             if index >= total:
                 raise RecallLabError(f"{split} has {total} samples; index {index} is past it")
-            rows = list(reader.rows(split, np.arange(index, min(index + count, total)))[0])
+            picked = np.arange(index, min(index + count, total))
+            rows, targets = reader.rows(split, picked)
+            rows, targets = list(rows), list(targets)
+            got = getattr(reader, "slices", lambda *_: None)(split)
+            slices = None if got is None else list(got[picked])
             title = f"{source} [{split}]"
-        elif source in PRESETS or source.endswith(".toml") or Path(source).is_file():
-            # the task forms `train --task` accepts: a preset or a TOML task file
+        elif source in PRESETS or source in BUILTIN or source.endswith(".toml") \
+                or Path(source).is_file():
+            # the task forms `train --task` accepts: a preset, a built-in task, a TOML task file
             spec, _ = resolve_task(source)
-            check_samples_fit(spec, index + count, "--index + --count")
-            rows = list(generate_samples(spec, index + count, seed).inputs[index:])
+            if isinstance(spec, GeneratorTask):
+                drawn = task_rows(spec, index + count, seed)
+                rows = list(drawn.inputs[index:])
+                targets = list(drawn.targets[index:])
+                if drawn.slices is not None:
+                    slices = list(drawn.slices[index:])
+            else:
+                check_samples_fit(spec, index + count, "--index + --count")
+                rows = list(generate_samples(spec, index + count, seed).inputs[index:])
             title = f"{source} (seed {seed})"
         else:
             raise RecallLabError(f"{source!r} is neither a dataset folder nor a preset "
-                                 f"({', '.join(PRESETS)}) nor a TOML task file")
+                                 f"({', '.join(PRESETS)}) nor a built-in task "
+                                 f"({', '.join(BUILTIN)}) nor a TOML task file")
+        if isinstance(spec, GeneratorTask):  # any task: ids, scored positions marked
+            for i, row in enumerate(rows):
+                t = Table(title=escape(f"{title} sample {index + i}: {spec.describe()}"),
+                          show_header=False, expand=False)
+                t.add_column(style="bold")
+                t.add_column(overflow="fold")
+                marked, scored = render_scored(row, targets[i])
+                t.add_row("input (id[->target])", marked)
+                t.add_row("targets (position:id)", scored)
+                if slices is not None:
+                    t.add_row("slice", str(int(slices[i])))
+                console.print(t)
+            return
         vocab = spec.vocab()
         for i, row in enumerate(rows):
             r = render_sample(row, vocab)

@@ -1,0 +1,174 @@
+"""The field's other recall tasks, through the task contract (generators/tasks.py).
+
+- `zoology_mqar`: zoology's multi-query associative recall (`multiquery_ar`), with its parameter
+  names and defaults: keys from the lower half of the vocabulary (ids 1 .. vocab_size/2 - 1),
+  values from the upper half, each distinct within a row; the key-value pairs first, then every
+  key queried once at gap g (position 2 * num_kv_pairs + 2g) with the gaps drawn without
+  replacement with probability proportional to `power_a * i ** (power_a - 1)`, i = 1 .. space;
+  the target at a queried key is its value; every other position a uniform random token
+  (`random_non_queries`) or 0. `num_kv_pairs` may be a list: each row draws one (its slice).
+- `selective_copy`: Mamba's selective copying (the S4 repository's `torch_copying_data` with
+  `variable=True`): `num_tokens` data tokens (ids 1 .. vocab_size - 2) at sorted random places
+  among `seq_len + num_tokens` positions (blank = 0), then `num_tokens` markers (vocab_size - 1);
+  at the k-th marker the target is the k-th data token.
+- `mad_recall` / `mad_noisy_recall`: MAD's (noisy) in-context recall, scored as MAD scores its
+  test instances: (seq_len / 2 - 1) slots, each a key-value pair (a key from the lower half of
+  the non-special ids, its value fixed within the row) or, with probability `frac_noise`, two
+  noise tokens; then a copy prefix (vocab_size - 1), a presented key and its value; the one
+  target is that value, at the probe key.
+
+Every draw is vectorised numpy from the one SeedSequence, so rows depend only on (n, seed,
+kwargs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from generators.errors import RecallLabError
+from generators.tasks import IGNORE, task_generator
+
+
+def _check(cond: bool, task: str, what: str) -> None:
+    if not cond:
+        raise RecallLabError(f"task {task}: {what}")
+
+
+def ordered_sample(rng: np.random.Generator, n: int, pool: int, k: int) -> np.ndarray:
+    """[n, k] distinct indices from `range(pool)` per row, a uniformly random ordered k-subset
+    (the k smallest of `pool` uniforms, in increasing order of their draw)."""
+    out = np.empty((n, k), dtype=np.int64)
+    step = max(1, (1 << 22) // max(pool, 1))
+    for start in range(0, n, step):
+        r = rng.random((min(step, n - start), pool))
+        idx = np.argpartition(r, k - 1, axis=1)[:, :k] if k < pool else \
+            np.tile(np.arange(pool), (len(r), 1))
+        order = np.argsort(np.take_along_axis(r, idx, axis=1), axis=1)
+        out[start : start + len(r)] = np.take_along_axis(idx, order, axis=1)
+    return out
+
+
+def power_law_gaps(rng: np.random.Generator, n: int, space: int, k: int,
+                   power_a: float) -> np.ndarray:
+    """[n, k] distinct gaps in `range(space)` drawn one after another without replacement with
+    probability proportional to `power_a * i ** (power_a - 1)` (i = gap + 1), as zoology's
+    `np.random.choice(..., replace=False, p=p)`: the k smallest exponential races E / p
+    (Efraimidis-Spirakis), in order."""
+    p = power_a * np.arange(1, space + 1, dtype=np.float64) ** (power_a - 1)
+    p /= p.sum()
+    race = rng.standard_exponential((n, space)) / p
+    idx = np.argpartition(race, k - 1, axis=1)[:, :k] if k < space else \
+        np.tile(np.arange(space), (n, 1))
+    order = np.argsort(np.take_along_axis(race, idx, axis=1), axis=1)
+    return np.take_along_axis(idx, order, axis=1)
+
+
+def _pairs(num_kv_pairs) -> list[int]:
+    return list(num_kv_pairs) if isinstance(num_kv_pairs, (list, tuple)) else [num_kv_pairs]
+
+
+@task_generator(vocab_size=lambda vocab_size=8192, **_: vocab_size,
+                max_len=lambda input_seq_len=64, **_: input_seq_len)
+def zoology_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
+                 input_seq_len: int = 64, num_kv_pairs: int | list[int] = 8,
+                 power_a: float = 0.01, random_non_queries: bool = True):
+    """Zoology's MQAR rows (module docstring); slices: each row's number of pairs."""
+    name = "zoology-mqar"
+    sizes = _pairs(num_kv_pairs)
+    L = input_seq_len
+    _check(L % 2 == 0, name, f"input_seq_len must be even, got {L}")
+    _check(vocab_size > L, name, f"vocab_size ({vocab_size}) must exceed input_seq_len ({L})")
+    _check(0 < power_a <= 1, name, f"power_a must lie in (0, 1], got {power_a}")
+    for k in sizes:
+        _check(k >= 1 and 4 * k <= L, name, f"num_kv_pairs {k} needs 1 <= 4 * pairs <= "
+               f"input_seq_len ({L})")
+        _check(k <= vocab_size // 2 - 1, name, f"num_kv_pairs {k} exceeds the key ids")
+    rng = np.random.default_rng(seed)
+    half = vocab_size // 2
+    per_row = np.asarray(sizes, dtype=np.int64)[rng.integers(0, len(sizes), size=n)]
+    inputs = np.zeros((n, L), dtype=np.int64)
+    targets = np.full((n, L), IGNORE, dtype=np.int64)
+    for k in sizes:  # rows of one size are drawn together, in the order the sizes are listed
+        rows = np.flatnonzero(per_row == k)
+        m, ctx = len(rows), 2 * k
+        if m == 0:
+            continue
+        keys = 1 + ordered_sample(rng, m, half - 1, k)
+        values = half + ordered_sample(rng, m, vocab_size - half, k)
+        gaps = power_law_gaps(rng, m, (L - ctx) // 2, k, power_a)
+        block = np.zeros((m, L), dtype=np.int64)
+        block[:, 0:ctx:2], block[:, 1:ctx:2] = keys, values
+        np.put_along_axis(block, ctx + 2 * gaps, keys, axis=1)
+        tblock = np.full((m, L), IGNORE, dtype=np.int64)
+        np.put_along_axis(tblock, ctx + 2 * gaps, values, axis=1)
+        inputs[rows], targets[rows] = block, tblock
+    if random_non_queries:
+        noise = rng.integers(0, vocab_size, size=(n, L))
+        empty = inputs == 0
+        inputs[empty] = noise[empty]
+    return inputs, targets, per_row
+
+
+@task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size,
+                max_len=lambda seq_len=4096, num_tokens=16, **_: seq_len + 2 * num_tokens)
+def selective_copy(n: int, seed: np.random.SeedSequence, vocab_size: int = 16,
+                   seq_len: int = 4096, num_tokens: int = 16):
+    """Mamba's selective copying rows (module docstring): length seq_len + 2 * num_tokens."""
+    name = "selective-copy"
+    _check(vocab_size >= 3, name, f"vocab_size must be >= 3, got {vocab_size}")
+    _check(num_tokens >= 1 and seq_len >= 0, name, "num_tokens must be >= 1, seq_len >= 0")
+    rng = np.random.default_rng(seed)
+    M, span = num_tokens, seq_len + num_tokens
+    tokens = rng.integers(1, vocab_size - 1, size=(n, M))
+    places = np.sort(ordered_sample(rng, n, span, M), axis=1)
+    inputs = np.zeros((n, span + M), dtype=np.int64)
+    np.put_along_axis(inputs, places, tokens, axis=1)
+    inputs[:, span:] = vocab_size - 1
+    targets = np.full(inputs.shape, IGNORE, dtype=np.int64)
+    targets[:, span:] = tokens
+    return inputs, targets
+
+
+@task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size,
+                max_len=lambda seq_len=128, **_: seq_len)
+def mad_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16, seq_len: int = 128,
+               noise_vocab_size: int = 0, frac_noise: float = 0.0):
+    """MAD's in-context recall rows (module docstring); noise as `mad_noisy_recall`."""
+    name = "mad-recall"
+    _check(seq_len % 2 == 0 and seq_len >= 4, name, f"seq_len must be even and >= 4, "
+           f"got {seq_len}")
+    _check(0 <= frac_noise < 1, name, f"frac_noise must satisfy 0 <= frac_noise < 1, "
+           f"got {frac_noise}")
+    _check(frac_noise == 0 or noise_vocab_size > 0, name, "frac_noise > 0 needs "
+           "noise_vocab_size > 0")
+    usable = vocab_size - 1 - noise_vocab_size  # MAD: the copy prefix is the last id
+    _check(usable >= 2, name, f"vocab_size {vocab_size} leaves {usable} key/value ids")
+    K = usable // 2
+    rng = np.random.default_rng(seed)
+    P = seq_len // 2 - 1
+    is_noise = rng.random((n, P)) < frac_noise
+    is_noise[np.arange(n), rng.integers(0, P, size=n)] = False  # at least one pair per row
+    keys = rng.integers(0, K, size=(n, P))
+    table = rng.integers(K, usable, size=(n, K))  # each key's value within its row
+    noise = rng.integers(usable, usable + max(noise_vocab_size, 1), size=(n, P, 2))
+    pairs = np.stack([keys, np.take_along_axis(table, keys, axis=1)], axis=2)
+    pairs[is_noise] = noise[is_noise]
+    shown = np.zeros((n, K), dtype=bool)
+    shown[np.nonzero(~is_noise)[0], keys[~is_noise]] = True
+    pick = np.where(shown, rng.random((n, K)), -1.0).argmax(axis=1)  # uniform over shown keys
+    inputs = np.empty((n, seq_len), dtype=np.int64)
+    inputs[:, : 2 * P] = pairs.reshape(n, 2 * P)
+    inputs[:, 2 * P] = vocab_size - 1
+    inputs[:, 2 * P + 1] = pick
+    targets = np.full(inputs.shape, IGNORE, dtype=np.int64)
+    targets[:, 2 * P + 1] = table[np.arange(n), pick]
+    return inputs, targets
+
+
+@task_generator(vocab_size=lambda vocab_size=32, **_: vocab_size,
+                max_len=lambda seq_len=128, **_: seq_len)
+def mad_noisy_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 32,
+                     seq_len: int = 128, noise_vocab_size: int = 16, frac_noise: float = 0.2):
+    """MAD's noisy in-context recall: `mad_recall` with MAD's noisy defaults."""
+    return mad_recall(n, seed, vocab_size=vocab_size, seq_len=seq_len,
+                      noise_vocab_size=noise_vocab_size, frac_noise=frac_noise)
