@@ -27,6 +27,9 @@ demo: $(STAMP)
 $(ORACLE): $(STAMP)
 	-MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(BIN)/python -m pip install --quiet \
 		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1 einops
+	# flash-linear-attention: its fla/ops/*/naive.py loops are the oracle of the zoo mixers
+	# (tests/mixers/test_zoo_*.py); --no-deps, so it pulls no torch (its Triton kernels need a GPU)
+	-$(BIN)/python -m pip install --quiet --no-deps "flash-linear-attention==0.6.0" "fla-core==0.6.0"
 	# peft: oracle of the LoRA/HyLoRA adapters (torch is already there, so none is pulled)
 	-$(BIN)/python -m pip install --quiet "peft==0.21.2"
 	# the optional [ray] and [tracking] extras, so the Ray-engine and tracker tests run (none of
