@@ -44,7 +44,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 Beta = Annotated[Float, Field(ge=0, lt=1)]
-Arch = Literal["mamba", "mamba2", "samba", "transformer", "mamba2-attn", "attamba"]
+Arch = Literal["mamba", "mamba2", "samba", "transformer", "mamba2-attn", "attamba", "mixer"]
 # The architectures with multi-head attention layers (`n_heads` heads of d_model / n_heads).
 ATTENTION_ARCHS = ("samba", "transformer", "mamba2-attn", "attamba")
 
@@ -140,6 +140,21 @@ class DecimationConfig(BaseModel):
     top_k: Float | None = Field(None, gt=0, le=1)
 
 
+# ModelConfig fields of the open mixer contract (arch "mixer"). Unset, they stay out of a run's
+# JSON (`RunConfig.to_json`), so adding them changed the hash of no existing run.
+MIXER_FIELDS = ("mixer", "mixers", "mixer_kwargs", "block")
+
+
+class LayerMixer(BaseModel):
+    """One layer's mixer in `mixers`, given as a table: its import path (or name) and kwargs
+    (merged over `mixer_kwargs`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mixer: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
 class ModelConfig(BaseModel):
     """Everything needed to rebuild a model; `name` is the registry row (`mamba+hax`, ...).
 
@@ -188,6 +203,41 @@ class ModelConfig(BaseModel):
     attn_layers: AttnLayersConfig | None = None  # arch mamba2-attn only (None = full after 0)
     # Attamba options (arch "attamba", pattern "attamba"); the registry fills the defaults.
     attamba: AttambaConfig | None = None
+    # The open mixer contract (recall_lab/mixers/contract.py), arch "mixer": every layer is
+    # x + mixer(RMSNorm(x)) (`block = "mlp"`: then x + SwiGLU(RMSNorm(x)), zoology's
+    # TransformerBlock). `mixer` is an import path "pkg.module:Class" (the run layer resolves a
+    # mixer name to its path), `mixers` one entry per layer (a hybrid), `mixer_kwargs` the
+    # class's keyword arguments.
+    mixer: str | None = None
+    mixers: tuple[str | LayerMixer, ...] | None = None
+    mixer_kwargs: dict[str, Any] | None = None
+    block: Literal["residual", "mlp"] | None = None
+
+    @model_validator(mode="after")
+    def _mixer_fits(self) -> ModelConfig:
+        if self.arch != "mixer":
+            given = [f for f in MIXER_FIELDS if getattr(self, f) is not None]
+            if given:
+                raise RecallLabError(f"{given[0]} is for a model built from a mixer (arch "
+                                     f"'mixer'), not arch {self.arch!r}")
+            return self
+        if (self.mixer is None) == (self.mixers is None):
+            raise RecallLabError("a mixer model needs `mixer` (one for every layer) or "
+                                 "`mixers` (one per layer), not both and not neither")
+        if self.mixers is not None and len(self.mixers) != self.n_layers:
+            raise RecallLabError(f"mixers lists {len(self.mixers)} layers; n_layers is "
+                                 f"{self.n_layers}")
+        if self.pattern is not None or self.decimation is not None:
+            raise RecallLabError("a mixer model takes no attention pattern and no decimation")
+        return self
+
+    def layer_mixer(self, layer: int) -> tuple[str, dict[str, Any]]:
+        """(import path, kwargs) of layer `layer`'s mixer (arch "mixer")."""
+        entry = self.mixer if self.mixers is None else self.mixers[layer]
+        kwargs = dict(self.mixer_kwargs or {})
+        if isinstance(entry, LayerMixer):
+            return entry.mixer, {**kwargs, **entry.kwargs}
+        return entry, kwargs
 
     @model_validator(mode="after")
     def _heads_fit(self) -> ModelConfig:
@@ -354,7 +404,8 @@ class RunConfig(BaseModel):
 
     def to_json(self) -> dict:
         return {
-            "model": self.model.model_dump(mode="json"),
+            "model": {k: v for k, v in self.model.model_dump(mode="json").items()
+                      if v is not None or k not in MIXER_FIELDS},
             "train": self.train.model_dump(mode="json"),
             "task": self.task.model_dump(mode="json"),
             "task_name": self.task_name,

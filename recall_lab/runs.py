@@ -36,6 +36,7 @@ from recall_lab.config import (
     run_tables,
     task_from_table,
 )
+from recall_lab.mixers import mixer_label
 from recall_lab.models import build_model
 from recall_lab.models.adapters import apply_finetune, merge_adapters
 from recall_lab.models.decimation import parse_decimate
@@ -62,6 +63,8 @@ def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
         raise RecallLabError(f"{where}: [model] vocab_size is set by the task's vocabulary; "
                              "remove it")
     name = model_tab.pop("name", None)
+    if name is None and isinstance(model_tab.get("mixer"), str):
+        name = mixer_label(model_tab["mixer"])  # a mixer model is named by its class
     if name is None:
         raise RecallLabError(f"{where}: no model given: set model.name or pass --model NAME "
                              "(see `recall-lab models`)")
@@ -90,16 +93,36 @@ def run_config_from_tables(data: dict, where: str = "config") -> RunConfig:
                      task_name=task_name)
 
 
+def mixer_kwargs_json(text: str | None, option: str = "--mixer-kwargs") -> dict | None:
+    """A mixer's kwargs given on the command line as a JSON object."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecallLabError(f"{option} must be a JSON object, e.g. '{{\"heads\": 2}}': "
+                             f"{exc}") from None
+    if not isinstance(value, dict):
+        raise RecallLabError(f"{option} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def run_config_from_flags(model: str | None, task: str | None, config: Path | None,
                           k: int | None, d_model: int | None, train_over: dict,
-                          decimate: str | None = None) -> RunConfig:
+                          decimate: str | None = None, *, mixer: str | None = None,
+                          mixer_kwargs: str | None = None) -> RunConfig:
     """RunConfig from an optional TOML file, then command-line flags (flags win; None = not
-    given)."""
+    given). `mixer` (an import path or mixer name) and `mixer_kwargs` (JSON) build a contract
+    mixer model; `model` then only names it."""
     data = read_toml(config) if config is not None else {}
     run_tables(data, str(config))  # [model], [train], [task] are tables, before any is read
     tables = {**data, **{t: dict(data.get(t) or {}) for t in ("model", "train", "task")}}
     if model is not None:
         tables["model"]["name"] = model
+    if mixer is not None:
+        tables["model"]["mixer"] = mixer
+    if mixer_kwargs is not None:
+        tables["model"]["mixer_kwargs"] = mixer_kwargs_json(mixer_kwargs)
     tables["model"].update({a: b for a, b in (("k", k), ("d_model", d_model)) if b is not None})
     tables["train"].update({a: b for a, b in train_over.items() if b is not None})
     if task is not None:

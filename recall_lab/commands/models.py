@@ -57,6 +57,12 @@ def register(app: GuardedApp) -> None:
         decimate: str = typer.Option(None, "--decimate", help="DeciMamba settings for "
                                      "mamba+deci: key=value pairs, e.g. L_base=24,layers=-1 "
                                      "(beta, min_len, score, top_k)."),
+        mixer: str = typer.Option(None, "--mixer", help="A sequence mixer by import path "
+                                  "(pkg.module:Class) or name: every layer is x + "
+                                  "mixer(norm(x)); --model then names the run (default: the "
+                                  "class name). See docs/mixers.md."),
+        mixer_kwargs: str = typer.Option(None, "--mixer-kwargs", help="The mixer's keyword "
+                                         "arguments as a JSON object, e.g. '{\"heads\": 2}'."),
     ) -> None:
         """Train one model on one recall task into a run directory (metrics, checkpoints)."""
         from recall_lab.commands.training import print_summary, set_threads
@@ -82,10 +88,12 @@ def register(app: GuardedApp) -> None:
                                      "one of them")
             given = {"--" + k.replace("_", "-"): v for k, v in over.items() if k != "steps"}
             given.update({"--task": task, "--config": config, "--k": k, "--d-model": d_model,
-                          "--decimate": decimate})
+                          "--decimate": decimate, "--mixer": mixer,
+                          "--mixer-kwargs": mixer_kwargs})
             cfg, run_dir, start = resume_config(out, model, steps, given)
         else:
-            cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate)
+            cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate,
+                                        mixer=mixer, mixer_kwargs=mixer_kwargs)
             run_dir = out or run_dir_name(cfg)
             refuse_overwrite(run_dir, force, folder=True, resume=True)
             start = 0
@@ -163,8 +171,10 @@ def register(app: GuardedApp) -> None:
         task: str = typer.Option("paper-mqjr", "--task", "-t", help="Task whose vocabulary "
                                  "sizes the embedding."),
     ) -> None:
-        """List the named models (seed 004 Table 1 rows) with their parameter counts and
-        decode-state sizes (constant bytes per sequence, or how they grow with the length L)."""
+        """List the named models (the joint-recall paper's rows, the other mechanisms' rows and
+        the mixers of the `recall_lab.mixers` entry points) with their parameter counts, their
+        state in numbers per sequence and their decode-state sizes (constant bytes per
+        sequence, or how they grow with the length L)."""
         from rich.table import Table
 
         from recall_lab.models.registry import listed_models, listing_row
@@ -172,7 +182,8 @@ def register(app: GuardedApp) -> None:
         spec, name = resolve_task(task)
         table = Table(title=escape(f"models (vocabulary of {name or task}: "
                                           f"{spec.vocab().size})"))
-        for col in ("name", "backbone", "branch", "d_model", "k", "params", "decode state"):
+        for col in ("name", "backbone", "branch", "d_model", "k", "params", "state",
+                    "decode state"):
             table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
                              else "right")
         for mname in listed_models():

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recall_lab.attention.patterns import LSHPattern
+from recall_lab.testing import ModelSubject, future_leak, length_leak
 from recall_lab.models import (
     ATTAMBA_MODELS,
     CONTROL_MODELS,
@@ -19,9 +20,14 @@ from recall_lab.models import (
     build_model,
     registered_models,
 )
+from recall_lab.models.registry import mixer_models
 
 VOCAB, LENGTH = 23, 40
-NAMES = PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + CONTROL_MODELS + registered_models()
+# the models are built by `tiny`; the subject only draws the ids and reads the logits
+SUBJECT = ModelSubject(factory=None, vocab=VOCAB)
+# the built-in rows, the registered ones and every named contract mixer (entry points)
+NAMES = (PAPER_MODELS + SEATTN_MODELS + ATTAMBA_MODELS + CONTROL_MODELS + registered_models()
+         + mixer_models())
 
 
 @cache
@@ -34,18 +40,9 @@ def tiny(name: str) -> torch.nn.Module:
 
 
 def _leak(name: str, seed: int, t: int, training: bool) -> float:
+    """The harness's future-leak measure (recall_lab.testing, as `recall-lab check` runs it)."""
     model = tiny(name).train(training)
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, VOCAB, (2, LENGTH), generator=g)
-    other = ids.clone()
-    other[:, t + 1:] = torch.randint(3, VOCAB, (2, LENGTH - t - 1), generator=g)
-    with torch.no_grad():
-        torch.manual_seed(seed)  # same hash planes / KS samples for both calls
-        a = model(ids).logits
-        torch.manual_seed(seed)
-        b = model(other).logits
-    assert not torch.equal(ids, other) or t == LENGTH - 1
-    return (a[:, : t + 1] - b[:, : t + 1]).abs().max().item()
+    return future_leak(SUBJECT, model, torch.float32, LENGTH, t, seed)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -67,12 +64,6 @@ def test_causality_property(name, seed, t, training):
     assert _leak(name, seed, t, training) <= 1e-5
 
 
-def _logits(model: torch.nn.Module, ids: torch.Tensor, seed: int) -> torch.Tensor:
-    with torch.no_grad():
-        torch.manual_seed(seed)  # same hash planes / KS samples for every call
-        return model(ids).logits
-
-
 def _random_in_training(model: torch.nn.Module) -> bool:
     """LSH planes are drawn fresh per training call; how much RNG the layers before consume can
     depend on the length (KS samples), so training mode is only compared without LSH."""
@@ -81,21 +72,10 @@ def _random_in_training(model: torch.nn.Module) -> bool:
 
 def _length_leak(name: str, seed: int, t: int, pad: int, training: bool) -> float:
     """Largest change of the logits at positions <= t when the sequence is cut after t, and when
-    PAD tokens are appended (alone, and as the short row of a batch with a longer row)."""
+    PAD tokens are appended (alone, and as the short row of a batch with a longer row): the
+    harness's measure (recall_lab.testing)."""
     model = tiny(name).train(training)
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, VOCAB, (2, LENGTH), generator=g)
-    full = _logits(model, ids, seed)
-    cut = _logits(model, ids[:, : t + 1], seed)
-    padded = _logits(model, torch.cat([ids, torch.zeros(2, pad, dtype=ids.dtype)], 1), seed)
-    longer = torch.randint(3, VOCAB, (1, LENGTH + pad), generator=g)
-    mate = torch.cat([torch.cat([ids[:1], torch.zeros(1, pad, dtype=ids.dtype)], 1), longer])
-    mixed = _logits(model, mate, seed)
-    return max(
-        (full[:, : t + 1] - cut).abs().max().item(),
-        (full - padded[:, :LENGTH]).abs().max().item(),
-        (full[:1] - mixed[:1, :LENGTH]).abs().max().item(),
-    )
+    return length_leak(SUBJECT, model, torch.float32, LENGTH, t, pad, seed)
 
 
 @pytest.mark.parametrize("name", NAMES)
