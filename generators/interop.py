@@ -62,19 +62,25 @@ def decoded_table(path: str | Path, split: str, verify: bool = True) -> pa.Table
         raise RecallLabError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     lay = layout(manifest_spec(manifest))
     dtypes = {"input_ids": lay["id_dtype"], "labels": lay["label_dtype"]}
+    last = "slices" if "slices" in lay else "sizes"  # a generator task's rows: slice labels
     parts = []
     for shard in manifest["splits"][split]:
         file = check_shard(folder, shard) if verify else folder / shard["file"]
         try:
-            table = pq.read_table(file, columns=list(_COLUMNS))
+            table = pq.read_table(file, columns=["input_ids", "labels", last])
         except (pa.ArrowException, OSError) as exc:
             raise RecallLabError(f"cannot read shard {file}: {str(exc).splitlines()[0]}") from None
         cols = {name: _decode(table.column(name), dtypes[name], file, name) for name in dtypes}
-        cols["sizes"] = table.column("sizes").combine_chunks().cast(pa.large_list(pa.int64()))
+        if last == "sizes":
+            cols["sizes"] = table.column("sizes").combine_chunks().cast(
+                pa.large_list(pa.int64()))
+        else:
+            cols["slices"] = table.column("slices").combine_chunks().cast(pa.int64())
         parts.append(pa.table(cols))
     if not parts:
         empty = pa.large_list(pa.int64())
-        return pa.table({name: pa.array([], empty) for name in _COLUMNS})
+        return pa.table({name: pa.array([], empty if name != "slices" else pa.int64())
+                         for name in ("input_ids", "labels", last)})
     return pa.concat_tables(parts)
 
 
@@ -83,7 +89,8 @@ def open_dataset(path: str | Path, split: str, format: str = "pandas", verify: b
     `recall-lab generate`) as a pandas DataFrame (`format="pandas"`) or an HF
     `datasets.Dataset` (`format="datasets"`), one row per sample in file order, with columns
     `input_ids` and `labels` (lists of int, unpadded; -100 = no target) and `sizes` (the level
-    sizes). See the module docstring for an example."""
+    sizes; a generator task's dataset has `slices`, one int per row, instead). See the module
+    docstring for an example."""
     if format not in FORMATS:
         raise RecallLabError(f"unknown format {format!r}; choose from {', '.join(FORMATS)}")
     try:
@@ -95,4 +102,4 @@ def open_dataset(path: str | Path, split: str, format: str = "pandas", verify: b
     if format == "datasets":
         return lib.Dataset(table)
     # pyarrow's to_pandas gives numpy arrays per cell: plain lists of int, as the docstring says
-    return lib.DataFrame({name: table.column(name).to_pylist() for name in _COLUMNS})
+    return lib.DataFrame({name: table.column(name).to_pylist() for name in table.column_names})
