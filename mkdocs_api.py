@@ -1,8 +1,12 @@
-"""mkdocs hook: one API page per module of `recall_lab`, `generators` and `proofs`.
+"""mkdocs hook: one API page per module of `recall_lab`, `generators` and `proofs`, and the
+command reference of `commands.md`.
 
 The pages are generated at build time from the source tree (mkdocstrings renders each module's
 docstrings), so a module that is added, split or removed changes the API reference without an
 edit here or in `mkdocs.yml`: a hand-written list would break the strict build on every move.
+The command reference is typer's own Markdown generator run over the app (every command and
+sub-command with every option, its type, default and help), put where `commands.md` holds
+`COMMANDS_MARKER`; nothing of it is written by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ ROOT = Path(__file__).resolve().parent
 PACKAGES = ("recall_lab", "generators", "proofs")
 # the CLI's typer glue has no library API; its commands are documented in commands.md
 SKIP = ("recall_lab.cli", "recall_lab.commands")
+COMMANDS_PAGE = "commands.md"
+COMMANDS_MARKER = "<!-- the command reference, generated from the CLI by mkdocs_api.py -->"
 
 
 class _DocstringIndexing(logging.Filter):
@@ -71,3 +77,47 @@ def on_files(files, config):
     for name in modules():
         files.append(File.generated(config, _page(name), content=f"# `{name}`\n\n::: {name}\n"))
     return files
+
+
+def cli_command():
+    """The `recall-lab` app as its click group (the app's own command objects, as typer builds
+    them for a run)."""
+    import typer
+
+    from recall_lab.cli import app
+
+    return app, typer.main.get_command(app)
+
+
+def command_paths() -> list[tuple[str, object]]:
+    """("recall-lab sub [subsub]", command) for every command of the app, sub-groups walked,
+    in the order `--help` lists them."""
+    _, group = cli_command()
+    out: list[tuple[str, object]] = []
+
+    def walk(cmd, path: str) -> None:
+        out.append((path, cmd))
+        for name in getattr(cmd, "commands", None) and cmd.list_commands(None) or ():
+            walk(cmd.get_command(None, name), f"{path} {name}")
+
+    walk(group, "recall-lab")
+    return out
+
+
+def command_reference() -> str:
+    """The command reference in Markdown: typer's docs generator over the app."""
+    import typer
+    from typer.cli import MARKUP_MODE_KEY, get_docs_for_click
+
+    app, group = cli_command()
+    ctx = typer.Context(group, info_name="recall-lab")
+    ctx.ensure_object(dict)[MARKUP_MODE_KEY] = getattr(app, "rich_markup_mode", None)
+    return get_docs_for_click(obj=group, ctx=ctx, indent=1, name="recall-lab").strip() + "\n"
+
+
+def on_page_markdown(markdown, page, config, files):
+    if page.file.src_uri == COMMANDS_PAGE:
+        if COMMANDS_MARKER not in markdown:
+            raise ValueError(f"{COMMANDS_PAGE} lost its marker {COMMANDS_MARKER!r}")
+        markdown = markdown.replace(COMMANDS_MARKER, command_reference())
+    return markdown

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import os
 import re
@@ -57,6 +58,11 @@ def test_site_builds_strict(tmp_path):
         assert (site / "api" / (name.replace(".", "/") + ".html")).is_file(), name
     vocab = (site / "api/generators/vocab.html").read_text()
     assert "The token layout" in vocab
+    # the command reference, generated from the CLI: every command, sub-groups included
+    commands = (site / "commands.html").read_text()
+    assert hook.COMMANDS_MARKER not in commands
+    for path, _ in hook.command_paths():
+        assert f"<code>{path}</code>" in commands, path
 
 
 @needs_mkdocs
@@ -74,6 +80,52 @@ def test_broken_link_fails_the_build(tmp_path):
     done = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert done.returncode != 0
     assert "no-such-page.md" in done.stderr
+
+
+def _hook():
+    spec = importlib.util.spec_from_file_location("mkdocs_api", ROOT / "mkdocs_api.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
+@needs_mkdocs
+def test_command_reference_lists_every_option():
+    """The generated page names every command (walked from the click group, sub-groups
+    included) and every option of it with its help; the page in docs/ holds only the marker."""
+    hook = _hook()
+    page = hook.command_reference()
+    paths = hook.command_paths()
+    assert len(paths) > 10 and "recall-lab train" in dict(paths)
+    sections = page.split("\n#")
+    for path, cmd in paths:
+        section = next((s for s in sections if s.lstrip("#").strip().startswith(f"`{path}`")),
+                       None)
+        assert section is not None, path
+        for param in cmd.params:
+            if param.param_type_name == "option" and not param.hidden:
+                assert f"{param.opts[-1]}" in section, (path, param.opts)
+                if param.help:
+                    words = param.help.replace("\\[", "[").split()[:3]
+                    text = " ".join(html.unescape(section).split())
+                    assert " ".join(words) in text, (path, param.opts)
+    assert (ROOT / "docs" / hook.COMMANDS_PAGE).read_text().count(hook.COMMANDS_MARKER) == 1
+    # an added option shows up without an edit: the page is made from the app, not by hand
+    import typer
+
+    from recall_lab.cli import app
+
+    extra = typer.Typer()
+    extra.registered_commands += app.registered_commands
+
+    @extra.command("made-up")
+    def made_up(flag: int = typer.Option(7, help="A flag no one wrote down.")) -> None:
+        """An invented command."""
+
+    hook.cli_command = lambda: (extra, typer.main.get_command(extra))
+    made = hook.command_reference()
+    assert "recall-lab made-up" in made and "A flag no one wrote down." in made
+    assert "[default: 7]" in made
 
 
 def test_readme_is_a_front_door():

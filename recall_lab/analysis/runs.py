@@ -1,6 +1,10 @@
 """The analysis of one run directory, as the CLI runs it: the mean-distance table and figure over
 evaluation lengths, and the attention map of one layer on one sample. Outputs are never
-overwritten unless `force`."""
+overwritten unless `force`.
+
+Which weights load is the lab's one rule: the best checkpoint (the highest validation accuracy
+during training) unless `checkpoint="last"` asks for the final step's, as `eval`, `extrapolate`,
+`mean-distance` and `attention-map` take it with `--checkpoint best|last`."""
 
 from __future__ import annotations
 
@@ -26,11 +30,11 @@ from recall_lab.evaluate import fit_vocab
 from recall_lab.runs import load_run_config, load_run_model, refuse_overwrite
 
 
-def load_run(run: str | Path, which: str = "last") -> tuple[torch.nn.Module, Any]:
-    """(model in eval mode with adapters merged, RunConfig) of a run directory; which = "last"
-    or "best" weights."""
+def load_run(run: str | Path, checkpoint: str = "best") -> tuple[torch.nn.Module, Any]:
+    """(model in eval mode with adapters merged, RunConfig) of a run directory, with its
+    `checkpoint` weights: "best" (the default) or "last"."""
     cfg = load_run_config(Path(run))
-    return load_run_model(Path(run), which, cfg, option="weights", merge=True), cfg
+    return load_run_model(Path(run), checkpoint, cfg, option="--checkpoint", merge=True), cfg
 
 
 def _refuse_existing(paths: Sequence[Path], force: bool) -> None:
@@ -52,13 +56,13 @@ def _task(cfg: Any, task: str | None) -> Any:
 
 def run_mean_distance(run: str | Path, *, lengths: Sequence[int] | None = None,
                       task: str | None = None, samples: int = 4, seed: int = 0,
-                      weights: str = "last", all_tokens: bool = True,
+                      checkpoint: str = "best", all_tokens: bool = True,
                       out: str | Path | None = None, force: bool = False,
                       progress: Callable[[int], None] | None = None) -> dict:
     """Mean distance per layer (both memories of a hybrid) at each evaluation length; writes
     mean_distance.json and mean_distance.png into `out` (default RUN/analysis)."""
     run = Path(run)
-    model, cfg = load_run(run, weights)
+    model, cfg = load_run(run, checkpoint)
     spec = _task(cfg, task)
     train_len = training_length(cfg.task)
     lengths = sorted(set(lengths)) if lengths else default_lengths(train_len)
@@ -79,7 +83,7 @@ def run_mean_distance(run: str | Path, *, lengths: Sequence[int] | None = None,
     plot_mean_distance(series, png_path, key=key, train_lengths={k: train_len for k in series},
                        title=f"{cfg.model.name}: mean distance ({which_tokens}), "
                              f"training length {train_len} (dashed)", delta_sum=True)
-    result = {"run": str(run), "model": cfg.model.name, "weights": weights,
+    result = {"run": str(run), "model": cfg.model.name, "checkpoint": checkpoint,
               "task": spec.model_dump(mode="json"), "train_length": train_len,
               "samples": samples, "seed": seed, "lengths": list(lengths), "rows": rows,
               "png": str(png_path)}
@@ -89,7 +93,7 @@ def run_mean_distance(run: str | Path, *, lengths: Sequence[int] | None = None,
 
 
 def run_attention_map(run: str | Path, *, layer: int, index: int, length: int | None = None,
-                      task: str | None = None, seed: int = 0, weights: str = "last",
+                      task: str | None = None, seed: int = 0, checkpoint: str = "best",
                       channel: str = "mean", memory: str = "ssm", threshold: float = 1e-3,
                       out: str | Path | None = None, force: bool = False) -> dict:
     """PNG of one layer's attention map on sample `index` (of the evaluation inputs of `length`,
@@ -97,7 +101,7 @@ def run_attention_map(run: str | Path, *, layer: int, index: int, length: int | 
     notebook), "abs" (mean of |alpha|) or a channel/head number. memory "attention" draws the
     hybrid's sparse branch instead (head mean of its softmax weights)."""
     run = Path(run)
-    model, cfg = load_run(run, weights)
+    model, cfg = load_run(run, checkpoint)
     spec = _task(cfg, task)
     L = int(length) if length is not None else training_length(cfg.task)
     if index < 0:

@@ -4,11 +4,20 @@ Distance (DeciMamba Sec. 3) of a trained run."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import int_list
+
+CHECKPOINT_HELP = ("Which weights load: best (the checkpoint with the highest validation "
+                   "accuracy during training; the default) or last (the final step's).")
+
+
+def checkpoint_option() -> Any:
+    """The one `--checkpoint best|last` option of every command that loads a run's weights."""
+    return typer.Option("best", "--checkpoint", metavar="best|last", help=CHECKPOINT_HELP)
 
 
 def _parse_lengths(text: str | None) -> list[int] | None:
@@ -33,7 +42,7 @@ def register(app: GuardedApp) -> None:
         ),
         samples: int = typer.Option(4, help="Sequences per length (results are batch means)."),
         seed: int = typer.Option(0, help="Seed of the evaluation inputs."),
-        weights: str = typer.Option("last", help="Which weights: last or best."),
+        checkpoint: str = checkpoint_option(),
         all_tokens: bool = typer.Option(
             True, "--all-tokens/--last-only",
             help="Also average Eq. 6 over every token (O(L^2) work) or only the last (Eq. 8).",
@@ -52,7 +61,7 @@ def register(app: GuardedApp) -> None:
             n = len(lens) if lens else 5
             t = bar.add_task("measuring", total=n)
             res = run_mean_distance(
-                run, lengths=lens, task=task, samples=samples, seed=seed, weights=weights,
+                run, lengths=lens, task=task, samples=samples, seed=seed, checkpoint=checkpoint,
                 all_tokens=all_tokens, out=out, force=force,
                 progress=lambda _length: bar.advance(t),
             )
@@ -86,7 +95,7 @@ def register(app: GuardedApp) -> None:
         memory: str = typer.Option("ssm", help="ssm, or attention (a hybrid's sparse branch)."),
         threshold: float = typer.Option(1e-3, help="Lowest value shown, relative to the max."),
         seed: int = typer.Option(0, help="Seed of the evaluation inputs."),
-        weights: str = typer.Option("last", help="Which weights: last or best."),
+        checkpoint: str = checkpoint_option(),
         out: Path = typer.Option(None, help="PNG path (default RUN/analysis/attention_map_*)."),
         force: bool = typer.Option(False, help="Overwrite an existing PNG."),
     ) -> None:
@@ -95,7 +104,7 @@ def register(app: GuardedApp) -> None:
 
         res = run_attention_map(
             run, layer=layer, index=index, length=length, task=task, seed=seed,
-            weights=weights, channel=channel, memory=memory, threshold=threshold,
+            checkpoint=checkpoint, channel=channel, memory=memory, threshold=threshold,
             out=out, force=force,
         )
         console.print(f"written: {res['png']} (last-row mean distance "

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from generators.errors import RecallLabError
+from recall_lab.commands.analysis import checkpoint_option
 from recall_lab.commands.shell import GuardedApp, console
 
 
@@ -27,7 +28,7 @@ def register(app: GuardedApp) -> None:
         batch_size: int = typer.Option(32, "--batch-size", help="Evaluation batch size."),
         md_samples: int = typer.Option(0, "--md-samples", help="Also measure the Mamba Mean "
                                        "Distance (Eq. 8) of every layer on this many samples."),
-        checkpoint: str = typer.Option("best", help="best or last."),
+        checkpoint: str = checkpoint_option(),
         decode: bool = typer.Option(False, "--decode", help="Also evaluate every length by "
                                     "recurrent decoding (prefill the context, step the inquiry) "
                                     "and time both ways."),

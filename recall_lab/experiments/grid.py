@@ -66,6 +66,7 @@ from pydantic import ValidationError
 from generators import TaskSpec
 from generators.errors import RecallLabError
 from recall_lab.config import RUN_TABLES, ModelConfig, RunConfig, TrainConfig, read_toml
+from recall_lab.experiments.shipped import is_shipped_name, shipped_path
 from recall_lab.runs import run_config_from_tables
 
 TOP_LEVEL = {"name", "base", "description", *RUN_TABLES, "grid", "link", "exclude", "report",
@@ -331,7 +332,11 @@ def expand(data: dict, name: str, source: Path | None = None) -> Experiment:
 
 
 def load_experiment(path: str | Path) -> Experiment:
+    """An experiment from its TOML file, or, where no such file exists, the shipped experiment of
+    that name (`capacity` or `capacity.toml`; `recall-lab experiments list`)."""
     path = Path(path)
+    if not path.exists() and is_shipped_name(str(path)):
+        path = shipped_path(str(path))
     return expand(read_toml(path), path.stem, path)
 
 

@@ -75,7 +75,7 @@ def test_round_one_run_still_loads(tmp_path):
     torch.manual_seed(0)
     model = build_model(old)
     ck.save_weights(tmp_path / ck.MODEL, model)
-    loaded, run_cfg = load_run(tmp_path)
+    loaded, run_cfg = load_run(tmp_path, "last")  # a round-one run kept only its last weights
     assert run_cfg.model.tie_embeddings and loaded.lm_head is None
     ids = torch.randint(0, spec.vocab().size, (2, 7))
     with torch.no_grad():

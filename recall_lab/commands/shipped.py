@@ -1,0 +1,51 @@
+"""CLI: `recall-lab experiments list | show NAME | copy NAME DIR`, the experiment files the
+package carries (`recall_lab.experiments.shipped`); `recall-lab sweep NAME` runs one by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from recall_lab.commands.shell import GuardedApp, OneLineGroup, console
+from recall_lab.experiments.shipped import copy_shipped, shipped_names, shipped_path, summary
+
+
+def register(app: GuardedApp) -> None:
+    sub = typer.Typer(name="experiments", no_args_is_help=True, cls=OneLineGroup,
+                      help="The experiment files shipped with recall-lab: list them, print "
+                           "one, copy one to edit; `recall-lab sweep NAME` runs one by name.")
+    shell = GuardedApp(sub)
+
+    @shell.command("list")
+    def list_() -> None:
+        """Every shipped experiment: its name and the first line of its description."""
+        from rich.table import Table
+
+        table = Table("name", "about", title="shipped experiments (recall-lab sweep NAME)")
+        for name in shipped_names():
+            table.add_row(escape(name), escape(summary(shipped_path(name))))
+        console.print(table)
+
+    @shell.command("show")
+    def show(
+        name: str = typer.Argument(..., help="A shipped experiment's name, e.g. capacity."),
+    ) -> None:
+        """Print a shipped experiment file as it is."""
+        console.print(shipped_path(name).read_text(encoding="utf-8"), markup=False,
+                      highlight=False, soft_wrap=True, end="")
+
+    @shell.command("copy")
+    def copy(
+        name: str = typer.Argument(..., help="A shipped experiment's name, e.g. capacity."),
+        dest: Path = typer.Argument(..., help="Folder to copy it into (made if missing); the "
+                                    "files its `base` key names come along."),
+        force: bool = typer.Option(False, help="Overwrite files of the same name in DEST."),
+    ) -> None:
+        """Copy a shipped experiment (and its base files) into a folder, to edit and sweep."""
+        written = copy_shipped(name, dest, force)
+        console.print("written: " + ", ".join(str(p) for p in written), markup=False,
+                      highlight=False, soft_wrap=True)
+
+    app.app.add_typer(sub)

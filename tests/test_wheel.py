@@ -1,0 +1,103 @@
+"""The installed package stands on its own: the wheel, built from the source tree and installed
+into a fresh virtual environment outside the repository, lists its shipped experiments, trains a
+run into `./runs` of the working directory and reports on it.
+
+The new environment takes recall-lab from the wheel only (`pip install --no-deps --no-index`);
+its dependencies (torch first) come from the test's own environment through a path file, so
+nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "recall_lab", "generators", "proofs", "experiments")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("build") is None,
+                       reason="the `build` package is missing (pip install -e '.[dev]')"),
+]
+
+
+def _run(args: list, cwd: Path, env: dict | None = None,
+         timeout: int = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, f"{args}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(the new environment's bin folder, an empty working folder, the environment variables)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.egg-info", "build")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, symlinks=True, ignore=skip)
+        else:
+            shutil.copy2(path, src / name)
+    # a copy of the tree, so the build leaves nothing in the shared checkout
+    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
+          "--skip-dependency-check", "--outdir", tmp / "dist", src], cwd=tmp)
+    wheel = next((tmp / "dist").glob("recall_lab-*.whl"))
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp)
+    bin_dir = venv / "bin"
+    site = Path(_run([bin_dir / "python", "-c", "import sysconfig; "
+                      "print(sysconfig.get_paths()['purelib'])"], cwd=tmp).stdout.strip())
+    # this environment's packages (torch, numpy, typer, ...) behind the new one's own; a plain
+    # path line, so this environment's editable recall-lab finder is not installed there
+    (site / "_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run([sys.executable, "-m", "pip", "--python", bin_dir / "python", "install",
+          "--no-deps", "--no-index", "--quiet", wheel], cwd=tmp)
+    work = tmp / "work"
+    work.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": "", "NO_COLOR": "1"}
+    return bin_dir, work, env
+
+
+def test_the_wheel_installs_its_own_copy(installed):
+    bin_dir, work, env = installed
+    where = _run([bin_dir / "python", "-c", "import recall_lab, generators; "
+                  "print(recall_lab.__file__); print(generators.__file__)"], work, env).stdout
+    for line in where.split():
+        assert Path(line).is_relative_to(bin_dir.parent), line  # not the checkout's files
+
+
+def test_installed_cli_lists_trains_and_reports(installed):
+    bin_dir, work, env = installed
+    cli = bin_dir / "recall-lab"
+    listed = _run([cli, "experiments", "list"], work, env).stdout
+    shipped = sorted(p.stem for p in (ROOT / "experiments").glob("*.toml"))
+    assert shipped and all(name in listed for name in shipped)
+    shown = _run([cli, "experiments", "show", "tiny"], work, env).stdout
+    assert shown == (ROOT / "experiments" / "tiny.toml").read_text()
+
+    (work / "small.toml").write_text("[train]\ntest_samples = 16\n")
+    _run([cli, "train", "--model", "mamba", "--task", "passkey", "--steps", "4", "--d-model",
+          "16", "--batch-size", "4", "--eval-every", "2", "--eval-samples", "8", "--threads",
+          "1", "--config", "small.toml"], work, env)
+    runs = work / "runs"
+    made = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(made) == 1 and (made[0] / "summary.json").is_file()  # ./runs of the cwd
+    summary = json.loads((made[0] / "summary.json").read_text())
+    assert 0.0 <= summary["test"]["acc"] <= 1.0
+
+    _run([cli, "report", runs, "--no-plots"], work, env)
+    report = json.loads((runs / "report.json").read_text())
+    assert "mamba" in json.dumps(report)
