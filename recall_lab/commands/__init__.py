@@ -14,11 +14,12 @@ from recall_lab.commands import (
     finetune,
     models,
     prove,
+    shipped,
 )
 from recall_lab.commands.shell import GuardedApp
 
 # Order is the order of `recall-lab --help`.
-MODULES = (data, models, finetune, experiments, extrapolate, prove, analysis, bench)
+MODULES = (data, models, finetune, experiments, extrapolate, prove, analysis, bench, shipped)
 
 
 def register_all(app: typer.Typer) -> None:
