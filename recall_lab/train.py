@@ -1,7 +1,7 @@
 """The training loop: streamed batches, AdamW, warm-up schedule, held-out evaluation, best
 checkpoint, resume, final test of the best weights.
 
-Objective (seed 004 Eq. 18): cross-entropy on the value targets only (every other target is -100)
+Objective (HAX paper Eq. 18): cross-entropy on the value targets only (every other target is -100)
 + alpha * (KS ranking loss summed over layers). AdamW with linear warm-up then a constant learning
 rate (the paper's setting) or cosine decay to `min_lr`; gradients clipped by global norm. bf16
 autocast on CUDA devices that support it, fp32 on CPU.
@@ -53,7 +53,7 @@ Progress = Callable[[dict], None]
 
 def objective(output, y: torch.Tensor, alpha: float):
     """One batch's training loss: the mean cross-entropy over the value targets plus alpha times
-    the model's auxiliary loss (the KS ranking loss, seed 004 Eq. 18). Returns (loss, ce, aux,
+    the model's auxiliary loss (the KS ranking loss, HAX paper Eq. 18). Returns (loss, ce, aux,
     the batch metrics); the training loop, `bench train` and the GPU parity test share it."""
     m = batch_metrics(output.logits, y)
     ce = m["ce_sum"] / m["n_targets"].clamp(min=1)
