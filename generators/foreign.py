@@ -51,7 +51,7 @@ class LabelledSplit:
 
     def take(self, index: np.ndarray) -> LabelledSplit:
         starts, lengths = self.starts[index], self.lengths[index]
-        pos = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)]) \
+        pos = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths, strict=True)]) \
             if len(index) else np.zeros(0, dtype=np.int64)
         return LabelledSplit(self.ids[pos], self.labels[pos], lengths.copy(),
                              None if self.slices is None else self.slices[index])

@@ -41,6 +41,6 @@ def render_scored(inputs: np.ndarray, targets: np.ndarray) -> tuple[str, str]:
     targets alone in order (`position:target`)."""
     inputs, targets = np.asarray(inputs).reshape(-1), np.asarray(targets).reshape(-1)
     marked = [f"{int(t)}[->{int(y)}]" if y != IGNORE else str(int(t))
-              for t, y in zip(inputs, targets)]
+              for t, y in zip(inputs, targets, strict=True)]
     scored = [f"{i}:{int(y)}" for i, y in enumerate(targets) if y != IGNORE]
     return " ".join(marked), " ".join(scored)

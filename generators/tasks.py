@@ -196,7 +196,7 @@ def check_rows(out: Any, n: int, vocab_size: int, max_len: int, name: str) -> Ro
         raise bad(f"must return (inputs, targets) or (inputs, targets, slices), got "
                   f"{type(out).__name__}")
     arrays = [np.asarray(a) for a in out]
-    for label, a in zip(("inputs", "targets", "slices"), arrays):
+    for label, a in zip(("inputs", "targets", "slices"), arrays, strict=False):
         if a.dtype.kind not in "iu":
             raise bad(f"{label} must be integers, got dtype {a.dtype}")
     inputs, targets = arrays[0], arrays[1]

@@ -280,12 +280,13 @@ def dataset_task(splits: dict, sha256: str, fractions: dict | None) -> Generator
     return GeneratorTask(generator="dataset", kwargs=kwargs)
 
 
-def open_reader(data: str | Path, task=None) -> DatasetReader:
+def open_reader(data: str | Path, task=None, recorded: str | None = None) -> DatasetReader:
     """The reader of `train.data`: a lab dataset of the joint-recall family (labels recomputed
     from the ids, as always), or rows with their own labels (a generator task's dataset,
-    foreign data)."""
+    foreign data). `recorded`: the content hash a run recorded, named when the data is gone."""
     if not Path(data).exists():
         sha = task.kwargs.get("sha256") if isinstance(task, GeneratorTask) else None
+        sha = sha or recorded
         named = f" (the run's data has content sha256 {sha})" if sha else ""
         raise RecallLabError(f"dataset {data} does not exist{named}; moved or deleted? put it "
                              "back at that path")
@@ -302,9 +303,10 @@ class DataSource:
     `step` (a pure function of the source, seed, batch size and step: runs resume exactly), the
     held-out splits and the task; callers never branch on which kind it is."""
 
-    def __init__(self, spec: TaskSpec, data_seed: int = 0, data: str | Path | None = None):
+    def __init__(self, spec: TaskSpec, data_seed: int = 0, data: str | Path | None = None,
+                 recorded: str | None = None):
         self.spec, self.seed = spec, data_seed
-        self.reader = open_reader(data, spec) if data is not None else None
+        self.reader = open_reader(data, spec, recorded) if data is not None else None
         if self.reader is not None and self.reader.spec != spec:
             if isinstance(spec, GeneratorTask) and spec.generator == "dataset" and \
                     spec.kwargs.get("sha256") != self.reader.fingerprint:
@@ -316,9 +318,10 @@ class DataSource:
                                  f"dataset {data} ({self.reader.spec.describe()})")
 
     @classmethod
-    def for_run(cls, cfg) -> DataSource:
-        """The source of a `RunConfig`: its task, `train.data_seed` and `train.data`."""
-        return cls(cfg.task, cfg.train.data_seed, cfg.train.data)
+    def for_run(cls, cfg, recorded: str | None = None) -> DataSource:
+        """The source of a `RunConfig`: its task, `train.data_seed` and `train.data`
+        (`recorded`: the data's content hash a resumed run recorded)."""
+        return cls(cfg.task, cfg.train.data_seed, cfg.train.data, recorded)
 
     @property
     def fingerprint(self) -> str | None:

@@ -23,8 +23,8 @@ from torch import nn
 from generators import PRESETS
 from generators.dataset import manifest_spec, read_manifest
 from generators.errors import RecallLabError
-from generators.foreign import is_foreign
 from generators.folders import read_marker, write_marker
+from generators.foreign import is_foreign
 from generators.joint_recall import check_samples_fit
 from recall_lab import checkpoint as ck
 from recall_lab.config import (
@@ -440,3 +440,13 @@ def foreign_task(path: str, table: dict | None, where: str):
         raise RecallLabError(f"{where}: [task] {extra[0]} does not apply to data files; beside "
                              "train.data a [task] states only valid, test, split_seed")
     return LabelledReader(path, fractions=fractions).spec
+
+
+def recorded_data_hash(out: Path) -> str | None:
+    """The content hash of the data a run in `out` trained on, as its last checkpoint recorded
+    it (None for a stream, or where it cannot be read: the resume itself then says why)."""
+    try:
+        _, meta = ck.load_tensors(Path(out) / ck.RESUME, "resume checkpoint")
+    except RecallLabError:
+        return None
+    return meta.get("data_sha256") if isinstance(meta, dict) else None

@@ -43,6 +43,7 @@ from recall_lab.runs import (
     drop_stub,
     load_run_config,
     prepare_run_dir,
+    recorded_data_hash,
     resolve_base_run,
     run_identity,
 )
@@ -227,7 +228,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     opt = make_optimizer(model, t.weight_decay, t.lr, t.betas)
     autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
     eval_bs = t.eval_batch_size or max(t.batch_size, 64)  # no grads: larger batches fit
-    data = DataSource.for_run(cfg)  # the stream or the dataset: batches, held-out sets
+    # the stream or the dataset: batches, held-out sets (a resume names the data it recorded)
+    data = DataSource.for_run(cfg, recorded_data_hash(out) if resume else None)
     data.verify()  # a dataset's shards against their sha256, before the run folder is touched
     valid = data.held_out("valid", t.eval_samples)
 

@@ -75,10 +75,10 @@ def test_zoology_mqar_rows(seed, k, L, a, noise):
                            num_kv_pairs=k, power_a=a, random_non_queries=noise)
     assert x.shape == y.shape == (6, L) and (s == k).all()
     assert ((x >= 0) & (x < V)).all()
-    for row, tgt in zip(x, y):
+    for row, tgt in zip(x, y, strict=True):
         keys, values = row[0 : 2 * k : 2], row[1 : 2 * k : 2]
         assert len(set(keys)) == k and len(set(values)) == k
-        kv = dict(zip(keys.tolist(), values.tolist()))
+        kv = dict(zip(keys.tolist(), values.tolist(), strict=True))
         asked = np.flatnonzero(tgt != IGNORE)
         assert sorted(row[asked].tolist()) == sorted(keys.tolist())  # every key asked once
         assert all(tgt[p] == kv[row[p]] for p in asked)  # its value is the target
@@ -109,7 +109,7 @@ def test_selective_copy_rows(seed, V, L, M):
                           num_tokens=M)
     assert x.shape == y.shape == (5, L + 2 * M)
     assert (x[:, L + M :] == V - 1).all() and (y[:, : L + M] == IGNORE).all()
-    for row, tgt in zip(x, y):
+    for row, tgt in zip(x, y, strict=True):
         data = row[: L + M]
         assert (data < V - 1).all()
         # the targets at the markers are the data tokens in the order they appear
@@ -126,7 +126,7 @@ def test_mad_recall_rows(seed, L, frac):
     assert x.shape == y.shape == (6, L)
     assert ((y != IGNORE).sum(1) == 1).all() and (y[:, -1] != IGNORE).all()
     assert (x[:, -2] == 31).all()  # the copy prefix, then the probe key
-    for row, tgt in zip(x, y):
+    for row, tgt in zip(x, y, strict=True):
         pairs = row[: L - 2].reshape(-1, 2)
         kv = {}
         for a, b in pairs:

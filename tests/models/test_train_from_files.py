@@ -101,3 +101,34 @@ def test_cli_data_option(tmp_path, dataset):
     loaded, why = native.load()
     assert cfg["versions"]["native_kernels"] == ("on" if loaded is not None else f"off: {why}")
     assert np.isfinite(json.loads((tmp_path / "r" / "summary.json").read_text())["test"]["loss"])
+
+
+def test_a_relative_data_path_is_recorded_resolved_and_a_moved_dataset_named_by_hash(
+        tmp_path, dataset):
+    import os
+    import shutil
+
+    from recall_lab.runs import recorded_data_hash
+
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copytree(dataset, work / "dw")
+    runner = CliRunner()
+    args = ["train", "--model", "mamba", "--steps", "2", "--eval-every", "2", "--batch-size",
+            "2", "--d-model", "8", "--threads", "1", "--out", str(tmp_path / "r")]
+    old = os.getcwd()
+    try:
+        os.chdir(work)
+        r = runner.invoke(app, [*args, "--data", "dw"])
+    finally:
+        os.chdir(old)
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert cfg["train"]["data"] == str((work / "dw").resolve())
+    resume = ["train", "--resume", "--out", str(tmp_path / "r"), "--threads", "1"]
+    r = runner.invoke(app, [*resume, "--steps", "4"])  # from another folder than `work`
+    assert r.exit_code == 0, r.output
+    shutil.move(work / "dw", tmp_path / "moved")
+    r = runner.invoke(app, [*resume, "--steps", "6"])
+    digest = recorded_data_hash(tmp_path / "r")
+    assert r.exit_code == 2 and digest and digest in r.stderr and "does not exist" in r.stderr
