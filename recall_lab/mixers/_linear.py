@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.ssm import native
 
 FEATURE_MAPS = ("identity", "elu", "taylor")
 
@@ -71,6 +72,14 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, length, h * d)
 
 
+def balanced_chunk(length: int, size: int) -> int:
+    """The chunk length for `length` tokens in chunks of at most `size`: as many chunks as
+    `size` needs, of equal length, so padding stays under one token per chunk (130 tokens in
+    chunks of at most 64: 3 chunks of 44, not 3 of 64)."""
+    n = -(-max(length, 1) // size)
+    return -(-max(length, 1) // n)
+
+
 def to_chunks(x: Tensor, size: int) -> Tensor:
     """[b, h, l, *rest] -> [b, h, n, size, *rest], time right-padded with zeros."""
     length = x.shape[2]
@@ -97,7 +106,8 @@ def rope(x: Tensor, start: int = 0, base: float = 10000.0) -> Tensor:
 
 
 class ShortConv(nn.Module):
-    """Depthwise causal convolution over time of x [b, l, c] (left padding only), optional SiLU.
+    """Depthwise causal convolution over time of x [b, l, c] (left padding only), optional SiLU
+    (with SiLU, float32 on the CPU: Mamba's native kernel, no layout changes; else conv1d).
 
     `step(x_t [b, c], window [b, c, kernel - 1])` -> (y_t, new window): the same taps on the last
     kernel - 1 inputs kept in the window."""
@@ -111,6 +121,8 @@ class ShortConv(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         w = self.conv1d
+        if self.activation and native.conv_usable(x, w.weight, w.bias):
+            return native.conv_silu(x, w.weight, w.bias)  # float32 CPU: the lab's C kernel
         y = F.conv1d(F.pad(x.transpose(1, 2), (self.kernel - 1, 0)), w.weight, w.bias,
                      groups=w.groups).transpose(1, 2)
         return F.silu(y) if self.activation else y

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from generators.errors import RecallLabError
 from recall_lab.mixers._linear import (
+    balanced_chunk,
     check_choice,
     check_positive,
     feature_dim_expanded,
@@ -68,6 +69,7 @@ def window_attention_chunked(q: Tensor, k: Tensor, v: Tensor, window: int, chunk
     """The same, per chunk of `chunk` queries against the chunk's keys and the window - 1 before
     it (one masked softmax per chunk)."""
     length = q.shape[2]
+    chunk = balanced_chunk(length, chunk)
     qc = to_chunks(q, chunk)  # [b, h, n, c, d]
     n = qc.shape[2]
     span = chunk + window - 1

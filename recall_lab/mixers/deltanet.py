@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from generators.errors import RecallLabError
 from recall_lab.mixers._linear import (
     ShortConv,
+    balanced_chunk,
     check_choice,
     check_positive,
     from_chunks,
@@ -74,26 +75,29 @@ def delta_rule_step(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | N
 
 def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None,
                        chunk: int) -> Tensor:
-    """The delta rule in chunks of `chunk` tokens (module docstring); same arguments as the
-    loop."""
+    """The delta rule in chunks of at most `chunk` tokens (module docstring); same arguments as
+    the loop."""
     length = q.shape[2]
+    chunk = balanced_chunk(length, chunk)
     qc, kc, vc = (to_chunks(t, chunk) for t in (q, k, v))  # [b, h, n, c, .]
     bc = to_chunks(beta[..., None], chunk)  # [b, h, n, c, 1]; zero on padding: no update
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
+    kk = bc * (kc @ kc.transpose(-1, -2))
+    scores = qc @ kc.transpose(-1, -2)
     if g is None:
-        gam = None
-        decay = causal.to(q.dtype)
+        gam, scores = None, scores.masked_fill(~causal, 0.0)
+        kb = bc * kc
     else:
         gam = to_chunks(g[..., None], chunk)[..., 0].cumsum(-1)  # [b, h, n, c]: log G_t
         decay = (gam[..., :, None] - gam[..., None, :]).masked_fill(~causal, -math.inf).exp()
-    eye = torch.eye(chunk, dtype=q.dtype, device=q.device)
-    lower = eye + (bc * (kc @ kc.transpose(-1, -2)) * decay).tril(-1)
-    kb = bc * kc if gam is None else bc * gam.exp()[..., None] * kc
+        kk, scores = kk * decay, scores * decay  # both zero above the diagonal now
+        kb = bc * gam.exp()[..., None] * kc
     dv = vc.shape[-1]
-    sol = torch.linalg.solve_triangular(lower, torch.cat([bc * vc, kb], dim=-1), upper=False,
+    # I + tril(kk, -1): solve_triangular reads the strict lower triangle only (unitriangular),
+    # and its gradient with respect to the matrix lives there too
+    sol = torch.linalg.solve_triangular(kk, torch.cat([bc * vc, kb], dim=-1), upper=False,
                                         unitriangular=True)
     u0, w = sol[..., :dv], sol[..., dv:]
-    scores = qc @ kc.transpose(-1, -2) * decay  # zero above the diagonal
     qg = qc if gam is None else qc * gam.exp()[..., None]
     kg = kc if gam is None else kc * (gam[..., -1:] - gam).exp()[..., None]
     state = q.new_zeros(*q.shape[:2], q.shape[-1], dv)

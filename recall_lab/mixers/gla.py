@@ -10,10 +10,10 @@ Three forms of it:
 - `gla_recurrent`: the loop (the reference);
 - `gla_chunked`: per chunk of C tokens with B_t the decay accumulated inside the chunk,
   O = (Q * B) S0 + A V, A_ts = sum_d q_td k_sd B_td / B_sd (s <= t), and
-  S_end = diag(B_C) S0 + (K * B_C / B)^T V. The in-chunk ratios B_td / B_sd are formed as
+  S_end = diag(B_C) S0 + (K * B_C / B)^T V, all matrix products: A = (Q * B)(K / B)^T while
+  every chunk's decay stays above exp(-20); beyond, the ratios are formed as
   exp(log B_td - log B_sd) per key channel (a [C, C, d_k] tensor per chunk), so no decay,
-  however strong, overflows (the paper's secondary chunking solves the same problem for its
-  kernels); the rest are matrix products;
+  however strong, overflows (the paper's secondary chunking solves the same problem);
 - `gla_step`: one token (decoding).
 
 The mixer follows the paper's layer: q, k, v projections (by default a short causal convolution
@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from generators.errors import RecallLabError
 from recall_lab.mixers._linear import (
     ShortConv,
+    balanced_chunk,
     check_choice,
     check_positive,
     from_chunks,
@@ -42,6 +43,9 @@ from recall_lab.mixers._linear import (
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
+# the in-chunk decay ratios are factored B_t * (1 / B_s) while the chunk's decay stays within
+# exp(-FACTOR_LIMIT) (each factor then stays within exp(+-20), far from float32's range)
+FACTOR_LIMIT = 20.0
 
 
 def gla_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, state: Tensor
@@ -65,14 +69,19 @@ def gla_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Tensor:
 def gla_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, chunk: int) -> Tensor:
     """The recurrence in chunks of `chunk` tokens (module docstring); same arguments."""
     length = q.shape[2]
+    chunk = balanced_chunk(length, chunk)
     qc, kc, vc, gc = (to_chunks(t, chunk) for t in (q, k, v, g))  # [b, h, n, c, .]
     gam = gc.cumsum(3)  # log B_t, per key channel
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
-    ratio = (gam[..., :, None, :] - gam[..., None, :, :]).masked_fill(~causal[..., None],
-                                                                      -math.inf).exp()
-    scores = (qc[..., :, None, :] * ratio * kc[..., None, :, :]).sum(-1)  # [b, h, n, c, c]
-    intra = scores @ vc
     qg = qc * gam.exp()
+    if -gam[..., -1, :].min().item() <= FACTOR_LIMIT:
+        # B_td / B_sd = B_td * (1 / B_sd), each factor within exp(+-FACTOR_LIMIT): matmuls
+        scores = qg @ (kc * (-gam).exp()).transpose(-1, -2)
+    else:  # a decay too strong to factor: the ratios per key channel, in log space
+        ratio = (gam[..., :, None, :] - gam[..., None, :, :]).masked_fill(
+            ~causal[..., None], -math.inf).exp()
+        scores = (qc[..., :, None, :] * ratio * kc[..., None, :, :]).sum(-1)
+    intra = scores.masked_fill(~causal, 0.0) @ vc
     kg = kc * (gam[..., -1:, :] - gam).exp()
     end = gam[..., -1, :].exp()  # [b, h, n, d_k]
     state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
@@ -96,7 +105,7 @@ class GatedLinearAttention(nn.Module):
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_heads: int = 4,
                  expand_k: float = 0.5, expand_v: float = 1.0, gate_rank: int = 16,
-                 gate_normalizer: float = 16.0, conv_size: int = 4, chunk_size: int = 16,
+                 gate_normalizer: float = 16.0, conv_size: int = 4, chunk_size: int = 32,
                  impl: str = "chunk") -> None:
         super().__init__()
         check_choice("impl", impl, IMPLS)

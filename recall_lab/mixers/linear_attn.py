@@ -30,6 +30,7 @@ from generators.errors import RecallLabError
 from recall_lab.mixers._linear import (
     FEATURE_MAPS,
     ShortConv,
+    balanced_chunk,
     check_choice,
     check_positive,
     feature_dim_expanded,
@@ -61,6 +62,7 @@ def linear_attn_chunked(q: Tensor, k: Tensor, v: Tensor, chunk: int,
     """The same sum in chunks of `chunk` tokens. `raw` = the unexpanded (q, k) of the Taylor map:
     the in-chunk scores are then `taylor_scores(q, k)` (equal to phi(q) phi(k)^T)."""
     length = q.shape[2]
+    chunk = balanced_chunk(length, chunk)
     qc, kc, vc = (to_chunks(t, chunk) for t in (q, k, v))  # [b, h, n, c, .]
     if raw is None:
         scores = qc @ kc.transpose(-1, -2)

@@ -83,3 +83,27 @@ def test_gated_deltanet_decay_is_data_dependent_and_in_0_1():
 def test_bad_options_are_one_clear_error(options):
     with pytest.raises(RecallLabError):
         DeltaNet(16, **options)
+
+
+def test_short_conv_native_path_matches_conv1d():
+    """float32 on the CPU runs the lab's C conv + SiLU; float64 runs conv1d: same values and
+    gradients (to float32 rounding)."""
+    from recall_lab.mixers._linear import ShortConv
+    from recall_lab.ssm import native
+
+    conv = ShortConv(12, 4, activation=True, bias=True)
+    x = torch.randn(2, 9, 12, requires_grad=True)
+    if not native.conv_usable(x, conv.conv1d.weight, conv.conv1d.bias):
+        pytest.skip("the native kernels did not build here")
+    cot = torch.randn(2, 9, 12)
+    (conv(x) * cot).sum().backward()
+    got = (x.grad, conv.conv1d.weight.grad, conv.conv1d.bias.grad)
+    x64 = x.detach().double().requires_grad_(True)
+    conv64 = ShortConv(12, 4, activation=True, bias=True).double()
+    conv64.load_state_dict(conv.state_dict())
+    y64 = conv64(x64)
+    (y64 * cot.double()).sum().backward()
+    torch.testing.assert_close(conv(x).double(), y64, rtol=1e-5, atol=1e-6)
+    want = (x64.grad, conv64.conv1d.weight.grad, conv64.conv1d.bias.grad)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)
