@@ -129,11 +129,16 @@ def selective_copy(n: int, seed: np.random.SeedSequence, vocab_size: int = 16,
     return inputs, targets
 
 
-@task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size,
-                max_len=lambda seq_len=128, **_: seq_len)
+def _mad_len(seq_len: int = 128, multi_query: bool = False, **_) -> int:
+    return seq_len - 1 if multi_query else seq_len
+
+
+@task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size, max_len=_mad_len)
 def mad_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16, seq_len: int = 128,
-               noise_vocab_size: int = 0, frac_noise: float = 0.0):
-    """MAD's in-context recall rows (module docstring); noise as `mad_noisy_recall`."""
+               noise_vocab_size: int = 0, frac_noise: float = 0.0, multi_query: bool = False):
+    """MAD's in-context recall rows (module docstring); noise as `mad_noisy_recall`.
+    `multi_query` (MAD's flag): no copy prefix (the last id is then a key or value id too) and a
+    target at every key shown before in the row as well; rows of seq_len - 1 tokens."""
     name = "mad-recall"
     _check(seq_len % 2 == 0 and seq_len >= 4, name, f"seq_len must be even and >= 4, "
            f"got {seq_len}")
@@ -141,7 +146,7 @@ def mad_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16, seq_l
            f"got {frac_noise}")
     _check(frac_noise == 0 or noise_vocab_size > 0, name, "frac_noise > 0 needs "
            "noise_vocab_size > 0")
-    usable = vocab_size - 1 - noise_vocab_size  # MAD: the copy prefix is the last id
+    usable = vocab_size - (0 if multi_query else 1) - noise_vocab_size  # the copy prefix last
     _check(usable >= 2, name, f"vocab_size {vocab_size} leaves {usable} key/value ids")
     K = usable // 2
     rng = np.random.default_rng(seed)
@@ -156,6 +161,20 @@ def mad_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16, seq_l
     shown = np.zeros((n, K), dtype=bool)
     shown[np.nonzero(~is_noise)[0], keys[~is_noise]] = True
     pick = np.where(shown, rng.random((n, K)), -1.0).argmax(axis=1)  # uniform over shown keys
+    if multi_query:  # MAD's multi-query rows: pairs, then the probe key; no copy prefix
+        inputs = np.empty((n, 2 * P + 1), dtype=np.int64)
+        inputs[:, : 2 * P] = pairs.reshape(n, 2 * P)
+        inputs[:, 2 * P] = pick
+        targets = np.full(inputs.shape, IGNORE, dtype=np.int64)
+        seen = np.zeros((n, K), dtype=bool)
+        rows = np.arange(n)
+        for j in range(P):  # a key shown before in the row: its value is the target
+            key, real = keys[:, j], ~is_noise[:, j]
+            again = real & seen[rows, key]
+            targets[again, 2 * j] = pairs[again, j, 1]
+            seen[rows[real], key[real]] = True
+        targets[:, 2 * P] = table[rows, pick]
+        return inputs, targets
     inputs = np.empty((n, seq_len), dtype=np.int64)
     inputs[:, : 2 * P] = pairs.reshape(n, 2 * P)
     inputs[:, 2 * P] = vocab_size - 1
@@ -165,10 +184,11 @@ def mad_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16, seq_l
     return inputs, targets
 
 
-@task_generator(vocab_size=lambda vocab_size=32, **_: vocab_size,
-                max_len=lambda seq_len=128, **_: seq_len)
+@task_generator(vocab_size=lambda vocab_size=32, **_: vocab_size, max_len=_mad_len)
 def mad_noisy_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 32,
-                     seq_len: int = 128, noise_vocab_size: int = 16, frac_noise: float = 0.2):
+                     seq_len: int = 128, noise_vocab_size: int = 16, frac_noise: float = 0.2,
+                     multi_query: bool = False):
     """MAD's noisy in-context recall: `mad_recall` with MAD's noisy defaults."""
     return mad_recall(n, seed, vocab_size=vocab_size, seq_len=seq_len,
-                      noise_vocab_size=noise_vocab_size, frac_noise=frac_noise)
+                      noise_vocab_size=noise_vocab_size, frac_noise=frac_noise,
+                      multi_query=multi_query)

@@ -146,3 +146,24 @@ def test_mad_recall_defaults_and_through_the_contract():
     x, _ = mad_noisy_recall(300, np.random.SeedSequence(1))
     share = (x[:, :126] >= 15).mean()
     assert 0.15 < share < 0.25  # MAD's frac_noise 0.2 of the pair slots
+
+
+@given(seeds, st.sampled_from([8, 32]), st.sampled_from([0.0, 0.3]))
+def test_mad_multi_query_rows(seed, L, frac):
+    x, y = mad_noisy_recall(5, np.random.SeedSequence(seed), vocab_size=24, seq_len=L,
+                            noise_vocab_size=8, frac_noise=frac, multi_query=True)
+    usable, K = 24 - 8, (24 - 8) // 2
+    assert x.shape == y.shape == (5, L - 1) and (y[:, -1] != IGNORE).all()
+    for row, tgt in zip(x, y, strict=True):
+        kv, shown = {}, set()
+        for j in range(0, L - 2, 2):
+            a, b = row[j], row[j + 1]
+            if a < K:
+                assert kv.setdefault(a, b) == b
+                # scored exactly where the key was shown before, with its value
+                assert (tgt[j] == b) if a in shown else (tgt[j] == IGNORE)
+                shown.add(a)
+            else:
+                assert usable <= a < 24 and tgt[j] == IGNORE
+            assert tgt[j + 1] == IGNORE
+        assert row[-1] in kv and tgt[-1] == kv[row[-1]]
