@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test fuzz bench lint docs clean-venv gpu-check
+.PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,16 +70,34 @@ $(DOCS): $(STAMP)
 docs: $(DOCS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
-# On a CUDA machine: the [cuda] extra (mamba-ssm's kernels, built against the torch already in
-# .venv; pick a CUDA torch with TORCH_SPEC), then the CUDA-marked tests and the benches on the
-# device: one JSON in runs/ and a one-screen summary (recall_lab/bench/gpu_check.py). The
-# stdlib-only preflight comes first, so a machine without a GPU stops with one line before
-# anything is installed.
+# On a CUDA machine with a registry: the [cuda] extra (mamba-ssm's kernels, built against the
+# torch already in .venv; pick a CUDA torch with TORCH_SPEC), then scripts/gpu-check.sh: the
+# CUDA-marked tests and the benches on the device, each part within its time budget, JSON and a
+# one-screen summary in GPU_OUT (default runs/gpu-check-<UTC time>; recall_lab/bench/gpu_check.py).
+# The stdlib-only preflight comes first, so a machine without a GPU stops with one line before
+# anything is installed. OFFLINE=1: a GPU machine without a registry (docs/gpu.md): no venv, no
+# install; the Python that has torch (PYTHON) and the wheels carried in .whl/ (make gpu-wheels).
+GPU_OUT ?=
 gpu-check:
+ifeq ($(OFFLINE),1)
+	PYTHON=$(PYTHON) bash scripts/gpu-check.sh $(if $(GPU_OUT),--out $(GPU_OUT))
+else
 	@$(PYTHON) -m recall_lab.bench.gpu_check preflight
 	$(MAKE) $(STAMP)
 	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[dev,bench,cuda]'
-	$(BIN)/python -m recall_lab.bench.gpu_check run
+	PYTHON=$(BIN)/python bash scripts/gpu-check.sh --no-wheels $(if $(GPU_OUT),--out $(GPU_OUT))
+endif
+
+# here, with a registry: the wheels the offline GPU machine lacks (scripts/gpu-wheels.txt) into
+# the git-ignored .whl/, which travels with the working tree; prints their total size
+gpu-wheels:
+	bash scripts/gpu-wheels.sh
+
+# here, without a GPU: the offline check as the GPU machine runs it, on torch 2.11 with only the
+# carried wheels and the network cut, up to the first CUDA call (scripts/gpu-dryrun.sh)
+gpu-check-dryrun:
+	@ls .whl/*.whl >/dev/null 2>&1 || $(MAKE) gpu-wheels
+	bash scripts/gpu-dryrun.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

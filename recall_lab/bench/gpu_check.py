@@ -1,17 +1,36 @@
-"""`make gpu-check`: every GPU path tested and timed in one command, one JSON, one screen.
+"""`make gpu-check` / `scripts/gpu-check.sh`: every GPU path tested and timed in one command,
+offline, on the Python that already has a CUDA torch; one JSON, one screen.
 
     python -m recall_lab.bench.gpu_check preflight    # stdlib only: is there an NVIDIA GPU?
-    python -m recall_lab.bench.gpu_check run [--out FILE] [--full]
+    python -m recall_lab.bench.gpu_check run --out DIR [--wheels .whl] [--full] [--no-cuda]
 
-`preflight` runs before anything is installed (it imports nothing outside the standard library)
-and exits 1 with one `error:` line on a machine without an NVIDIA driver. `run` checks that torch
-sees CUDA, runs the CUDA-marked tests (`pytest -m cuda tests/gpu`, junit XML: pass / fail / skip
-per test and the properties the tests record, e.g. the atomic-add backward's run-to-run
-difference), then `recall-lab bench attention ssm train --device cuda` (`--quick` unless
-`--full`), writes `{"machine", "tests", "bench"}` to FILE (default
-runs/gpu-check-<UTC time>.json) and prints :func:`summary_lines`. Exit 0 only when no test
-failed; a bench that fails is reported, not fatal. The JSON and the printed summary are what go
-into docs/results/gpu/.
+`preflight` imports nothing outside the standard library and exits 1 with one `error:` line on a
+machine without an NVIDIA driver. `run` (this process imports only the standard library too; the
+work runs in child processes of the same Python, each with a time budget) does, in order:
+
+1. ``wheels``: installs the carried wheels (``--wheels``, default ``.whl/``, made here by
+   ``make gpu-wheels``) with ``pip install --no-index --no-deps --target`` into a fresh folder
+   that the children find first on ``PYTHONPATH``, with the checkout itself (nothing is built or
+   fetched; pip reads no configuration file);
+2. ``probe``: imports torch, the carried packages, the whole command line and the device benches,
+   builds the native CPU kernels where a C compiler is there (or says that none is), then asks
+   torch for CUDA (the first CUDA call) and names the device;
+3. ``tests``: ``pytest -m cuda tests/gpu`` (junit XML: pass / fail / skip per test and the
+   properties the tests record);
+4. ``attention``, ``ssm``, ``train``: ``recall-lab bench NAME --device cuda`` (``--quick``
+   unless ``--full``), one process each.
+
+A part that runs past its budget is stopped (SIGINT, then SIGKILL) and reported as such, and the
+check goes on; the budgets (`BUDGETS`) add up to six minutes. ``--no-cuda`` is the dry run of a
+machine without a GPU (`make gpu-check-dryrun`): the same parts, where the tests must all skip
+for want of CUDA and each bench must stop with the one-line "CUDA is not available" error, so
+everything up to the first CUDA call is shown to work.
+
+Under ``--out DIR`` (refused if it holds an earlier check, unless ``--force``): ``gpu-check.json``
+(`{"machine", "parts", "tests", "bench"}`, rewritten after every part), ``summary.txt`` (what
+:func:`summary_lines` prints), ``junit.xml``, ``setup.log``, ``tests.log``, ``bench.log``. Exit
+0 only when every test ran without failing (in the dry run: when every part did what it should);
+a bench that fails is reported, not fatal.
 """
 
 from __future__ import annotations
@@ -20,6 +39,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,8 +47,15 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-PATHS = {"test_gpu_attention": "triton sparse attention", "test_gpu_ssm": "mamba-ssm scans",
+ROOT = Path(__file__).resolve().parents[2]
+PATHS = {"test_gpu_attention": "triton sparse attention", "test_gpu_ssm": "ssm scans (cuda)",
          "test_gpu_train": "training cuda vs cpu"}
+DEVICE_BENCHES = ("attention", "ssm", "train")
+# seconds per part; together six minutes (--budget PART=SECONDS changes one)
+BUDGETS = {"wheels": 30, "probe": 60, "tests": 120, "attention": 50, "ssm": 40, "train": 60}
+TEST_TIMEOUT_S = 60  # per test, where pytest-timeout is installed
+FILES = ("gpu-check.json", "summary.txt", "junit.xml", "setup.log", "tests.log", "bench.log")
+NO_CUDA_LINE = "CUDA is not available"  # recall_lab.device's error for --device cuda
 
 
 def no_gpu_reason() -> str | None:
@@ -63,11 +90,22 @@ def _ms(row: dict) -> str:
     return f"{t['median'] * 1e3:.2f}" if t else "-"
 
 
+def _part_line(p: dict) -> str:
+    budget = f"/{p['budget_s']:g}" if p.get("budget_s") else ""
+    note = f": {p['note']}" if p.get("note") else ""
+    return f"  part {p['name']}: {p['status']} in {p.get('wall_s', 0):.1f}{budget} s{note}"
+
+
 def summary_lines(result: dict) -> list[str]:
     """The one-screen summary of a gpu-check result (the JSON `run` writes)."""
     machine = result.get("machine", {})
     lines = [f"gpu-check on {machine.get('device', '?')} (torch {machine.get('torch', '?')}, "
              f"mamba-ssm {machine.get('mamba_ssm') or 'not installed'})"]
+    if machine.get("native"):
+        lines.append(f"  native cpu kernels: {machine['native']}")
+    if machine.get("pydantic"):
+        lines.append(f"  pydantic {machine['pydantic']} from {machine.get('pydantic_from', '?')}")
+    lines += [_part_line(p) for p in result.get("parts", [])]
     tests = result.get("tests", [])
     for stem, label in PATHS.items():
         mine = [t for t in tests if t["path"] == stem]
@@ -108,42 +146,203 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
-def _machine() -> dict:
+def probe(cuda: bool) -> dict:
+    """What the check runs on (printed as JSON by the `probe` part): the imports every later part
+    needs, the native CPU kernels (built here when a C compiler is there), then CUDA."""
+    import platform
+
+    import pydantic
     import torch
 
+    import recall_lab.cli  # noqa: F401  every command module, as `recall-lab` loads them
+    from recall_lab import native
+    from recall_lab.bench import cuda as cuda_bench  # noqa: F401  the device benches
+    from recall_lab.bench import train  # noqa: F401
     from recall_lab.bench.record import package_version
 
-    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "mamba_ssm": package_version("mamba-ssm"),
-            "triton": package_version("triton"), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                          time.gmtime())}
+    compiler = native._compiler()
+    t0 = time.perf_counter()
+    lib, why = native.load()
+    info = {"python": platform.python_version(), "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda, "triton": package_version("triton"),
+            "mamba_ssm": package_version("mamba-ssm"), "pydantic": pydantic.VERSION,
+            "pydantic_from": str(Path(pydantic.__file__).parent.parent),
+            "compiler": compiler,
+            "native": (f"built or loaded in {time.perf_counter() - t0:.1f} s" if lib is not None
+                       else ("not built: no C compiler ($CC, cc, gcc); the CPU sides take the "
+                             "torch paths" if compiler is None else f"not built: {why}")),
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    info["cuda_available"] = torch.cuda.is_available()  # the first CUDA call
+    if cuda and info["cuda_available"]:
+        info["device"] = torch.cuda.get_device_name(0)
+        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+    elif not cuda:
+        info["device"] = "none (dry run: the CUDA parts stop at the first CUDA call)"
+    return info
 
 
-def run(out: Path, full: bool) -> int:
-    import torch  # here, not at the top: `preflight` runs before torch is installed
+class Check:
+    """One `run`: the parts in order, each in a child process with its budget, the results
+    written under `out` after every part."""
 
-    if not torch.cuda.is_available():
-        print("error: torch sees no CUDA device (a CPU build of torch? set TORCH_SPEC and "
-              "recreate .venv)", file=sys.stderr)
-        return 1
-    result: dict = {"machine": _machine()}
-    with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "junit.xml"
-        subprocess.run([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rA", "tests/gpu",
-                        f"--junitxml={xml}", "-o", "junit_logging=no"], check=False)
-        result["tests"] = junit_results(xml.read_text()) if xml.exists() else []
-        bench_json = Path(tmp) / "bench.json"
-        cmd = [sys.executable, "-m", "recall_lab.cli", "bench", "attention", "ssm", "train",
-               "--device", "cuda", "--json", str(bench_json)] + ([] if full else ["--quick"])
-        res = subprocess.run(cmd, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        result["bench"] = (json.loads(bench_json.read_text()) if bench_json.exists()
-                           else {"error": f"recall-lab bench exited {res.returncode}"})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print("\n".join(summary_lines(result)))
-    print(f"written to {out}")
-    return 1 if any(t["outcome"] == "failed" for t in result["tests"]) or not result["tests"] \
-        else 0
+    def __init__(self, out: Path, wheels: Path | None, site: Path, cuda: bool, full: bool,
+                 budgets: dict[str, float]):
+        self.out, self.wheels, self.site, self.cuda, self.full = out, wheels, site, cuda, full
+        self.budgets = budgets
+        self.result: dict = {"machine": {}, "parts": [], "tests": [], "bench": {},
+                             "dry_run": not cuda, "budgets_s": budgets}
+        paths = [str(site), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+            os.pathsep) if p]
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1",
+                    "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
+        for key in ("PIP_FIND_LINKS", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+            self.env.pop(key, None)
+
+    def part(self, name: str, cmd: list[str], log: str) -> dict:
+        """Run `cmd` from the checkout with the part's budget; its output goes to `log`."""
+        budget = self.budgets[name]
+        row: dict = {"name": name, "budget_s": budget}
+        t0 = time.perf_counter()
+        with open(self.out / log, "a") as fh:
+            fh.write(f"### {name}: {' '.join(cmd)}\n")
+            fh.flush()
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=fh,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                row["rc"] = proc.wait(timeout=budget)
+                row["status"] = "ok" if row["rc"] == 0 else "failed"
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGINT)  # pytest still writes its junit XML
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                row["rc"], row["status"] = proc.returncode, "timed out"
+        row["wall_s"] = round(time.perf_counter() - t0, 2)
+        self.result["parts"].append(row)
+        return row
+
+    def save(self) -> None:
+        (self.out / "gpu-check.json").write_text(json.dumps(self.result, indent=2))
+        (self.out / "summary.txt").write_text("\n".join(summary_lines(self.result)) + "\n")
+
+    def install_wheels(self) -> bool:
+        shutil.rmtree(self.site, ignore_errors=True)
+        self.site.mkdir(parents=True)
+        if self.wheels is None:
+            self.result["parts"].append({"name": "wheels", "status": "none carried",
+                                         "note": "--no-wheels"})
+            return True
+        wheels = sorted(str(w) for w in self.wheels.glob("*.whl")) if self.wheels.is_dir() else []
+        if not wheels:
+            self.result["parts"].append({"name": "wheels", "status": "none carried",
+                                         "note": f"no wheels in {self.wheels}"})
+            return True
+        row = self.part("wheels", [sys.executable, "-m", "pip", "install", "--quiet",
+                                   "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
+                                   "--disable-pip-version-check", "--target", str(self.site),
+                                   *wheels], "setup.log")
+        row["note"] = ", ".join(Path(w).name.split("-")[0] + " " + Path(w).name.split("-")[1]
+                                for w in wheels)
+        return row["status"] == "ok"
+
+    def probe(self) -> bool:
+        out = self.out / "probe.json"
+        cmd = [sys.executable, "-m", "recall_lab.bench.gpu_check", "probe", "--json", str(out)]
+        row = self.part("probe", cmd + ([] if self.cuda else ["--no-cuda"]), "setup.log")
+        if out.exists():
+            self.result["machine"] = json.loads(out.read_text())
+            out.unlink()
+            row["note"] = f"native cpu kernels {self.result['machine']['native']}"
+        if row["status"] == "ok" and self.cuda and not self.result["machine"]["cuda_available"]:
+            row["status"], row["note"] = "failed", "torch sees no CUDA device (a CPU torch?)"
+        return row["status"] == "ok"
+
+    def tests(self) -> None:
+        xml = self.out / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rA", "-p",
+               "no:cacheprovider", "tests/gpu", f"--junitxml={xml}", "-o", "junit_logging=no"]
+        if _has_module("pytest_timeout"):
+            cmd.append(f"--timeout={TEST_TIMEOUT_S}")
+        row = self.part("tests", cmd, "tests.log")
+        self.result["tests"] = junit_results(xml.read_text()) if xml.exists() else []
+        counts = {o: sum(t["outcome"] == o for t in self.result["tests"])
+                  for o in ("passed", "failed", "skipped")}
+        row["note"] = ", ".join(f"{n} {o}" for o, n in counts.items())
+        if row["status"] == "failed" and counts["failed"]:
+            row["status"] = "tests failed"
+        if not self.cuda:  # the dry run: every test collected, every one skipped for want of CUDA
+            ok = counts["skipped"] > 0 and counts["skipped"] == len(self.result["tests"])
+            row["status"] = "ok (all skipped: no CUDA)" if ok else "failed"
+
+    def bench(self, name: str) -> None:
+        tmp = self.out / f"bench-{name}.json"
+        cmd = [sys.executable, "-m", "recall_lab.cli", "bench", name, "--device", "cuda",
+               "--json", str(tmp), "--force"] + ([] if self.full else ["--quick"])
+        before = (self.out / "bench.log").stat().st_size if (self.out / "bench.log").exists() \
+            else 0
+        row = self.part(name, cmd, "bench.log")
+        if tmp.exists():
+            self.result["bench"][name] = json.loads(tmp.read_text()).get(name, {})
+            tmp.unlink()
+        with open(self.out / "bench.log") as fh:
+            fh.seek(before)
+            said = [ln.strip() for ln in fh.read().splitlines() if ln.strip()]
+        if not self.cuda:  # must stop at the device check with the one-line error, exit 2
+            stopped = row.get("rc") == 2 and said and NO_CUDA_LINE in said[-1]
+            row["status"] = "ok (stopped at the first CUDA call)" if stopped else "failed"
+            row["note"] = said[-1][:160] if said else ""
+        elif row["status"] != "ok":
+            row["note"] = said[-1][:160] if said else ""
+
+    def passed(self) -> bool:
+        if not self.cuda:
+            return all(p["status"].startswith(("ok", "none carried"))
+                       for p in self.result["parts"])
+        tests = self.result["tests"]
+        return bool(tests) and not any(t["outcome"] == "failed" for t in tests) and any(
+            t["outcome"] == "passed" for t in tests)
+
+    def run(self) -> int:
+        steps = [self.install_wheels, self.probe]
+        for step in steps:
+            ok = step()
+            self.save()
+            if not ok:
+                print("\n".join(summary_lines(self.result)))
+                print(f"error: part {self.result['parts'][-1]['name']} failed; see "
+                      f"{self.out / 'setup.log'}", file=sys.stderr)
+                return 1
+        self.tests()
+        self.save()
+        for name in DEVICE_BENCHES:
+            self.bench(name)
+            self.save()
+        print("\n".join(summary_lines(self.result)))
+        print(f"written to {self.out}/ ({', '.join(f for f in FILES if (self.out / f).exists())})")
+        return 0 if self.passed() else 1
+
+
+def _has_module(name: str) -> bool:
+    res = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True,
+                         check=False)
+    return res.returncode == 0
+
+
+def _budgets(items: list[str]) -> dict[str, float]:
+    budgets = dict(BUDGETS)
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if name not in budgets or seconds <= 0:
+            raise ValueError(f"--budget takes PART=SECONDS with PART one of "
+                             f"{', '.join(budgets)}, got {item!r}")
+        budgets[name] = seconds
+    return budgets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,17 +350,58 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("preflight")
     r = sub.add_parser("run")
-    r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--out", type=Path, default=None,
+                   help="folder for the results (default runs/gpu-check-<UTC time>)")
+    r.add_argument("--wheels", type=Path, default=ROOT / ".whl",
+                   help="the carried wheels (make gpu-wheels)")
+    r.add_argument("--no-wheels", action="store_true",
+                   help="install no carried wheels (a Python that already has every package)")
+    r.add_argument("--site", type=Path, default=None,
+                   help="where the wheels are installed (default: a fresh temporary folder)")
     r.add_argument("--full", action="store_true", help="the benches' full sizes (slower)")
+    r.add_argument("--no-cuda", action="store_true",
+                   help="dry run without a GPU: every part up to its first CUDA call")
+    r.add_argument("--budget", action="append", default=[], metavar="PART=SECONDS")
+    r.add_argument("--budget-scale", type=float, default=1.0, metavar="X",
+                   help="every budget times X (the dry run on a small shared CPU)")
+    r.add_argument("--force", action="store_true", help="write over an earlier check in --out")
+    p = sub.add_parser("probe")  # the `probe` part, in a child process
+    p.add_argument("--json", type=Path, required=True)
+    p.add_argument("--no-cuda", action="store_true")
     args = ap.parse_args(argv)
-    reason = no_gpu_reason()
-    if reason:  # first, before torch or anything installed is touched
+    if args.cmd == "probe":
+        args.json.write_text(json.dumps(probe(cuda=not args.no_cuda), indent=2))
+        return 0
+    reason = None if getattr(args, "no_cuda", False) else no_gpu_reason()
+    if reason:  # first, before anything is installed or imported
         print(f"error: {reason}", file=sys.stderr)
         return 1
     if args.cmd == "preflight":
         return 0
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return run(args.out or Path(f"runs/gpu-check-{stamp}.json"), args.full)
+    if not args.budget_scale > 0:
+        print("error: --budget-scale must be a positive number", file=sys.stderr)
+        return 2
+    try:
+        budgets = {k: v * args.budget_scale for k, v in _budgets(args.budget).items()}
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = args.out or ROOT / "runs" / time.strftime("gpu-check-%Y%m%d-%H%M%S", time.gmtime())
+    if out.exists() and not out.is_dir():
+        print(f"error: --out {out} is a file, not a folder", file=sys.stderr)
+        return 2
+    earlier = [f for f in FILES if (out / f).exists()]
+    if earlier and not args.force:
+        print(f"error: {out} holds an earlier check ({earlier[0]}); pass --force or choose "
+              "another --out", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    for f in earlier:
+        (out / f).unlink()
+    with tempfile.TemporaryDirectory(prefix="recall-lab-gpu-site-") as tmp:
+        site = args.site or Path(tmp)
+        wheels = None if args.no_wheels else args.wheels
+        return Check(out.resolve(), wheels, site, not args.no_cuda, args.full, budgets).run()
 
 
 if __name__ == "__main__":

@@ -24,26 +24,40 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 </testsuite></testsuites>"""
 
 
+def _recipe(make: str, target: str) -> list[str]:
+    """The recipe lines of `target` (conditional lines included)."""
+    block = re.search(rf"^{target}:.*\n((?:(?:\t|ifeq|else|endif).*\n)+)", make, re.M)
+    assert block, f"no {target} target"
+    return block.group(1).splitlines()
+
+
 def test_the_target_runs_preflight_first_then_the_script():
-    make = (ROOT / "Makefile").read_text()
-    recipe = re.search(r"^gpu-check:.*\n((?:\t.*\n)+)", make, re.M)
-    assert recipe, "no gpu-check target"
-    steps = recipe.group(1).splitlines()
-    assert "gpu_check preflight" in steps[0]  # before anything is installed
-    assert any("[dev,bench,cuda]" in s for s in steps)
-    assert "gpu_check run" in steps[-1]
+    steps = _recipe((ROOT / "Makefile").read_text(), "gpu-check")
+    online = steps[steps.index("else") + 1:steps.index("endif")]
+    assert "gpu_check preflight" in online[0]  # before anything is installed
+    assert any("[dev,bench,cuda]" in s for s in online)
+    assert "scripts/gpu-check.sh" in online[-1]
+    offline = steps[steps.index("ifeq ($(OFFLINE),1)") + 1:steps.index("else")]
+    assert offline == ["\tPYTHON=$(PYTHON) bash scripts/gpu-check.sh "
+                       "$(if $(GPU_OUT),--out $(GPU_OUT))"]
+    script = (ROOT / "scripts" / "gpu-check.sh").read_text()
+    assert "gpu_check preflight" in script and "gpu_check run" in script
     assert (ROOT / "recall_lab" / "bench" / "gpu_check.py").is_file()
 
 
 @pytest.mark.skipif(gpu_check.no_gpu_reason() is None, reason="this machine has an NVIDIA GPU")
-def test_make_gpu_check_without_a_gpu_is_one_line_and_installs_nothing(tmp_path):
-    res = subprocess.run(["make", "-s", "gpu-check", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, check=False)
+@pytest.mark.parametrize("offline", [False, True])
+def test_make_gpu_check_without_a_gpu_is_one_line_and_installs_nothing(tmp_path, offline):
+    args = ["make", "-s", "gpu-check", f"VENV={tmp_path / 'venv'}",
+            f"GPU_OUT={tmp_path / 'out'}"] + (["OFFLINE=1"] if offline else [])
+    res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=False)
     assert res.returncode != 0
     ours = [x for x in res.stderr.splitlines() if x.startswith("error:")]
     assert len(ours) == 1 and "needs a CUDA device" in ours[0], res.stderr
     assert "Traceback" not in res.stderr + res.stdout
     assert not (tmp_path / "venv").exists()  # stopped before the venv step
+    assert not (tmp_path / "out").exists()  # and before the check wrote anything
 
 
 def test_junit_results_read_outcomes_messages_and_properties():
@@ -79,7 +93,7 @@ def test_summary_of_a_fake_result():
     text = "\n".join(lines)
     assert lines[0].startswith("gpu-check on FAKE H100") and "mamba-ssm not installed" in lines[0]
     assert "PASS triton sparse attention: 2 passed, 0 failed, 0 skipped" in text
-    assert "FAIL mamba-ssm scans: 0 passed, 1 failed, 0 skipped" in text
+    assert "FAIL ssm scans (cuda): 0 passed, 1 failed, 0 skipped" in text
     assert "test_ssd_gated_and_seq_idx_resets[True]: AssertionError" in text
     assert "SKIP training cuda vs cpu: 0 passed, 0 failed, 1 skipped" in text
     assert "max_rel_diff = 3.1e-07" in text

@@ -1,13 +1,14 @@
-"""mamba-ssm's CUDA kernels through the lab's dispatch (recall_lab/ssm/backend.py) against the
-lab's references (recall_lab/ssm/reference.py): the gated path, chunk resets (Attamba, passed to
-the SSD kernel as `seq_idx`), decimated (gathered) inputs (DeciMamba) and step mode against the
-parallel forward.
+"""The scans on CUDA against the lab's references (recall_lab/ssm/reference.py): mamba-ssm's
+kernels through the lab's dispatch (recall_lab/ssm/backend.py) and the lab's own torch
+implementations (`scan_impl="torch"`: what runs on CUDA where mamba-ssm is not installed), each on
+the gated path, chunk resets (Attamba, passed to the SSD kernel as `seq_idx`), decimated
+(gathered) inputs (DeciMamba) and step mode against the parallel forward.
 
 The references run on the CPU in float64, the kernels on CUDA in float32: errors are judged
 relative to the reference's largest entry (mamba-ssm's SSD uses tl.dot, TF32 on Ampere and
-later, hence the looser SSD tolerance). Inputs come from the CPU tests' helpers
-(tests/ssm/ssm_inputs.py). A test skips where mamba-ssm's kernel for its op does not load
-(`pip install -e '.[cuda]'`).
+later, hence the looser SSD tolerance; the torch implementations are held to the same bounds).
+Inputs come from the CPU tests' helpers (tests/ssm/ssm_inputs.py). A mamba-ssm case skips where
+its kernel does not load (`pip install -e '.[cuda]'`); the torch cases always run.
 """
 
 from __future__ import annotations
@@ -17,15 +18,20 @@ import torch
 
 from recall_lab.ssm import Mamba2Mixer, MambaMixer, backend, selective_scan_ref, ssd_ref
 from recall_lab.ssm.decimation import Decimate
+from recall_lab.ssm.scan import selective_scan_torch
+from recall_lab.ssm.ssd import ssd_torch
 from tests.ssm.ssm_inputs import scan_inputs, ssd_inputs
 
 pytestmark = pytest.mark.cuda
 
 DEV = "cuda"
 SCAN_TOL, SSD_TOL = 1e-3, 5e-3
+IMPLS = ["mamba-ssm", "torch"]
 
 
-def _kernel(op: str) -> None:
+def _kernel(op: str, impl: str = "mamba-ssm") -> None:
+    if impl == "torch":
+        return
     fn, why = backend._mamba_kernel(op)
     if fn is None:
         pytest.skip(f"mamba-ssm's {op} kernel does not load: {why}")
@@ -53,13 +59,14 @@ def _agree(fast: list, ref: list, tol: float) -> None:
     assert max(errs.values()) <= tol, errs
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("groups", [0, 2])
-def test_selective_scan_gated(groups):
+def test_selective_scan_gated(groups, impl):
     """selective_scan_fn with z (the fused gate), delta_bias and softplus, B/C plain or grouped."""
-    _kernel("selective_scan")
+    _kernel("selective_scan", impl)
+    scan = backend.selective_scan if impl == "mamba-ssm" else selective_scan_torch
     inp = scan_inputs(2, 64, 16, 300, groups, delta_scale=0.5)
-    fast = _with_grads(lambda **t: backend.selective_scan(**t, delta_softplus=True), inp, DEV,
-                       torch.float32)
+    fast = _with_grads(lambda **t: scan(**t, delta_softplus=True), inp, DEV, torch.float32)
     ref = _with_grads(lambda **t: selective_scan_ref(**t, delta_softplus=True), inp, "cpu",
                       torch.float64)
     _agree(fast, ref, SCAN_TOL)
@@ -77,10 +84,12 @@ def test_selective_scan_with_resets_runs_torch_on_cuda():
     _agree(fast, ref, SCAN_TOL)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("with_reset", [False, True])
-def test_ssd_gated_and_seq_idx_resets(with_reset):
+def test_ssd_gated_and_seq_idx_resets(with_reset, impl):
     """mamba_chunk_scan_combined with z and dt_bias; resets become seq_idx (segment ids)."""
-    _kernel("ssd")
+    _kernel("ssd", impl)
+    run = backend.ssd if impl == "mamba-ssm" else ssd_torch
     inp = ssd_inputs(2, 256, 4, 16, 1, 16, dt_scale=0.5)
     inp.pop("initial_states")  # seq_idx and initial states together are not the Attamba path
     reset = None
@@ -88,8 +97,8 @@ def test_ssd_gated_and_seq_idx_resets(with_reset):
         reset = torch.rand(2, 256, generator=torch.Generator().manual_seed(3)) < 0.03
         reset[:, 100] = True  # one inside a chunk of 64 for sure
     kw = dict(chunk_size=64, dt_softplus=True)
-    fast = _with_grads(lambda **t: backend.ssd(**t, **kw, reset=None if reset is None
-                                               else reset.to(DEV)), inp, DEV, torch.float32)
+    fast = _with_grads(lambda **t: run(**t, **kw, reset=None if reset is None
+                                       else reset.to(DEV)), inp, DEV, torch.float32)
     ref = _with_grads(lambda **t: ssd_ref(**t, **kw, reset=reset), inp, "cpu", torch.float64)
     _agree(fast, ref, SSD_TOL)
 
@@ -101,12 +110,14 @@ def _mixer(kind: str, impl: str):
     return Mamba2Mixer(64, d_state=16, headdim=16, chunk_size=64, scan_impl=impl)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("kind", ["mamba", "mamba2"])
-def test_decimated_inputs(kind):
+def test_decimated_inputs(kind, impl):
     """DeciMamba gathers the kept tokens after the conv: the kernel sees gathered, strided
     inputs. Same weights, same device, so the selection is the same: kernel vs the recurrence."""
-    _kernel("selective_scan" if kind == "mamba" else "ssd")
-    fast, ref = _mixer(kind, "auto").to(DEV), _mixer(kind, "ref").to(DEV)
+    _kernel("selective_scan" if kind == "mamba" else "ssd", impl)
+    fast = _mixer(kind, "auto" if impl == "mamba-ssm" else "torch").to(DEV)
+    ref = _mixer(kind, "ref").to(DEV)
     x = torch.randn(3, 200, 64, generator=torch.Generator().manual_seed(1)).to(DEV)
     dec = Decimate(torch.tensor([40, 90, 150], device=DEV),
                    torch.tensor([100, 120, 150], device=DEV))
@@ -115,11 +126,12 @@ def test_decimated_inputs(kind):
     assert _rel(y, y_ref) <= (SCAN_TOL if kind == "mamba" else SSD_TOL)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("kind", ["mamba", "mamba2"])
-def test_step_equals_parallel(kind):
+def test_step_equals_parallel(kind, impl):
     """Token-by-token decoding (torch math) equals the parallel forward (the kernel)."""
-    _kernel("selective_scan" if kind == "mamba" else "ssd")
-    m = _mixer(kind, "auto").to(DEV)
+    _kernel("selective_scan" if kind == "mamba" else "ssd", impl)
+    m = _mixer(kind, "auto" if impl == "mamba-ssm" else "torch").to(DEV)
     x = torch.randn(2, 96, 64, generator=torch.Generator().manual_seed(4)).to(DEV)
     with torch.no_grad():
         y = m(x)

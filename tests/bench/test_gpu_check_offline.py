@@ -1,0 +1,169 @@
+"""The offline GPU check (scripts/gpu-check.sh, recall_lab/bench/gpu_check.py): what it imports is
+on the GPU machine or among the carried wheels, the pins are whole, a part past its budget is
+stopped and reported, earlier results are never written over, and the probe reports what it saw.
+
+The dry run itself (`make gpu-check-dryrun`: a 5 GB stand-in Python with torch 2.11, then the
+check with the network cut, about 4 minutes on the 2-core CI machine) is far over this suite's
+budget: `test_the_dry_run` runs it only where RECALL_LAB_GPU_DRYRUN=1."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.metadata as md
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from recall_lab.bench import gpu_check
+
+ROOT = Path(__file__).resolve().parents[2]
+# what the `probe` part imports, and through it every later part (the tests/gpu files are read)
+CHECK_MODULES = ("recall_lab.cli", "recall_lab.bench.cuda", "recall_lab.bench.train",
+                 "recall_lab.bench.attention", "recall_lab.bench.ssm", "recall_lab.environment")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _names(path: Path) -> set[str]:
+    lines = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
+    return {_norm(ln.split("==")[0]) for ln in lines if ln}
+
+
+def _pins() -> dict[str, str]:
+    lines = [ln.split("#")[0].strip() for ln in
+             (ROOT / "scripts" / "gpu-wheels.txt").read_text().splitlines()]
+    pins = [ln.split("==") for ln in lines if ln]
+    assert all(len(p) == 2 and p[1] for p in pins), "every wheel pinned as NAME==VERSION"
+    assert len({_norm(n) for n, _ in pins}) == len(pins), "one version of each"
+    return {_norm(n): v for n, v in pins}
+
+
+def _top_level_imports(source: str) -> set[str]:
+    """Modules a file imports when it is imported: statements at module level (not in a
+    function, an `if` or a `try`, where an import is lazy or optional)."""
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_what_the_check_imports_is_on_the_gpu_machine_or_carried():
+    for mod in CHECK_MODULES:
+        importlib.import_module(mod)
+    firsts = {"recall_lab", "generators", "proofs", "tests", "__future__"}
+    files = [Path(m.__file__) for m in list(sys.modules.values()) if getattr(m, "__file__", None)]
+    sources = [f for f in files if f.suffix == ".py" and f.is_relative_to(ROOT)
+               and f.relative_to(ROOT).parts[0] in firsts]
+    sources += sorted((ROOT / "tests" / "gpu").glob("*.py")) + [ROOT / "tests" / "conftest.py"]
+    imported = set().union(*(_top_level_imports(p.read_text()) for p in sources))
+    third = imported - set(sys.stdlib_module_names) - firsts
+    dists = md.packages_distributions()
+    needed = {_norm(d) for name in third for d in dists.get(name, [name])}
+    machine = _names(ROOT / "scripts" / "gpu-machine.txt")
+    missing = needed - machine - set(_pins())
+    assert not missing, f"imported by the GPU check, neither on the GPU machine nor carried: " \
+                        f"{sorted(missing)} (scripts/gpu-wheels.txt)"
+    assert "pydantic" in needed - machine  # what the wheels are for
+
+
+def test_the_pins_carry_what_they_need():
+    """Each pinned wheel's own requirements are pinned (at a version that meets them) or on the
+    GPU machine (read from the installed metadata where its version is the pinned one)."""
+    from packaging.requirements import Requirement
+
+    pins, machine = _pins(), _names(ROOT / "scripts" / "gpu-machine.txt")
+    assert "pydantic" in pins and "pydantic" not in machine
+    checked = 0
+    for name, version in pins.items():
+        try:
+            if md.version(name) != version:
+                continue
+        except md.PackageNotFoundError:
+            continue
+        checked += 1
+        for text in md.requires(name) or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            dep = _norm(req.name)
+            assert dep in pins or dep in machine, f"{name} needs {dep}"
+            if dep in pins:
+                assert req.specifier.contains(pins[dep], prereleases=True), (name, text)
+    assert checked, "none of the pinned versions is installed here to read its requirements"
+
+
+def _check(tmp_path, budgets) -> gpu_check.Check:
+    return gpu_check.Check(tmp_path, None, tmp_path / "site", cuda=True, full=False,
+                           budgets=budgets)
+
+
+def test_a_part_past_its_budget_is_stopped_and_reported(tmp_path):
+    check = _check(tmp_path, {"slow": 0.5, "bad": 30.0})
+    slow = check.part("slow", [sys.executable, "-c", "import time; time.sleep(60)"], "x.log")
+    assert slow["status"] == "timed out" and slow["wall_s"] < 30
+    bad = check.part("bad", [sys.executable, "-c", "print('said'); raise SystemExit(3)"],
+                     "x.log")
+    assert bad["status"] == "failed" and bad["rc"] == 3
+    assert "said" in (tmp_path / "x.log").read_text()
+    check.save()
+    saved = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert [p["name"] for p in saved["parts"]] == ["slow", "bad"]
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "part slow: timed out in" in summary and "/0.5 s" in summary
+
+
+def test_earlier_results_and_bad_budgets_are_refused_with_one_line(tmp_path, capsys):
+    (tmp_path / "gpu-check.json").write_text("{}")
+    assert gpu_check.main(["run", "--no-cuda", "--out", str(tmp_path)]) == 2
+    assert (tmp_path / "gpu-check.json").read_text() == "{}"
+    for bad in (["--budget", "tests=0"], ["--budget", "nosuch=5"], ["--budget-scale", "0"]):
+        assert gpu_check.main(["run", "--no-cuda", "--out", str(tmp_path / "new"), *bad]) == 2
+        assert not (tmp_path / "new").exists()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 4 and all(ln.startswith("error: ") for ln in lines), lines
+    assert "earlier check" in lines[0] and "PART=SECONDS" in lines[2]
+
+
+def test_the_budgets_add_up_to_six_minutes():
+    assert sum(gpu_check.BUDGETS.values()) <= 360
+    assert set(gpu_check.BUDGETS) == {"wheels", "probe", "tests", *gpu_check.DEVICE_BENCHES}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the dry run's probe: no CUDA device")
+def test_the_probe_without_cuda_reports_versions_and_the_native_kernels():
+    from recall_lab import native
+
+    info = gpu_check.probe(cuda=False)
+    assert info["torch"] == torch.__version__ and info["cuda_available"] is False
+    assert info["pydantic"] == md.version("pydantic")
+    assert info["native"].startswith("built or loaded") == native.available()
+    assert "dry run" in info["device"]
+
+
+@pytest.mark.skipif(os.environ.get("RECALL_LAB_GPU_DRYRUN") != "1",
+                    reason="minutes and a 5 GB environment: set RECALL_LAB_GPU_DRYRUN=1")
+def test_the_dry_run(tmp_path):
+    out = tmp_path / "dry"
+    res = subprocess.run(["make", "-s", "gpu-check-dryrun"], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "DRYRUN_OUT": str(out)}, check=False)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    result = json.loads((out / "gpu-check.json").read_text())
+    assert result["dry_run"] and result["machine"]["torch"].startswith("2.11.")
+    assert "recall-lab-gpu-site" in result["machine"]["pydantic_from"]  # the carried wheel
+    status = {p["name"]: p["status"] for p in result["parts"]}
+    assert status["wheels"] == status["probe"] == "ok"
+    assert status["tests"].startswith("ok (all skipped")
+    assert all(status[b].startswith("ok (stopped at") for b in gpu_check.DEVICE_BENCHES)
+    assert len(list(out.iterdir())) <= 8
