@@ -247,8 +247,16 @@ def shape_of(splits: dict[str, LabelledSplit]) -> tuple[int, int]:
     return top + 1, longest
 
 
-@task_generator(vocab_size=lambda vocab_size, **_: vocab_size,
-                max_len=lambda max_len, **_: max_len)
+def _stated(name: str):
+    def get(**kwargs) -> int:
+        if name not in kwargs:
+            raise RecallLabError("task 'dataset' is the task of data files: give them with "
+                                 "--data (train.data), not as a task")
+        return kwargs[name]
+    return get
+
+
+@task_generator(vocab_size=_stated("vocab_size"), max_len=_stated("max_len"))
 def dataset(n, seed, **kwargs):
     """The task of foreign data: its rows come from its files (`train.data`), never drawn."""
     raise RecallLabError("this task is read from its data files (train.data); it draws no rows: "

@@ -144,6 +144,8 @@ class GeneratorTask(BaseModel):
         if callable(value):
             try:
                 value = value(**self.kwargs)
+            except RecallLabError:
+                raise
             except TypeError as exc:
                 raise RecallLabError(f"task {self.generator}: {exc}") from None
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:

@@ -51,11 +51,12 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
 def register(app: GuardedApp) -> None:
     @app.command()
     def generate(
-        preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`) or a "
-                                     "TOML task file (as `train --task` takes); it fixes the "
-                                     "task: --levels, --values, --pools, --seq-len are "
-                                     "refused with it, --train/--valid/--test override its "
-                                     "counts."),
+        preset: str = typer.Argument(None, help="Named preset (see `recall-lab presets`), a "
+                                     "built-in task (zoology-mqar, selective-copy, mad-recall, "
+                                     "mad-noisy-recall) or a TOML task file (as `train --task` "
+                                     "takes); it fixes the task: --levels, --values, --pools, "
+                                     "--seq-len are refused with it, --train/--valid/--test "
+                                     "override its counts."),
         out: Path = typer.Option(..., "--out", help="Output folder (must be new or empty)."),
         levels: str = typer.Option(
             None, help="Level sizes instead of a preset, outermost first: '5-16,5-16' or '4,4'."
@@ -137,14 +138,16 @@ def register(app: GuardedApp) -> None:
 
     @app.command()
     def show(
-        source: str = typer.Argument(..., help="A dataset folder, a preset name or a TOML task "
-                                     "file (as `train --task` takes)."),
+        source: str = typer.Argument(..., help="A dataset folder (or another tool's Parquet / "
+                                     "HF datasets data), a preset name, a built-in task or a "
+                                     "TOML task file (as `train --task` takes)."),
         index: int = typer.Option(0, help="Which sample."),
         split: str = typer.Option("test", help="Split to read from a dataset folder."),
-        seed: int = typer.Option(0, help="Seed when SOURCE is a preset."),
+        seed: int = typer.Option(0, help="Seed when SOURCE is a preset or a task."),
         count: int = typer.Option(1, help="How many samples from --index on."),
     ) -> None:
-        """Decode samples to readable text in the style of the paper's Figure 2."""
+        """Decode samples to readable text (joint recall in the style of the paper's Figure 2;
+        any other task as ids with each scored position marked id[->target])."""
         import numpy as np
         from rich.table import Table
 
