@@ -1,26 +1,222 @@
 """The report's figures (matplotlib, Agg): bars per group with the reference numbers beside ours,
 the metric against each numeric grouping field with a std band, the validation curves of the
 runs each group's best lr selected, and the solve-rate figures: seeds solved against each numeric
-field (Wilson 95% band), survival (fraction of seeds solved against training samples), the
-learning-rate window (solve rate against lr, one line per group), and the frontier (largest table
-solved in >= half the seeds) against state size."""
+field (Wilson 95% band), survival (the Kaplan-Meier fraction of seeds solved against training
+samples, with its 95% band), the learning-rate window (solve rate against lr), and the frontier
+(largest table solved in >= half the seeds) against state size.
+
+Read across figures: each *row* (a group's values less the facet field, e.g. "mamba / d_state=4")
+keeps one colour in every figure of a report (a line through several rows, e.g. against d_state,
+takes its first row's); rows of one model share its hue, in shades. Figures
+with more than one table size draw one small panel per size (the facet field: `task.levels` when
+it varies; otherwise, past `MAX_LINES` groups, the first grouping field that is not the model),
+at most `MAX_LINES` lines a panel, and put the legend outside the axes."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.ticker import EngFormatter  # noqa: E402
 
 from recall_lab import checkpoint as ck  # noqa: E402
 from recall_lab.analysis.plots import save_figure  # noqa: E402
 from recall_lab.experiments import stats  # noqa: E402
-from recall_lab.experiments.grid import numeric  # noqa: E402
+from recall_lab.experiments.grid import format_value, numeric  # noqa: E402
+
+MAX_LINES = 8  # lines per panel; more are split over further panels
+HUES = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]
 
 
-def plot_bars(rep: dict, path: Path) -> Path:
+# ---- rows, panels and colours -------------------------------------------------------------------
+
+def _label(values: dict[str, Any]) -> str:
+    """A group's label from some of its values (as the report's group labels: the model name
+    bare, other fields as name=value; fields a model lacks left out)."""
+    parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
+             for f, v in values.items() if v is not None]
+    return " / ".join(parts) or "all"
+
+
+def facet_field(rep: dict) -> str | None:
+    """The field the figures split into panels: `task.levels` when it varies (one panel per
+    table size); else, when there are more groups than fit one panel, the first grouping field
+    that is not the model and varies; else None."""
+    groups = rep["groups"]
+
+    def varies(f: str) -> bool:
+        return len({repr(g.values.get(f)) for g in groups}) > 1
+
+    if "task.levels" in rep["by"] and varies("task.levels"):
+        return "task.levels"
+    if len(groups) > MAX_LINES:
+        for f in rep["by"]:
+            if f != "model.name" and varies(f):
+                return f
+    return None
+
+
+def row_label(rep: dict, g, facet: str | None = None) -> str:
+    """A group's row: its values less the facet field."""
+    return _label({f: v for f, v in g.values.items() if f != facet})
+
+
+def panel_label(field: str | None, value: Any) -> str:
+    if field is None:
+        return ""
+    if field == "task.levels":
+        size = numeric(field, value)
+        return f"table {size:g} entries" if size is not None else format_value(value)
+    return f"{field.rsplit('.', 1)[1]}={format_value(value)}"
+
+
+def _shade(colour, f: float) -> tuple[float, float, float]:
+    """`colour` darkened towards black (f < 0) or lightened towards white (f > 0)."""
+    r, g, b = to_rgb(colour)
+    if f < 0:
+        return (r * (1 + f), g * (1 + f), b * (1 + f))
+    return (r + (1 - r) * f, g + (1 - g) * f, b + (1 - b) * f)
+
+
+def _sort_key(values: dict[str, Any]) -> tuple:
+    return tuple((0, num, "") if (num := numeric(f, v)) is not None else (1, 0.0, repr(v))
+                 for f, v in values.items())
+
+
+@dataclass
+class Palette:
+    """One colour per row of a report (kept across its figures) and one hue per model."""
+
+    facet: str | None
+    rows: dict[str, tuple]
+    hues: dict[str, tuple]
+
+    def row(self, label: str):
+        return self.rows.get(label)
+
+    def model(self, name: str):
+        return self.hues.get(name)
+
+
+def palette(rep: dict) -> Palette:
+    """Rows of one model (`model.name`) share its hue, from dark to light in the order of their
+    other values (e.g. d_state 1, 4, 16); without a model field every row gets its own hue."""
+    facet = facet_field(rep)
+    by_hue: dict[str, dict[str, dict]] = {}
+    for g in rep["groups"]:
+        values = {f: v for f, v in g.values.items() if f != facet}
+        hue = (format_value(g.values["model.name"]) if "model.name" in g.values
+               else _label(values))
+        by_hue.setdefault(hue, {})[_label(values)] = values
+    rows: dict[str, tuple] = {}
+    hues: dict[str, tuple] = {}
+    for i, (hue, members) in enumerate(by_hue.items()):
+        base = HUES[i % len(HUES)]
+        hues[hue] = to_rgb(base)
+        ordered = sorted(members, key=lambda lab: _sort_key(members[lab]))
+        m = len(ordered)
+        for j, lab in enumerate(ordered):
+            rows[lab] = to_rgb(base) if m == 1 else _shade(base, -0.35 + 0.8 * j / (m - 1))
+    return Palette(facet, rows, hues)
+
+
+def _line_colour(pal: Palette, rep: dict, groups: list):
+    """The colour of a line through `groups` (in x order): their row's when they share one,
+    else the first group's row's (lines through other rows start at rows of their own, so the
+    lines of a figure keep distinct colours)."""
+    return pal.row(row_label(rep, groups[0], pal.facet))
+
+
+@dataclass
+class Line:
+    panel: str  # panel title ("" = the figure has one panel)
+    label: str  # legend entry (lines with the same label share one entry)
+    colour: Any
+    data: Any
+    order: tuple = ()  # the panel's place (panels sorted by it)
+
+
+def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xlabel: str,
+                ylabel: str, rate: bool = False, xscale: tuple | None = None,
+                eng: bool = False) -> Path:
+    """One small panel per panel key (at most MAX_LINES lines each: more are split over further
+    panels), shared axes, labels on the outer panels, one legend outside on the right."""
+    panels: dict[str, list[Line]] = {}
+    order: dict[str, tuple] = {}
+    for ln in lines:
+        panels.setdefault(ln.panel, []).append(ln)
+        order.setdefault(ln.panel, ln.order)
+    split: list[tuple[str, list[Line]]] = []
+    for key in sorted(panels, key=lambda k: order[k]):
+        labels = list(dict.fromkeys(ln.label for ln in panels[key]))
+        chunks = [labels[i:i + MAX_LINES] for i in range(0, len(labels), MAX_LINES)] or [[]]
+        for j, chunk in enumerate(chunks):
+            part = f" ({j + 1}/{len(chunks)})" if len(chunks) > 1 else ""
+            split.append((f"{key}{part}".strip(),
+                          [ln for ln in panels[key] if ln.label in chunk]))
+    if not split:
+        split = [("", [])]
+    n = len(split)
+    ncols = 2 if n == 4 else min(n, 3)
+    nrows = math.ceil(n / ncols)
+    size = (6.5, 4.2) if n == 1 else (1.5 + 3.3 * ncols, 0.9 + 2.7 * nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, sharex=True, sharey=True, squeeze=False)
+    handles: dict[str, Any] = {}
+    flat = list(axes.flat)
+    for ax, (key, panel_lines) in zip(flat, split, strict=False):
+        for ln in panel_lines:
+            h = draw(ax, ln)
+            if h is not None:
+                handles.setdefault(ln.label, h)
+        if key:
+            ax.set_title(key, fontsize=9)
+        ax.grid(alpha=0.3)
+        if rate:
+            ax.set_ylim(-0.03, 1.03)
+        if xscale:
+            ax.set_xscale(*xscale[:1], **(xscale[1] if len(xscale) > 1 else {}))
+        if eng:  # 160k, not 160000 (long tick labels run into each other)
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    for col in range(ncols):  # the lowest visible panel of each column carries the x labels
+        last = max(r for r in range(nrows) if r * ncols + col < n)
+        axes[last][col].set_xlabel(xlabel, fontsize=8)
+        axes[last][col].tick_params(labelbottom=True)
+    for r in range(nrows):
+        axes[r][0].set_ylabel(ylabel, fontsize=8)
+    if handles:
+        axes[0][ncols - 1].legend(list(handles.values()), list(handles), loc="upper left",
+                                  bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
+    if n == 1:
+        axes[0][0].set_title(title, fontsize=10)
+    else:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, path)
+
+
+def _panel_of(pal: Palette, g, skip: str | None = None) -> tuple[str, tuple]:
+    """A group's panel (its facet value) and the panel's place; none when the figure's x axis
+    is the facet field itself (`skip`)."""
+    if pal.facet is None or pal.facet == skip:
+        return "", ()
+    value = g.values.get(pal.facet)
+    num = numeric(pal.facet, value)
+    return panel_label(pal.facet, value), ((0, num) if num is not None else (1, repr(value)))
+
+
+# ---- figures ------------------------------------------------------------------------------------
+
+def plot_bars(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    pal = pal or palette(rep)
     groups, metric = rep["groups"], rep["metric"]
     ref = (rep["reference"] or {}).get("values") or {}
     has_ref = any(g.label in ref for g in groups)
@@ -29,145 +225,185 @@ def plot_bars(rep: dict, path: Path) -> Path:
     xs = range(len(groups))
     ours = [g.mean if g.mean is not None else 0.0 for g in groups]
     errs = [g.std or 0.0 for g in groups]
+    colours = [pal.row(row_label(rep, g, pal.facet)) for g in groups]
     shift = -width / 2 if has_ref else 0.0
-    ax.bar([x + shift for x in xs], ours, width, yerr=errs, capsize=3, label="ours (mean +/- std)")
+    ax.bar([x + shift for x in xs], ours, width, yerr=errs, capsize=3, color=colours,
+           label="ours (mean +/- std)")
     if has_ref:
         ax.bar([x + width / 2 for x in xs], [ref.get(g.label, 0.0) for g in groups], width,
-               hatch="//", alpha=0.6, label=rep["reference"].get("source", "reference"))
+               hatch="//", alpha=0.45, color=colours, edgecolor="0.3",
+               label=rep["reference"].get("source", "reference"))
     for x, g in zip(xs, groups, strict=True):
         if g.mean is None:
             ax.text(x + shift, 0.01, "none", ha="center", fontsize=7, rotation=90)
     ax.set_xticks(list(xs), [g.label for g in groups], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(metric)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     ax.set_title(f"{metric} at the best lr per group")
     return save_figure(fig, path)
 
 
-def plot_axis(rep: dict, axis: str, path: Path) -> Path:
-    """Metric vs one numeric grouping field (task.levels as table size); one line per
-    combination of the other fields."""
-    others = [f for f in rep["by"] if f != axis]
-    lines: dict[str, list] = {}
+def _axis_lines(rep: dict, pal: Palette, axis: str, point) -> list[Line]:
+    """Lines against one numeric grouping field: one per combination of the other fields (less
+    the facet field, which makes the panels); `point(g)` gives a group's y data or None."""
+    lines: dict[tuple[str, str], list] = {}
+    meta: dict[tuple[str, str], tuple] = {}
     for g in rep["groups"]:
-        name = " / ".join(str(g.values[f]) for f in others) or rep["metric"]
+        y = point(g)
+        if y is None:
+            continue
+        panel, order = _panel_of(pal, g, skip=axis)
+        name = _label({f: v for f, v in g.values.items()
+                       if f != axis and (f != pal.facet or pal.facet == axis)})
+        if name == "all":
+            name = rep["metric"]
         if axis == "task.levels":  # MQAR (w = 1) and MQJR (w = 2) tables are separate curves
             name = f"{name} / w={len(g.values[axis])}"
-        if g.mean is not None:
-            lines.setdefault(name, []).append((numeric(axis, g.values[axis]), g.mean,
-                                               g.std or 0.0))
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for name, pts in lines.items():
-        pts.sort()
-        x, m, s = zip(*pts, strict=True)
-        (line,) = ax.plot(x, m, marker="o", label=name)
-        ax.fill_between(x, [a - b for a, b in zip(m, s, strict=True)],
-                        [a + b for a, b in zip(m, s, strict=True)], color=line.get_color(),
-                        alpha=0.2)
-    ax.set_xlabel(f"{axis} (table size: entries)" if axis == "task.levels" else axis)
-    ax.set_ylabel(rep["metric"])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(f"{rep['metric']} vs {axis} (band: +/- std over seeds)")
-    return save_figure(fig, path)
-
-
-def plot_curves(rep: dict, path: Path) -> Path:
-    """Held-out accuracy against step for every selected run (one colour per group)."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, g in enumerate(rep["groups"]):
-        for j, r in enumerate(g.selected):
-            rows = [x for x in ck.read_lines(r.folder / ck.METRICS) if x.get("split") == "valid"]
-            if rows:
-                ax.plot([x["step"] for x in rows], [x["acc"] for x in rows],
-                        color=colors[i % len(colors)], alpha=0.8, lw=1,
-                        label=f"{g.label} (lr {g.best_lr:g})" if j == 0 else None)
-    ax.set_xlabel("step")
-    ax.set_ylabel("held-out accuracy")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-    ax.set_title("validation curves of the selected runs (one line per seed)")
-    return save_figure(fig, path)
-
-
-def _line_name(rep: dict, g, axis: str | None) -> str:
-    others = [f for f in rep["by"] if f != axis]
-    name = " / ".join(str(g.values[f]) for f in others) or "all"
-    if axis == "task.levels":  # MQAR (w = 1) and MQJR (w = 2) tables are separate curves
-        name = f"{name} / w={len(g.values[axis])}"
-    return name
-
-
-def _finish_rate(fig, ax, title: str, path: Path) -> Path:
-    """The common end of the solve-rate figures: a [0, 1] axis, grid, legend, title, file."""
-    ax.set_ylim(-0.03, 1.03)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(title)
-    return save_figure(fig, path)
-
-
-def plot_solved_axis(rep: dict, axis: str, path: Path) -> Path:
-    """Seeds solved against one numeric grouping field, with the Wilson 95% interval shaded."""
-    lines: dict[str, list] = {}
-    for g in rep["groups"]:
-        if g.solved.n:
-            lines.setdefault(_line_name(rep, g, axis), []).append(
-                (numeric(axis, g.values[axis]), g.solved))
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, pts in lines.items():
+        lines.setdefault((panel, name), []).append((numeric(axis, g.values[axis]), y, g))
+        meta[(panel, name)] = order
+    out = []
+    for (panel, name), pts in lines.items():
         pts.sort(key=lambda p: p[0])
-        x = [p[0] for p in pts]
-        (line,) = ax.plot(x, [p[1].k / p[1].n for p in pts], marker="o", label=name)
-        ax.fill_between(x, [p[1].lo for p in pts], [p[1].hi for p in pts],
-                        color=line.get_color(), alpha=0.15)
-    ax.set_xlabel(f"{axis} (table size: entries)" if axis == "task.levels" else axis)
-    if axis in ("task.levels", "model.d_state"):
-        ax.set_xscale("log", base=2)
-    ax.set_ylabel(f"seeds solved ({rep['metric']} >= {rep['solve_at']:g})")
-    return _finish_rate(fig, ax, f"solve rate vs {axis} (band: Wilson 95%)", path)
+        out.append(Line(panel, name, _line_colour(pal, rep, [p[2] for p in pts]),
+                        [(p[0], p[1]) for p in pts], meta[(panel, name)]))
+    return out
 
 
-def plot_survival(rep: dict, path: Path) -> Path:
-    """Fraction of each group's seeds solved by each number of training samples (steps x
-    batch): speed and reliability in one picture."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+def _axis_label(axis: str) -> str:
+    return f"{axis} (table size: entries)" if axis == "task.levels" else axis
+
+
+def plot_axis(rep: dict, axis: str, path: Path, pal: Palette | None = None) -> Path:
+    """Metric vs one numeric grouping field (task.levels as table size), std band."""
+    pal = pal or palette(rep)
+
+    def draw(ax, ln: Line):
+        x, m, s = zip(*[(p[0], p[1][0], p[1][1]) for p in ln.data], strict=True)
+        (h,) = ax.plot(x, m, marker="o", color=ln.colour, lw=1.3, ms=3)
+        ax.fill_between(x, [a - b for a, b in zip(m, s, strict=True)],
+                        [a + b for a, b in zip(m, s, strict=True)], color=h.get_color(),
+                        alpha=0.15)
+        return h
+
+    lines = _axis_lines(rep, pal, axis, lambda g: None if g.mean is None
+                        else (g.mean, g.std or 0.0))
+    return draw_panels(lines, draw, path, title=f"{rep['metric']} vs {axis} (band: +/- std "
+                       "over seeds)", xlabel=_axis_label(axis), ylabel=rep["metric"])
+
+
+def plot_solved_axis(rep: dict, axis: str, path: Path, pal: Palette | None = None) -> Path:
+    """Seeds solved against one numeric grouping field, with the Wilson 95% interval shaded."""
+    pal = pal or palette(rep)
+
+    def draw(ax, ln: Line):
+        x = [p[0] for p in ln.data]
+        rates = [p[1] for p in ln.data]
+        (h,) = ax.plot(x, [r.k / r.n for r in rates], marker="o", color=ln.colour, lw=1.3,
+                       ms=3)
+        ax.fill_between(x, [r.lo for r in rates], [r.hi for r in rates], color=h.get_color(),
+                        alpha=0.12)
+        return h
+
+    lines = _axis_lines(rep, pal, axis, lambda g: g.solved if g.solved.n else None)
+    log = ("log", {"base": 2}) if axis in ("task.levels", "model.d_state") else None
+    return draw_panels(lines, draw, path, title=f"solve rate vs {axis} (band: Wilson 95%)",
+                       xlabel=_axis_label(axis), ylabel=f"seeds solved ({rep['metric']} >= "
+                       f"{rep['solve_at']:g})", rate=True, xscale=log)
+
+
+def _group_lines(rep: dict, pal: Palette, data) -> list[Line]:
+    """One line per group with `data(g)` not None: its row's colour, its facet value's panel."""
+    out = []
     for g in rep["groups"]:
-        if not g.selected:
+        d = data(g)
+        if d is None:
             continue
-        samples = [None if s is None else s * int(r.config.get("train.batch_size") or 1)
-                   for s, r in zip(g.solve_steps, g.selected, strict=True)]
-        budget = max(int(r.config.get("train.steps") or 0)
-                     * int(r.config.get("train.batch_size") or 1) for r in g.selected)
-        grid = sorted({0, budget, *[s for s in samples if s is not None]})
-        ax.step(grid, stats.survival(samples, grid), where="post",
-                label=f"{g.label} ({g.solved.k}/{g.solved.n})")
-    ax.set_xlabel("training samples (steps x batch)")
-    ax.set_ylabel("fraction of seeds solved")
-    return _finish_rate(fig, ax, f"survival: seeds solved ({rep['metric']} >= "
-                        f"{rep['solve_at']:g}) by samples", path)
+        panel, order = _panel_of(pal, g)
+        out.append(Line(panel, row_label(rep, g, pal.facet), pal.row(row_label(rep, g,
+                                                                             pal.facet)),
+                        (g, d), order))
+    return out
 
 
-def plot_window(rep: dict, path: Path) -> Path:
+def plot_curves(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    """Held-out accuracy against step for every selected run (thin lines, one colour per row)."""
+    pal = pal or palette(rep)
+
+    def curves(g):
+        out = []
+        for r in g.selected:
+            if (r.folder / ck.METRICS).is_file():
+                rows = [x for x in ck.read_lines(r.folder / ck.METRICS)
+                        if x.get("split") == "valid"]
+                if rows:
+                    out.append(([x["step"] for x in rows], [x["acc"] for x in rows]))
+        return out or None
+
+    def draw(ax, ln: Line):
+        h = None
+        for xs, ys in ln.data[1]:
+            (h,) = ax.plot(xs, ys, color=ln.colour, alpha=0.7, lw=0.8)
+        return h
+
+    return draw_panels(_group_lines(rep, pal, curves), draw, path,
+                       title="validation curves of the selected runs (one line per seed)",
+                       xlabel="step", ylabel="held-out accuracy")
+
+
+def _batch(g) -> int | None:
+    sizes = {int(r.config.get("train.batch_size") or 1) for r in g.selected}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def plot_survival(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    """Kaplan-Meier fraction of each group's seeds solved by each number of training samples
+    (steps x batch; steps when a group mixes batch sizes), unsolved seeds censored at their
+    last step, with the 95% band: speed and reliability in one picture."""
+    pal = pal or palette(rep)
+    groups = [g for g in rep["groups"] if g.survival is not None]
+    scale = {id(g): _batch(g) for g in groups}
+    samples = all(v is not None for v in scale.values())
+
+    def draw(ax, ln: Line):
+        g, km = ln.data
+        k = scale[id(g)] if samples else 1
+        xs = [t * k for t in km.times]
+        (h,) = ax.step(xs, km.solved, where="post", color=ln.colour, lw=1.3)
+        ax.fill_between(xs, km.lo, km.hi, step="post", color=h.get_color(), alpha=0.12)
+        return h
+
+    lines = _group_lines(rep, pal, lambda g: g.survival)
+    if not pal.facet:  # one panel: the seeds solved in the legend
+        for ln in lines:
+            g = ln.data[0]
+            ln.label = f"{ln.label} ({g.solved.k}/{g.solved.n})"
+    return draw_panels(lines, draw, path, title=f"survival: seeds solved ({rep['metric']} >= "
+                       f"{rep['solve_at']:g}), Kaplan-Meier, band 95%",
+                       xlabel="training samples (steps x batch)" if samples else "steps",
+                       ylabel="fraction of seeds solved", rate=True, eng=True)
+
+
+def plot_window(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     """Solve rate against the learning rate, one line per group (every lr's seeds), Wilson 95%
     error bars: the learnability window."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for g in rep["groups"]:
+    pal = pal or palette(rep)
+
+    def points(g):
         pts = sorted((lr, r) for lr, r in g.lr_solved.items() if r.n)
-        if not pts:
-            continue
+        return pts or None
+
+    def draw(ax, ln: Line):
+        pts = ln.data[1]
         x = [p[0] for p in pts]
         y = [p[1].k / p[1].n for p in pts]
         err = [[yy - p[1].lo for yy, p in zip(y, pts, strict=True)],
                [p[1].hi - yy for yy, p in zip(y, pts, strict=True)]]
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=g.label)
-    ax.set_xscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("seeds solved")
-    return _finish_rate(fig, ax, "learning-rate window (Wilson 95% bars)", path)
+        return ax.errorbar(x, y, yerr=err, marker="o", ms=3, capsize=3, color=ln.colour)
+
+    return draw_panels(_group_lines(rep, pal, points), draw, path,
+                       title="learning-rate window (Wilson 95% bars)", xlabel="learning rate",
+                       ylabel="seeds solved", rate=True, xscale=("log",))
 
 
 def state_numbers(values: dict, config: dict) -> float | None:
@@ -177,9 +413,10 @@ def state_numbers(values: dict, config: dict) -> float | None:
     return float(config["model.d_model"] * config["model.expand"] * config["model.d_state"])
 
 
-def plot_frontier(rep: dict, path: Path) -> Path:
+def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     """The largest table solved in >= half the seeds against the state size in numbers per
-    layer, one line per model (SSM groups that sweep task.levels)."""
+    layer, one line per model (SSM groups that sweep task.levels), in the model's hue."""
+    pal = pal or palette(rep)
     lines: dict[str, dict[float, list]] = {}
     for g in rep["groups"]:
         if not g.selected or not g.solved.n:
@@ -190,21 +427,24 @@ def plot_frontier(rep: dict, path: Path) -> Path:
             continue
         name = str(g.values.get("model.name", g.label))
         lines.setdefault(name, {}).setdefault(numbers, []).append((size, g.solved))
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, by_state in lines.items():
-        xs = sorted(by_state)
-        ax.plot(xs, [stats.frontier(by_state[x]) or 0.0 for x in xs], marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("state per layer (numbers: d_model x expand x d_state)")
-    ax.set_ylabel("frontier: largest table solved in >= 50% of seeds")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title("capacity frontier vs state size (0: no table solved)")
-    return save_figure(fig, path)
+
+    def draw(ax, ln: Line):
+        xs = sorted(ln.data)
+        (h,) = ax.plot(xs, [stats.frontier(ln.data[x]) or 0.0 for x in xs], marker="o",
+                       color=ln.colour)
+        return h
+
+    return draw_panels([Line("", name, pal.model(name), by_state)
+                        for name, by_state in lines.items()], draw, path,
+                       title="capacity frontier vs state size (0: no table solved)",
+                       xlabel="state per layer (numbers: d_model x expand x d_state)",
+                       ylabel="frontier: largest table solved\nin >= 50% of seeds",
+                       xscale=("log", {"base": 2}))
 
 
 def report_figures(rep: dict, out: Path) -> list[Path]:
-    paths = [plot_bars(rep, out / "report-bars.png")]
+    pal = palette(rep)
+    paths = [plot_bars(rep, out / "report-bars.png", pal)]
     numeric_axes = []
     for axis in rep["by"]:
         vals = [g.values[axis] for g in rep["groups"]]
@@ -212,13 +452,13 @@ def report_figures(rep: dict, out: Path) -> list[Path]:
         if None not in nums and len(set(nums)) > 1:
             numeric_axes.append(axis)
             safe = axis.replace(".", "_")
-            paths.append(plot_axis(rep, axis, out / f"report-{safe}.png"))
-            paths.append(plot_solved_axis(rep, axis, out / f"report-solved-{safe}.png"))
+            paths.append(plot_axis(rep, axis, out / f"report-{safe}.png", pal))
+            paths.append(plot_solved_axis(rep, axis, out / f"report-solved-{safe}.png", pal))
     if any((r.folder / ck.METRICS).is_file() for g in rep["groups"] for r in g.selected):
-        paths.append(plot_curves(rep, out / "report-curves.png"))
-        paths.append(plot_survival(rep, out / "report-survival.png"))
+        paths.append(plot_curves(rep, out / "report-curves.png", pal))
+        paths.append(plot_survival(rep, out / "report-survival.png", pal))
     if any(len(g.lr_solved) > 1 for g in rep["groups"]):
-        paths.append(plot_window(rep, out / "report-window.png"))
+        paths.append(plot_window(rep, out / "report-window.png", pal))
     if "task.levels" in numeric_axes and "model.d_state" in rep["by"]:
-        paths.append(plot_frontier(rep, out / "report-frontier.png"))
+        paths.append(plot_frontier(rep, out / "report-frontier.png", pal))
     return paths
