@@ -192,3 +192,77 @@ def mad_noisy_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 32,
     return mad_recall(n, seed, vocab_size=vocab_size, seq_len=seq_len,
                       noise_vocab_size=noise_vocab_size, frac_noise=frac_noise,
                       multi_query=multi_query)
+
+
+@task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size,
+                max_len=lambda seq_len=128, **_: seq_len)
+def mad_fuzzy_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16,
+                     seq_len: int = 128, k_motif_size: int = 3, v_motif_size: int = 3,
+                     noise_vocab_size: int = 0, frac_noise: float = 0.0):
+    """MAD's fuzzy in-context recall (its training instances' distribution, scored on the probe):
+    keys and values are motifs of 1 .. k_motif_size / v_motif_size distinct ids (keys from the
+    lower half of the `vocab_size - 2 - noise_vocab_size` non-special ids, values from the upper
+    half), each key's value fixed within the row; a probe pair sits at a random place; the row
+    ends with the copy prefix (vocab_size - 1), the probe key and its value, and is left-padded
+    with vocab_size - 2. The targets are the probe value's ids, each at the id before it. Unlike
+    MAD's generator, the probe pair is always in the row."""
+    name = "mad-fuzzy-recall"
+    usable = vocab_size - 2 - noise_vocab_size
+    K = usable // 2
+    _check(K >= max(k_motif_size, 1) and usable - K >= max(v_motif_size, 1), name,
+           f"vocab_size {vocab_size} is too small for motifs of {k_motif_size} / "
+           f"{v_motif_size} distinct ids")
+    _check(k_motif_size >= 1 and v_motif_size >= 1, name, "motif sizes must be >= 1")
+    _check(seq_len > 3 * (k_motif_size + v_motif_size) + 1, name, f"seq_len {seq_len} is too "
+           "short for its motifs")
+    _check(0 <= frac_noise < 1 and (frac_noise == 0 or noise_vocab_size > 0), name,
+           "frac_noise must lie in [0, 1) and needs noise_vocab_size > 0")
+    rng = np.random.default_rng(seed)
+    copy_prefix, pad = vocab_size - 1, vocab_size - 2
+    inputs = np.full((n, seq_len), pad, dtype=np.int64)
+    targets = np.full((n, seq_len), IGNORE, dtype=np.int64)
+
+    slots = seq_len  # more than a row can hold: every draw of a row is made at once
+    for r in range(n):
+        k_size = int(rng.integers(1, k_motif_size + 1))
+        v_size = int(rng.integers(1, v_motif_size + 1))
+        k_probe = tuple(int(t) for t in rng.permutation(K)[:k_size])
+        v_probe = tuple(int(t) + K for t in rng.permutation(usable - K)[:v_size])
+        probe_len = k_size + v_size
+        limit = seq_len - probe_len - (k_motif_size + v_motif_size)
+        # MAD draws the place below seq_len - 2 * probe_len, past the last slot at times (the
+        # row then lacks its probe pair); here it is always a slot the row reaches
+        probe_at = int(rng.integers(0, max(1, limit - k_motif_size - v_motif_size + 1)))
+        ks = rng.integers(1, k_motif_size + 1, size=slots)
+        vs = rng.integers(1, v_motif_size + 1, size=slots)
+        noisy = rng.random(slots) < frac_noise
+        keys = np.argsort(rng.random((slots, K)), axis=1)[:, :k_motif_size]
+        values = K + np.argsort(rng.random((slots, usable - K)), axis=1)[:, :v_motif_size]
+        noise = rng.integers(usable, usable + max(noise_vocab_size, 1),
+                             size=(slots, k_motif_size + v_motif_size))
+        kv: dict[tuple[int, ...], tuple[int, ...]] = {}
+        row: list[int] = []
+        added = False
+        for i in range(slots):
+            if len(row) >= limit:
+                break
+            if len(row) >= probe_at and not added:
+                row += [*k_probe, *v_probe]
+                kv[k_probe], added = v_probe, True
+                continue
+            if noisy[i]:
+                row += noise[i, : ks[i] + vs[i]].tolist()
+                continue
+            key = tuple(keys[i, : ks[i]].tolist())
+            if key == k_probe:
+                value, added = v_probe, True
+            else:
+                value = kv.setdefault(key, tuple(values[i, : vs[i]].tolist()))
+            row += [*key, *value]
+        row += [copy_prefix, *k_probe, *v_probe]
+        full = [pad] * max(0, seq_len + 1 - len(row)) + row  # MAD pads on the left
+        x = np.array(full[:-1], dtype=np.int64)[-seq_len:]
+        y = np.full(len(full), IGNORE, dtype=np.int64)
+        y[len(full) - v_size :] = v_probe
+        inputs[r], targets[r] = x, y[1:][-seq_len:]
+    return inputs, targets

@@ -48,6 +48,7 @@ BUILTIN: dict[str, str] = {
     "selective-copy": "generators.builtin:selective_copy",
     "mad-recall": "generators.builtin:mad_recall",
     "mad-noisy-recall": "generators.builtin:mad_noisy_recall",
+    "mad-fuzzy-recall": "generators.builtin:mad_fuzzy_recall",
     "dataset": "generators.foreign:dataset",  # foreign data's task: rows come from its files
 }
 

@@ -167,3 +167,34 @@ def test_mad_multi_query_rows(seed, L, frac):
                 assert usable <= a < 24 and tgt[j] == IGNORE
             assert tgt[j + 1] == IGNORE
         assert row[-1] in kv and tgt[-1] == kv[row[-1]]
+
+
+def _contains(seq: list, part: list) -> bool:
+    return any(seq[i : i + len(part)] == part for i in range(len(seq) - len(part) + 1))
+
+
+@given(seeds, st.integers(1, 3), st.integers(1, 3), st.sampled_from([0.0, 0.3]))
+def test_mad_fuzzy_recall_rows(seed, km, vm, frac):
+    from generators.builtin import mad_fuzzy_recall
+
+    V, L, noise = 24, 48, (4 if frac else 0)
+    x, y = mad_fuzzy_recall(4, np.random.SeedSequence(seed), vocab_size=V, seq_len=L,
+                            k_motif_size=km, v_motif_size=vm, noise_vocab_size=noise,
+                            frac_noise=frac)
+    usable = V - 2 - noise
+    K = usable // 2
+    assert x.shape == y.shape == (4, L)
+    for row, tgt in zip(x, y, strict=True):
+        scored = np.flatnonzero(tgt != IGNORE)
+        v = tgt[scored]
+        assert 1 <= len(v) <= vm and np.array_equal(scored, np.arange(L - len(v), L))
+        assert len(set(v.tolist())) == len(v) and ((v >= K) & (v < usable)).all()
+        prefix = int(np.flatnonzero(row == V - 1)[-1])
+        key = row[prefix + 1 : L - len(v) + 1]
+        assert 1 <= len(key) <= km and ((key >= 0) & (key < K)).all()
+        assert np.array_equal(row[L - len(v) + 1 :], v[:-1])  # the value, teacher-forced
+        body = row[:prefix].tolist()
+        pads = next((i for i, t in enumerate(body) if t != V - 2), len(body))
+        assert V - 2 not in body[pads:] and V - 1 not in body  # pads only on the left
+        assert _contains(body, [*key.tolist(), *v.tolist()])  # the pair was shown
+        assert all(0 <= t < usable + noise for t in body[pads:])
