@@ -47,6 +47,15 @@ def register(app: GuardedApp) -> None:
         only: list[str] = typer.Option(None, "--only", help="Run only the grid's runs whose "
                                        "config has FIELD=VALUE (repeatable; e.g. "
                                        "model.name=transformer); the rest are left as they are."),
+        replicate: Path = typer.Option(None, "--replicate", help="A TOML file of "
+                                       "\\[\\[report.expect]] claims (comparisons an earlier "
+                                       "report found): run their groups again at the lr the "
+                                       "original chose, on --seeds new seeds, as the sweep "
+                                       "EXPERIMENT-replication; the claims are recorded before "
+                                       "its first run."),
+        seeds: int = typer.Option(None, "--seeds", help="With --replicate: seeds per group, "
+                                  "numbered after every seed of the original sweep (default "
+                                  "10)."),
     ) -> None:
         """Run every run of an experiment grid: finished runs are skipped, interrupted ones
         resumed, failures recorded; the exit code is the number of failed runs."""
@@ -62,6 +71,14 @@ def register(app: GuardedApp) -> None:
         kinds = parse_log(log)
         rule = parse_only(only)
         exp = load_experiment(experiment)
+        replicates = None
+        if seeds is not None and replicate is None:
+            raise RecallLabError("--seeds goes with --replicate")
+        if replicate is not None:
+            from recall_lab.experiments.replicate import plan_replication, read_claims
+
+            exp, replicates = plan_replication(exp, out, read_claims(replicate),
+                                               10 if seeds is None else seeds, replicate)
         others = outside_grid(exp, out)
         if others:
             console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
@@ -93,7 +110,8 @@ def register(app: GuardedApp) -> None:
         monitor = SweepProgress(console, exp.name)
         try:
             index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
-                              address=address, monitor=monitor, log=kinds, only=rule)
+                              address=address, monitor=monitor, log=kinds, only=rule,
+                              replicates=replicates)
         finally:
             monitor.close()
         c = index["counts"]
@@ -133,7 +151,8 @@ def register(app: GuardedApp) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
         from recall_lab import checkpoint as ck
-        from recall_lab.experiments.report import build_report, write_report
+        from recall_lab.experiments.replicate import add_replication
+        from recall_lab.experiments.report import build_report, replication_lines, write_report
 
         dest = out
         if dest is None:
@@ -146,6 +165,7 @@ def register(app: GuardedApp) -> None:
         exp = read_toml(experiment) if experiment is not None else None
         fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
         rep = build_report(runs, by=fields, metric=metric, experiment=exp, solve_at=solve_at)
+        add_replication(rep, runs)
         paths = write_report(rep, dest, plots=plots)
         console.print(report_table(rep))
         for c in rep["checks"]:
@@ -156,6 +176,9 @@ def register(app: GuardedApp) -> None:
             console.print(f"     {c['registered']['status']}: "
                           f"{escape(c['registered']['text'])}", highlight=False,
                           soft_wrap=True)
+        if rep.get("replication"):
+            for line in replication_lines(rep["replication"]):
+                console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
                       soft_wrap=True)
         failed = sum(not c["ok"] for c in rep["checks"])

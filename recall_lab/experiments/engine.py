@@ -360,9 +360,11 @@ def read_index(folder: Path) -> dict | None:
 def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
               threads: int = 1, engine: str = "local", address: str | None = None,
               monitor: Monitor | None = None, log: tuple[str, ...] = (),
-              only: dict[str, Any] | None = None) -> dict:
+              only: dict[str, Any] | None = None, replicates: dict | None = None) -> dict:
     """Run every unfinished run of `exp` under `root/<exp.name>/`; returns the index (also
-    written to sweep.json) with counts {"done", "failed", "skipped", "ran"}. `log` names
+    written to sweep.json) with counts {"done", "failed", "skipped", "ran"}. `replicates`: the
+    record of a replication (`replicate.plan_replication`), kept in the index as written
+    before the first run. `log` names
     optional trackers for every run (`recall_lab.tracking`). `only` ({field: value}, see
     `grid.parse_only`): run just the unfinished runs whose config matches (a slice of the grid,
     e.g. one model's rows); the others stay listed in the index as they are."""
@@ -403,7 +405,8 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             entries[job.run.name]["launched"] = launched_at.get(job.run.name)
         index = {"experiment": exp.name, "source": str(exp.source) if exp.source else None,
                  "axes": exp.axes, "report": exp.report, "reference": exp.reference,
-                 "updated": _now(), "runs": list(entries.values())}
+                 "updated": _now(), "runs": list(entries.values()),
+                 **({"replicates": replicates} if replicates else {})}
 
         def save() -> None:
             index["updated"] = _now()

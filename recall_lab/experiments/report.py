@@ -327,6 +327,15 @@ def _restrict(groups: list[Group], at: dict) -> list[Group]:
     return pool
 
 
+def claim_groups(groups: list[Group], claim: dict) -> list[Group]:
+    """The groups a claim compares: its `a` (and `b`), each exactly one group after `at`."""
+    pool = _restrict(groups, claim.get("at") or {})
+    found = [_select(pool, claim["a"], "a")]
+    if "b" in claim:
+        found.append(_select(pool, claim["b"], "b"))
+    return found
+
+
 class ClaimOpen(RecallLabError):
     """A claim whose runs have not finished: neither passed nor failed yet."""
 
@@ -588,10 +597,49 @@ def _markdown(rep: dict) -> str:
     if rep["checks"]:
         lines += ["", "## Claims", ""]
         lines += _claim_lines(rep["checks"])
+    if rep.get("replication"):
+        lines += ["", *replication_lines(rep["replication"])]
     if rep.get("figures"):
         lines += ["", "## Figures", ""]
         lines += [f"![{Path(p).stem}]({Path(p).name})" for p in rep["figures"]]
     return "\n".join(lines) + "\n"
+
+
+def _seeds_text(seeds: list[int] | None) -> str:
+    if not seeds:
+        return "-"
+    if len(seeds) > 1 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
+def replication_lines(r: dict) -> list[str]:
+    """The replication section: each replicated claim's groups, original beside replication
+    (seeds solved with Wilson 95%, Kaplan-Meier median steps with 95%), and both verdicts."""
+    where = r["original"] or "not found beside the replication"
+    lines = ["## Replication", "",
+             f"Original sweep: {where} (seeds {_seeds_text(r.get('original_seeds'))}); "
+             f"replication: seeds {_seeds_text(r.get('seeds'))}, its claims recorded before "
+             "its first run.", ""]
+    head = ["claim", "group", "original: solved [95% CI]", "replication: solved [95% CI]",
+            "original: KM median steps", "replication: KM median steps"]
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for c in r["claims"]:
+        for g in c["groups"]:
+            o = g["original"] or {"solved": "-", "km_median": "-"}
+            lines.append(f"| {c['claim']} | {g['label']} | {o['solved']} | "
+                         f"{g['replication']['solved']} | {o['km_median']} | "
+                         f"{g['replication']['km_median']} |")
+    lines.append("")
+    for c in r["claims"]:
+        for side in ("original", "replication"):
+            v = c[side]
+            if v is None:
+                lines.append(f"- {side}: {c['claim']}: no original found")
+                continue
+            lines.append(f"- {side}: {v['verdict'].upper()}: {c['claim']} ({v['detail']}); "
+                         f"{v['registered']}: {v['text']}")
+    return lines
 
 
 def _csv(rep: dict) -> str:
@@ -639,7 +687,8 @@ def _json(rep: dict) -> dict:
                        "missing_runs": [r.name for r in g.runs if r.status == "missing"]})
     return {"metric": rep["metric"], "by": rep["by"], "experiments": rep["experiments"],
             "runs": rep["runs"], "solve_at": rep["solve_at"], "reference": rep["reference"],
-            "groups": groups, "checks": rep["checks"], "figures": rep.get("figures", [])}
+            "groups": groups, "checks": rep["checks"], "figures": rep.get("figures", []),
+            **({"replication": rep["replication"]} if rep.get("replication") else {})}
 
 
 def write_report(rep: dict, out: str | Path, plots: bool = True) -> list[Path]:
