@@ -66,13 +66,14 @@ class ImplicitFilter(nn.Module):
         if emb_dim < 3 or emb_dim % 2 == 0:
             raise RecallLabError(f"emb_dim must be odd and >= 3, got {emb_dim!r}")
         self.l_max, self.bands = l_max, (emb_dim - 1) // 2
-        act = Sin(order, w)  # one activation, its frequency shared, as in the reference layer
-        self.mlp = nn.Sequential(nn.Linear(emb_dim, order), act, nn.Linear(order, order), act,
-                                 nn.Linear(order, order), act, nn.Linear(order, d_model,
-                                                                           bias=False))
-        for layer in self.mlp:
-            if isinstance(layer, nn.Linear) and layer.bias is not None:
-                layer.bias._no_reinit = True  # the filter's init is the layer's, not the LM's
+        # one sine activation whose frequency all three hidden layers share, as in the reference
+        # layer (held once, so the state dict has one `freq`)
+        self.act = Sin(order, w)
+        self.linears = nn.ModuleList([nn.Linear(emb_dim, order), nn.Linear(order, order),
+                                      nn.Linear(order, order)])
+        self.out = nn.Linear(order, d_model, bias=False)
+        for layer in self.linears:
+            layer.bias._no_reinit = True  # the filter's init is the layer's, not the LM's
         deltas = torch.linspace(math.log(target) / slow_decay_pct,
                                 math.log(target) / fast_decay_pct, d_model)
         self.register_buffer("deltas", deltas, persistent=False)
@@ -84,7 +85,9 @@ class ImplicitFilter(nn.Module):
         f = torch.linspace(1e-4, self.bands - 1, self.bands, device=p.device, dtype=p.dtype)
         ang = f[None, :] * (2 * math.pi * i / self.l_max)
         z = torch.cat([t, ang.cos(), -ang.sin()], dim=-1)  # [l, emb_dim]
-        h = self.mlp(z) * torch.exp(-t * p.abs())  # [l, d]
+        for layer in self.linears:
+            z = self.act(layer(z))
+        h = self.out(z) * torch.exp(-t * p.abs())  # [l, d]
         return h.t()
 
 

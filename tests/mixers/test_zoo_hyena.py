@@ -53,3 +53,11 @@ def test_decoding_past_the_cache_is_one_clear_error():
 def test_bad_options_are_one_clear_error(options):
     with pytest.raises(RecallLabError):
         Hyena(8, **options)
+
+
+def test_state_dict_holds_no_shared_tensor():
+    """The shared sine frequency is one parameter, so a checkpoint (safetensors) can hold it."""
+    sd = Hyena(8).state_dict()
+    ptrs = [t.data_ptr() for t in sd.values()]
+    assert len(ptrs) == len(set(ptrs))
+    assert [k for k in sd if k.endswith("freq")] == ["filter.act.freq"]
