@@ -7,17 +7,20 @@
 # budget, writing its JSON and summary under DIR. --no-cuda is the dry run on a machine without
 # a GPU (make gpu-check-dryrun). Other options: python -m recall_lab.bench.gpu_check run --help.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the checkout; --out stays relative to the caller
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null 2>&1; then
     echo "error: no Python at '$PY' (set PYTHON to the Python that has torch)" >&2
     exit 2
 fi
 # stdlib only: a machine without an NVIDIA driver stops here with one line (unless --no-cuda)
-case " $* " in *" --no-cuda "*) ;; *) PYTHONPATH="$PWD" "$PY" -m recall_lab.bench.gpu_check preflight ;; esac
+case " $* " in
+    *" --no-cuda "*) ;;
+    *) PYTHONPATH="$ROOT" "$PY" -m recall_lab.bench.gpu_check preflight ;;
+esac
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     echo "error: $PY cannot import torch; set PYTHON to the Python that has a CUDA torch" >&2
     exit 2
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 exec "$PY" -m recall_lab.bench.gpu_check run "$@"

@@ -161,14 +161,18 @@ def probe(cuda: bool) -> dict:
     from recall_lab.bench.record import package_version
 
     compiler = native._compiler()
+    built = native.cache_dir() / "native"
+    before = set(built.glob("*.so")) if built.is_dir() else set()
     t0 = time.perf_counter()
     lib, why = native.load()
+    fresh = bool(set(built.glob("*.so")) - before) if built.is_dir() else False
     info = {"python": platform.python_version(), "torch": torch.__version__,
             "torch_cuda": torch.version.cuda, "triton": package_version("triton"),
             "mamba_ssm": package_version("mamba-ssm"), "pydantic": pydantic.VERSION,
             "pydantic_from": str(Path(pydantic.__file__).parent.parent),
             "compiler": compiler,
-            "native": (f"built or loaded in {time.perf_counter() - t0:.1f} s" if lib is not None
+            "native": (f"{'built' if fresh else 'loaded'} in {time.perf_counter() - t0:.1f} s"
+                       if lib is not None
                        else ("not built: no C compiler ($CC, cc, gcc); the CPU sides take the "
                              "torch paths" if compiler is None else f"not built: {why}")),
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
