@@ -24,11 +24,10 @@ Claims (`[[report.expect]]` in the experiment file), checked by `report --check`
     margin = 0.2                            # a op b + margin (default 0)
     at = { "task.levels" = "max" }          # optional: restrict both to a value, or max / min
                                             # (task.levels by table size)
-
-    stat = "logrank"                        # steps to solve, unsolved seeds censored at
-                                            # their last step: op "<" = a solves sooner
-                                            # than b (log-rank test at `level`, default
-                                            # 0.05), ">" later, "~" no difference detected
+    stat = "mean"                           # or "solved", "frontier", or "logrank": steps
+                                            # to solve, unsolved seeds censored at their
+                                            # last step; op "<" = a solves sooner than b
+                                            # (log-rank test at `level`, default 0.05)
 
 `[report]` may also set `metric` (default "test.acc") and `by` (a list of dotted fields).
 """
