@@ -150,3 +150,7 @@ length = 6
     for path in summaries:
         s = json.loads(path.read_text())
         assert s["test"]["n"] == 8 and set(s["test"]["slices"]) <= {"0", "1"}
+    res = runner.invoke(app, ["report", str(tmp_path / "runs" / "toy"), "--no-plots",
+                              "--out", str(tmp_path / "report")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "report" / "report.md").is_file()

@@ -140,7 +140,8 @@ def test_show_and_generate_on_the_command_line(tmp_path):
     res = runner.invoke(app, ["show", "zoology-mqar", "--count", "1"])
     assert res.exit_code == 0 and "slice" in res.output and "[->" in res.output
     res = runner.invoke(app, ["generate", "selective-copy", "--out", str(tmp_path / "d"),
-                              "--train", "50", "--valid", "10", "--test", "10"])
+                              "--train", "50", "--valid", "10", "--test", "10",
+                              "--workers", "1"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["show", str(tmp_path / "d"), "--index", "2"])
     assert res.exit_code == 0 and "targets (position:id)" in res.output
