@@ -223,3 +223,13 @@ def register(app: GuardedApp) -> None:
             t.add_row(name, p.spec.describe(), str(p.spec.seq_len or p.spec.max_len),
                       f"{p.train:,}/{p.valid:,}/{p.test:,}", p.about)
         console.print(t)
+        tasks = Table(title="built-in tasks (--task NAME, or [task] generator = NAME with "
+                            "[task.kwargs]; docs/tasks.md)")
+        for col in ("name", "function", "vocabulary", "max length (defaults)"):
+            tasks.add_column(col)
+        for name, path in BUILTIN.items():
+            if name in ("dataset", "joint-recall"):  # data files' task; the presets above
+                continue
+            task = GeneratorTask(generator=name)
+            tasks.add_row(name, path, str(task.vocab().size), str(task.max_len))
+        console.print(tasks)

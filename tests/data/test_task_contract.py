@@ -145,3 +145,6 @@ def test_show_and_generate_on_the_command_line(tmp_path):
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["show", str(tmp_path / "d"), "--index", "2"])
     assert res.exit_code == 0 and "targets (position:id)" in res.output
+    res = runner.invoke(app, ["presets"])
+    assert res.exit_code == 0 and all(name in res.output for name in (
+        "zoology-mqar", "selective-copy", "mad-recall", "mad-fuzzy-recall"))
