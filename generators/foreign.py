@@ -25,7 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from generators.dataset import check_shard
 from generators.errors import RecallLabError
+from generators.interop import decode_column
 from generators.tasks import IGNORE, task_generator
 
 SPLIT_NAMES = {"train": "train", "valid": "valid", "validation": "valid", "dev": "valid",
@@ -267,9 +269,6 @@ def read_lab_split(folder: Path, manifest: dict, split: str, verify: bool = True
                    ) -> LabelledSplit:
     """A split of a dataset `recall-lab generate` wrote for a generator task: its labels as
     stored, its slice labels."""
-    from generators.dataset import check_shard
-    from generators.interop import _decode
-
     lay = manifest["layout"]
     parts, slices = [], []
     for shard in manifest["splits"][split]:
@@ -280,7 +279,7 @@ def read_lab_split(folder: Path, manifest: dict, split: str, verify: bool = True
             raise RecallLabError(f"cannot read shard {file}: {str(exc).splitlines()[0]}") from None
         cols = {}
         for name, dtype in (("input_ids", lay["id_dtype"]), ("labels", lay["label_dtype"])):
-            arr = _decode(table.column(name), dtype, file, name)
+            arr = decode_column(table.column(name), dtype, file, name)
             cols[name] = (arr.values.to_numpy().astype(np.int64),
                           np.diff(arr.offsets.to_numpy()).astype(np.int64))
         parts.append(LabelledSplit(cols["input_ids"][0], cols["labels"][0], cols["input_ids"][1]))

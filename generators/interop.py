@@ -34,7 +34,7 @@ FORMATS = ("pandas", "datasets")
 _COLUMNS = ("input_ids", "labels", "sizes")
 
 
-def _decode(col: pa.ChunkedArray, dtype: str, path: Path, name: str) -> pa.Array:
+def decode_column(col: pa.ChunkedArray, dtype: str, path: Path, name: str) -> pa.Array:
     """A raw-bytes column (little-endian `dtype`) or a list column -> list<int64>."""
     arr = col.combine_chunks()
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
@@ -70,7 +70,8 @@ def decoded_table(path: str | Path, split: str, verify: bool = True) -> pa.Table
             table = pq.read_table(file, columns=["input_ids", "labels", last])
         except (pa.ArrowException, OSError) as exc:
             raise RecallLabError(f"cannot read shard {file}: {str(exc).splitlines()[0]}") from None
-        cols = {name: _decode(table.column(name), dtypes[name], file, name) for name in dtypes}
+        cols = {name: decode_column(table.column(name), dtypes[name], file, name)
+                for name in dtypes}
         if last == "sizes":
             cols["sizes"] = table.column("sizes").combine_chunks().cast(
                 pa.large_list(pa.int64()))

@@ -37,7 +37,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from generators.errors import RecallLabError
+from generators.joint_recall import generate
 from generators.limits import check_fits
+from generators.spec import TaskSpec
 
 IGNORE = -100
 
@@ -243,8 +245,6 @@ def is_generator_table(table: Any) -> bool:
 
 def task_from_json(data: Any):
     """A task's JSON (a run's config.json, a dataset's manifest) -> TaskSpec or GeneratorTask."""
-    from generators.spec import TaskSpec
-
     if isinstance(data, (TaskSpec, GeneratorTask)):
         return data
     if is_generator_table(data):
@@ -256,7 +256,5 @@ def rows(task, n: int, seed: Any) -> Rows:
     """n rows of any task (TaskSpec or GeneratorTask) from `seed` (an int or SeedSequence)."""
     if isinstance(task, GeneratorTask):
         return task.rows(n, seed)
-    from generators.joint_recall import generate
-
     b = generate(task, n, seed)
     return Rows(b.inputs, b.targets, None)

@@ -36,6 +36,7 @@ from recall_lab.config import (
     run_tables,
     task_from_table,
 )
+from recall_lab.data import LabelledReader
 from recall_lab.mixers import mixer_label
 from recall_lab.models import build_model
 from recall_lab.models.adapters import apply_finetune, merge_adapters
@@ -428,8 +429,6 @@ def load_run_model(run: Path, which: str, cfg: RunConfig | None = None, *,
 def foreign_task(path: str, table: dict | None, where: str):
     """The task of foreign data at `path` (generators/foreign.py); a `[task]` table beside it
     may state only how data without named splits is split: `valid`, `test`, `split_seed`."""
-    from recall_lab.data import LabelledReader
-
     fractions = dict(table or {})
     fractions = dict(fractions.get("kwargs", fractions))
     fractions.pop("generator", None)
