@@ -8,7 +8,7 @@ import platform
 
 import torch
 
-import recall_lab
+from recall_lab.version import __version__
 from recall_lab import kernel_check, ssm
 from recall_lab.attention import default_backend
 from recall_lab.attention.sparse import check_triton
@@ -24,7 +24,7 @@ def environment_rows() -> list[tuple[str, str]]:
         except md.PackageNotFoundError:
             return "not installed"
 
-    rows = [("recall-lab", recall_lab.__version__), ("python", platform.python_version()),
+    rows = [("recall-lab", __version__), ("python", platform.python_version()),
             ("torch", torch.__version__), ("triton", version("triton")),
             ("mamba-ssm", version("mamba-ssm"))]
     if torch.cuda.is_available():

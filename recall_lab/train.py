@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import recall_lab
+from recall_lab.version import __version__
 from generators.errors import RecallLabError
 from generators.joint_recall import check_samples_fit
 from generators.limits import available_bytes
@@ -162,7 +162,7 @@ def versions() -> dict:
     """Software that decides a run's numbers, written into its config.json. Runs with and without
     the native CPU kernels differ by float rounding (recall_lab/native)."""
     loaded, why = native.load()
-    return {"recall_lab": recall_lab.__version__, "torch": torch.__version__,
+    return {"recall_lab": __version__, "torch": torch.__version__,
             "numpy": np.__version__,
             "native_kernels": "on" if loaded is not None else f"off: {why}"}
 

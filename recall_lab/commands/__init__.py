@@ -8,6 +8,7 @@ import typer
 from recall_lab.commands import (
     analysis,
     bench,
+    check,
     data,
     experiments,
     extrapolate,
@@ -19,7 +20,7 @@ from recall_lab.commands import (
 from recall_lab.commands.shell import GuardedApp
 
 # Order is the order of `recall-lab --help`.
-MODULES = (data, models, finetune, experiments, extrapolate, prove, analysis, bench, shipped)
+MODULES = (data, models, check, finetune, experiments, extrapolate, prove, analysis, bench, shipped)
 
 
 def register_all(app: typer.Typer) -> None:

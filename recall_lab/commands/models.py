@@ -65,15 +65,9 @@ def register(app: GuardedApp) -> None:
                                          "arguments as a JSON object, e.g. '{\"heads\": 2}'."),
     ) -> None:
         """Train one model on one recall task into a run directory (metrics, checkpoints)."""
+        from recall_lab import api
         from recall_lab.commands.training import print_summary, set_threads
-        from recall_lab.device import resolve_device
-        from recall_lab.runs import (
-            refuse_overwrite,
-            resume_config,
-            run_config_from_flags,
-            run_dir_name,
-        )
-        from recall_lab.train import check_run, train_run
+        from recall_lab.runs import resume_config, run_config_from_flags, run_dir_name
 
         set_threads(threads)
         kinds = parse_log(log)
@@ -95,16 +89,14 @@ def register(app: GuardedApp) -> None:
             cfg = run_config_from_flags(model, task, config, k, d_model, over, decimate,
                                         mixer=mixer, mixer_kwargs=mixer_kwargs)
             run_dir = out or run_dir_name(cfg)
-            refuse_overwrite(run_dir, force, folder=True, resume=True)
             start = 0
-        check_run(cfg, resolve_device(cfg.train.device))
         console.print(f"[bold]{escape(cfg.model.name)}[/] on "
                       f"{escape(cfg.task_name or cfg.task.describe())}"
                       f" (max length {cfg.task.max_len}) -> {escape(str(run_dir))}")
         with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
-            summary = train_run(cfg, run_dir, force=force, resume=resume, progress=bar,
-                                log=kinds)
-        print_summary(console, summary, cfg)
+            run = api.train(cfg, out=run_dir, force=force, resume=resume, progress=bar,
+                            log=kinds)
+        print_summary(console, run.summary, cfg)
         console.print(f"run written to {run_dir}", markup=False)
 
     @app.command("eval")

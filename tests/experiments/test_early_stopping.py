@@ -2,16 +2,19 @@
 of evaluations without a better checkpoint; the summary says why; a resumed run stops where the
 uninterrupted one did."""
 
+import importlib
 import json
 
 import pytest
 
 from generators import TaskSpec
 from recall_lab import checkpoint as ck
-from recall_lab import train as train_mod
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.models import model_config
 from recall_lab.train import stop_reason, train_run
+
+# the module (the package's `recall_lab.train` is the API's function)
+train_mod = importlib.import_module("recall_lab.train")
 
 
 def test_stop_reason_by_hand():

@@ -1,0 +1,181 @@
+"""The lab from Python: one function per verb, the same ones the command line calls.
+
+    import recall_lab as rl
+    run = rl.train({"model": {"name": "mamba", "d_model": 32}, "task": {"preset": "mini-mqar"},
+                    "train": {"steps": 300}})
+    run.summary["test"]["acc"], run.metrics.tail(), run.model()
+
+Every function takes its configuration as a config object, a dict (the tables of a TOML file)
+or a TOML path, and returns a typed result: `Run` (a run folder: config, summary, metrics,
+`model()`), `Report` (a report: its rows as a DataFrame, its claims, its figures) or `Check`
+rows. Runs go to `./runs` of the working directory unless `out` says otherwise. Weights: the
+best checkpoint (by validation) unless `checkpoint="last"`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from torch import nn
+
+from generators import TaskSpec
+from generators.dataset import write_dataset
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.config import RunConfig, read_toml, resolve_task, task_from_table
+from recall_lab.device import resolve_device
+from recall_lab.evaluate import evaluate_run
+from recall_lab.experiments.engine import run_sweep
+from recall_lab.experiments.grid import expand, load_experiment
+from recall_lab.experiments.report import build_report, runs_frame, write_report
+from recall_lab.runs import (
+    load_run_config,
+    load_run_model,
+    refuse_overwrite,
+    run_config_from_tables,
+    run_dir_name,
+)
+from recall_lab.testing import Check, resolve_target, run_checks
+from recall_lab.train import check_run, train_run
+
+Config = RunConfig | dict | str | Path
+
+
+@dataclass
+class Run:
+    """A run folder: its config, its summary (None while unfinished), its metrics."""
+
+    path: Path
+    config: RunConfig
+    summary: dict | None
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        """metrics.jsonl as a DataFrame: one row per logged step and evaluation."""
+        path = self.path / ck.METRICS
+        return pd.read_json(path, lines=True) if path.is_file() else pd.DataFrame()
+
+    def model(self, checkpoint: str = "best") -> nn.Module:
+        """The trained model with its best (default) or last weights, in eval mode."""
+        return load_run_model(self.path, checkpoint).eval()
+
+
+@dataclass
+class Report:
+    """A report over run folders: `frame` one row per group (solve rate, Kaplan-Meier median,
+    mean +/- std, ...), `claims` the checked claims, `figures` the PNGs written, `data`
+    everything report.json holds."""
+
+    frame: pd.DataFrame
+    claims: list[dict]
+    figures: list[Path]
+    data: dict = field(repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return all(c["ok"] for c in self.claims)
+
+
+def run_config(config: Config) -> RunConfig:
+    """A RunConfig from itself, a dict of `[model]`, `[train]`, `[task]` tables, or a TOML
+    path."""
+    if isinstance(config, RunConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        return run_config_from_tables(read_toml(Path(config)), str(config))
+    if isinstance(config, dict):
+        return run_config_from_tables(config, "config")
+    raise RecallLabError(f"a run config is a RunConfig, a dict or a TOML path, got "
+                         f"{type(config).__name__}")
+
+
+def load_run(path: str | Path) -> Run:
+    """A run folder written by `train` (finished or not)."""
+    path = Path(path)
+    cfg = load_run_config(path)
+    summary = ck.read_json(path / ck.SUMMARY, "summary") if (path / ck.SUMMARY).is_file() \
+        else None
+    return Run(path, cfg, summary)
+
+
+def train(config: Config, *, out: str | Path | None = None, force: bool = False,
+          resume: bool = False, progress=None, log: tuple[str, ...] = ()) -> Run:
+    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory);
+    an existing folder is refused unless `force` (replace) or `resume` (continue)."""
+    cfg = run_config(config)
+    out = Path(out) if out is not None else run_dir_name(cfg)
+    if not resume:
+        refuse_overwrite(out, force, folder=True, resume=True)
+    check_run(cfg, resolve_device(cfg.train.device))
+    train_run(cfg, out, force=force, resume=resume, progress=progress, log=log)
+    return load_run(out)
+
+
+def evaluate(run: str | Path | Run, task: TaskSpec | str | dict | None = None, *,
+             n: int = 512, data_seed: int = 0, checkpoint: str = "best",
+             batch_size: int = 64, device: str = "auto", decode: bool = False) -> dict:
+    """Accuracy of a run's weights on `task` (default: its own task; a preset, a TOML path, a
+    `[task]` dict or a TaskSpec: other lengths or table sizes test extrapolation)."""
+    path = run.path if isinstance(run, Run) else Path(run)
+    spec = load_run_config(path).task if task is None else _task(task)
+    return evaluate_run(path, spec, n, data_seed, checkpoint, batch_size, device,
+                        decode=decode)
+
+
+def _task(task: TaskSpec | str | dict) -> Any:
+    if isinstance(task, dict):
+        return task_from_table(task)[0]
+    if isinstance(task, str):
+        return resolve_task(task)[0]
+    return task
+
+
+def generate(task: TaskSpec | str | dict, out: str | Path, *, train: int = 10_000,
+             valid: int = 1_000, test: int = 1_000, seed: int = 0, workers: int = 2,
+             force: bool = False) -> dict:
+    """Write a dataset (Parquet shards + manifest.json) of `task` into `out`; its manifest."""
+    spec = _task(task)
+    name = task if isinstance(task, str) and not task.endswith(".toml") else None
+    return write_dataset(spec, Path(out), {"train": train, "valid": valid, "test": test}, seed,
+                         preset=name, workers=workers, force=force)
+
+
+def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: int = 1,
+          threads: int = 1, engine: str = "local", only: dict | None = None) -> Path:
+    """Run an experiment (a TOML path, a shipped experiment's name, or its tables as a dict with
+    a `name`) under `root/NAME/`; finished runs are skipped. Returns the sweep folder."""
+    if isinstance(experiment, dict):
+        exp = expand(experiment, str(experiment.get("name") or "experiment"))
+    else:
+        exp = load_experiment(experiment)
+    run_sweep(exp, root, workers=workers, threads=threads, engine=engine, only=only)
+    return Path(root) / exp.name
+
+
+def report(runs: str | Path | list, *, out: str | Path | None = None, plots: bool = True,
+           by: list[str] | None = None, metric: str | None = None) -> Report:
+    """The report over sweep folders (or folders of run folders): best lr per group, solve
+    rates with Wilson intervals, steps to solve, the experiment's claims checked. Written to
+    `out` (default: the one runs folder) as report.md / .csv / .json and PNGs."""
+    dirs = [Path(r) for r in (runs if isinstance(runs, list) else [runs])]
+    dest = Path(out) if out is not None else dirs[0]
+    if out is None and (len(dirs) != 1 or (dest / ck.CONFIG).is_file()):
+        raise RecallLabError("pass out= for the report: several folders, or a single run's")
+    rep = build_report(dirs, by=by, metric=metric)
+    paths = write_report(rep, dest, plots=plots)
+    frame = pd.DataFrame(rep["rows"])
+    return Report(frame, rep["checks"], [p for p in paths if p.suffix == ".png"], rep)
+
+
+def check(target: str, kwargs: dict | None = None, *, learning: bool = True,
+          speed: bool = True) -> list[Check]:
+    """The generic checks (recall_lab.testing) on a mixer (import path or name) or a built-in
+    model: one `Check` per row."""
+    return run_checks(resolve_target(target, kwargs), learning=learning, speed=speed)
+
+
+__all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "report", "run_config",
+           "runs_frame", "sweep", "train"]
