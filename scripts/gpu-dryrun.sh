@@ -9,7 +9,8 @@
 #      this checkout, and .whl/ (make gpu-wheels);
 #   3. in that copy, with the network cut (`unshare -n`, where this user may), and a fresh cache
 #      for the native kernels: scripts/gpu-check.sh --no-cuda, its budgets times BUDGET_SCALE
-#      (default 4: this is a small shared CPU). Results under runs/gpu-dryrun-<UTC time>/.
+#      (default 4: this is a small shared CPU); then scripts/torch_names.py on that torch.
+#      Results under runs/gpu-dryrun-<UTC time>/ (DRYRUN_OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -77,8 +78,14 @@ try:
     print(\"dry run: pypi.org is reachable from here\")
 except OSError as exc:
     print(f\"dry run: no network here (pypi.org: {exc})\")"
-    exec bash scripts/gpu-check.sh --no-cuda --out "$0" --budget-scale "${BUDGET_SCALE:-4}"
-' "$OUT"
+    site="$1/recall-lab-gpu-site"
+    bash scripts/gpu-check.sh --no-cuda --out "$0" --budget-scale "${BUDGET_SCALE:-4}" \
+        --site "$site"
+    rc=$?
+    echo "dry run: the torch names that the lab and its tests use, on this torch:"
+    PYTHONPATH="$site:$PWD" "$PYTHON" scripts/torch_names.py || rc=1
+    exit $rc
+' "$OUT" "$WORK"
 rc=$?
 set -e
 echo "dry run: exit $rc in $(($(date +%s) - t1)) s after the stand-in was ready; results in $OUT"
