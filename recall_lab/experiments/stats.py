@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 
 SOLVE_AT = 0.95
@@ -179,6 +180,21 @@ class Survival:
         return f"{self.rmst:.0f} [{self.rmst_lo:.0f}, {self.rmst_hi:.0f}]"
 
 
+class NoLifelines(RecallLabError):
+    """The survival statistics need lifelines, which this environment lacks."""
+
+
+def _need_lifelines() -> None:
+    """lifelines is imported inside the functions that use it, not at the top: it takes ~3 s to
+    import (`report` start-up), and the GPU machine's environment does not have it. Without it,
+    one clear line (the report leaves its survival columns empty: `report.aggregate`)."""
+    try:
+        import lifelines  # noqa: F401
+    except ImportError:
+        raise NoLifelines("survival statistics need lifelines: pip install 'lifelines>=0.27'") \
+            from None
+
+
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -192,8 +208,7 @@ def kaplan_meier(durations: list[float], events: list[bool], confidence: float =
         return None
     if len(durations) != len(events):
         raise ValueError("durations and events differ in length")
-    # here, not at the top: lifelines takes ~3 s to import (report start-up), and the GPU
-    # machine's environment does not have it; only a report's survival statistics need it
+    _need_lifelines()
     from lifelines import KaplanMeierFitter
     from lifelines.utils import median_survival_times
 
@@ -253,7 +268,8 @@ class LogRank:
 def logrank(a: tuple[list[float], list[bool]], b: tuple[list[float], list[bool]]) -> LogRank:
     """Log-rank test of two groups' (durations, events), from lifelines; the one-sided p-values
     are the normal tail of +/- sqrt(chi2), signed by a's observed minus expected solves."""
-    from lifelines.statistics import logrank_test  # lazy: see kaplan_meier
+    _need_lifelines()
+    from lifelines.statistics import logrank_test
 
     ta, ea = np.asarray(a[0], dtype=float), np.asarray(a[1], dtype=bool)
     tb, eb = np.asarray(b[0], dtype=float), np.asarray(b[1], dtype=bool)

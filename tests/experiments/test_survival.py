@@ -6,6 +6,7 @@ numerical restricted mean); then the report's columns and the log-rank claim."""
 
 import json
 import math
+import sys
 import warnings
 
 import pytest
@@ -207,3 +208,16 @@ def test_check_prints_km_medians_and_logrank_claims(race):
     assert "KM median steps" in r.stdout
     assert "PASS hax solves sooner" in r.stdout and "log-rank chi2 =" in r.stdout
     assert "FAIL hax solves later" in r.stdout
+
+
+def test_without_lifelines_the_report_leaves_km_empty_and_says_why(race, monkeypatch):
+    """The GPU machine's environment lacks lifelines: the report still builds, its KM columns
+    empty, and a log-rank claim cannot be checked, with the reason in one line."""
+    monkeypatch.setitem(sys.modules, "lifelines", None)  # import lifelines -> ImportError
+    rep = build_report([race])
+    assert {r["km_text"] for r in rep["rows"]} == {"-"}
+    assert all(g.survival is None for g in rep["groups"])
+    check = rep["checks"][0]
+    assert check["verdict"] == "fail"
+    assert check["detail"] == ("cannot check: survival statistics need lifelines: pip install "
+                               "'lifelines>=0.27'")
