@@ -40,7 +40,7 @@ def test_transformer_solves_small_selective_copy(tmp_path):
     # 4 tokens among 32 blanks + 4 positions, vocabulary 8, transformer d_model 32:
     #   seed 0: 0.18 0.48 0.65 0.71 0.89 0.91 0.94 0.98 0.97 0.94 0.99 (steps 50..550)
     #   seed 1: 0.22 0.47 0.55 0.64 0.73 0.80 0.89 0.97 0.97 0.92 0.98 0.98 0.99 (50..650)
-    # (mamba, d_model 32, crossed 0.9 at steps 600-750 in 3 seeds, 0.95-0.98 at 900: slower
+    # (mamba, d_model 32, crossed 0.9 at steps 600-750 in 3 seeds, 0.96-0.98 at 600-900: slower
     # here, so the gate is the transformer's)
     task = GeneratorTask(generator="selective-copy",
                          kwargs={"vocab_size": 8, "seq_len": 32, "num_tokens": 4})
