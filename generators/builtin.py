@@ -266,3 +266,45 @@ def mad_fuzzy_recall(n: int, seed: np.random.SeedSequence, vocab_size: int = 16,
         y[len(full) - v_size :] = v_probe
         inputs[r], targets[r] = x, y[1:][-seq_len:]
     return inputs, targets
+
+
+def mad_kv_map(vocab_size: int, seed: int) -> np.ndarray:
+    """MAD's fixed key -> value map of the memorization task (`generate_kv_map` with motifs of
+    one id): keys `0 .. vocab_size/2 - 1` and values `vocab_size/2 .. vocab_size - 1`, each
+    shuffled by one generator seeded with `seed`, paired in order. Returns value_of[key]."""
+    rng = np.random.default_rng(seed)
+    keys = rng.permutation(vocab_size // 2)
+    values = vocab_size // 2 + rng.permutation(vocab_size - vocab_size // 2)
+    out = np.empty(vocab_size // 2, dtype=np.int64)
+    out[keys] = values[: len(keys)]  # there are at least as many values as keys
+    return out
+
+
+@task_generator(vocab_size=lambda vocab_size=256, **_: vocab_size,
+                max_len=lambda seq_len=32, **_: 2 * (seq_len // 2))
+def mad_memorization(n: int, seed: np.random.SeedSequence, vocab_size: int = 256,
+                     seq_len: int = 32, noise_vocab_size: int = 0, frac_noise: float = 0.0,
+                     kv_map_seed: int = 12345):
+    """MAD's memorization: one key -> value map fixed for the whole task (`mad_kv_map` over the
+    `vocab_size - 1 - noise_vocab_size` non-special ids, seeded by `kv_map_seed`, as MAD's);
+    a row is seq_len / 2 slots, each `key, insert` (insert = vocab_size - 1; the target at the
+    insert token is the key's value, which the row never shows) or, with probability
+    `frac_noise`, two noise ids; one slot per row is always a key."""
+    name = "mad-memorization"
+    usable = vocab_size - 1 - noise_vocab_size
+    _check(usable >= 2, name, f"vocab_size {vocab_size} leaves {usable} key/value ids")
+    _check(seq_len >= 2, name, f"seq_len must be >= 2, got {seq_len}")
+    _check(0 <= frac_noise < 1 and (frac_noise == 0 or noise_vocab_size > 0), name,
+           "frac_noise must lie in [0, 1) and needs noise_vocab_size > 0")
+    value_of = mad_kv_map(usable, kv_map_seed)
+    rng = np.random.default_rng(seed)
+    P = seq_len // 2
+    is_noise = rng.random((n, P)) < frac_noise
+    is_noise[np.arange(n), rng.integers(0, P, size=n)] = False
+    keys = rng.integers(0, usable // 2, size=(n, P))
+    noise = rng.integers(usable, usable + max(noise_vocab_size, 1), size=(n, P, 2))
+    pairs = np.stack([keys, np.full_like(keys, vocab_size - 1)], axis=2)
+    pairs[is_noise] = noise[is_noise]
+    targets = np.full((n, P, 2), IGNORE, dtype=np.int64)
+    targets[..., 1] = np.where(is_noise, IGNORE, value_of[keys])
+    return pairs.reshape(n, 2 * P), targets.reshape(n, 2 * P)

@@ -51,6 +51,7 @@ BUILTIN: dict[str, str] = {
     "mad-recall": "generators.builtin:mad_recall",
     "mad-noisy-recall": "generators.builtin:mad_noisy_recall",
     "mad-fuzzy-recall": "generators.builtin:mad_fuzzy_recall",
+    "mad-memorization": "generators.builtin:mad_memorization",
     "dataset": "generators.foreign:dataset",  # foreign data's task: rows come from its files
 }
 

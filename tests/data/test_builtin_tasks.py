@@ -198,3 +198,44 @@ def test_mad_fuzzy_recall_rows(seed, km, vm, frac):
         assert V - 2 not in body[pads:] and V - 1 not in body  # pads only on the left
         assert _contains(body, [*key.tolist(), *v.tolist()])  # the pair was shown
         assert all(0 <= t < usable + noise for t in body[pads:])
+
+
+def reference_kv_map(vocab_size: int, seed: int) -> dict:
+    """MAD's `generate_kv_map` (motifs of one id), ported: every 1-permutation of the key ids and
+    of the value ids, each list shuffled by one seeded generator, zipped."""
+    from itertools import permutations
+
+    rng = np.random.default_rng(seed)
+    keys = list(permutations(np.arange(vocab_size // 2), 1))
+    rng.shuffle(keys)
+    values = list(permutations(np.arange(vocab_size // 2, vocab_size), 1))
+    rng.shuffle(values)
+    return {k[0]: v[0] for k, v in zip(keys, values, strict=False)}
+
+
+@pytest.mark.parametrize("vocab_size, seed", [(255, 12345), (16, 0), (31, 7)])
+def test_mad_memorization_map_is_mads(vocab_size, seed):
+    from generators.builtin import mad_kv_map
+
+    ours = mad_kv_map(vocab_size, seed)
+    assert {int(k): int(v) for k, v in enumerate(ours)} == \
+        {int(k): int(v) for k, v in reference_kv_map(vocab_size, seed).items()}
+
+
+@given(seeds, st.sampled_from([4, 16, 32]), st.sampled_from([0.0, 0.4]))
+def test_mad_memorization_rows(seed, L, frac):
+    from generators.builtin import mad_kv_map, mad_memorization
+
+    V, noise = 64, (8 if frac else 0)
+    x, y = mad_memorization(5, np.random.SeedSequence(seed), vocab_size=V, seq_len=L,
+                            noise_vocab_size=noise, frac_noise=frac)
+    usable = V - 1 - noise
+    value_of = mad_kv_map(usable, 12345)
+    assert x.shape == y.shape == (5, L)
+    keys, slots = x[:, 0::2], x[:, 1::2]
+    real = slots == V - 1
+    assert real.any(1).all() and (y[:, 0::2] == IGNORE).all()
+    assert ((keys[real] >= 0) & (keys[real] < usable // 2)).all()
+    assert np.array_equal(y[:, 1::2][real], value_of[keys[real]])  # the fixed map's values
+    assert (y[:, 1::2][~real] == IGNORE).all()
+    assert ((x[:, 0::2][~real] >= usable) & (x[:, 1::2][~real] >= usable)).all()
