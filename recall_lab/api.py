@@ -30,6 +30,7 @@ from recall_lab.device import resolve_device
 from recall_lab.evaluate import evaluate_run
 from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand, load_experiment
+from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
 from recall_lab.runs import (
     load_run_config,
@@ -73,6 +74,7 @@ class Report:
     claims: list[dict]
     figures: list[Path]
     data: dict = field(repr=False)
+    paths: list[Path] = field(default_factory=list, repr=False)  # every file written
 
     @property
     def passed(self) -> bool:
@@ -156,18 +158,25 @@ def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: 
 
 
 def report(runs: str | Path | list, *, out: str | Path | None = None, plots: bool = True,
-           by: list[str] | None = None, metric: str | None = None) -> Report:
+           by: list[str] | None = None, metric: str | None = None,
+           experiment: dict | None = None, solve_at: float | None = None) -> Report:
     """The report over sweep folders (or folders of run folders): best lr per group, solve
-    rates with Wilson intervals, steps to solve, the experiment's claims checked. Written to
-    `out` (default: the one runs folder) as report.md / .csv / .json and PNGs."""
+    rates with Wilson intervals, steps to solve as time to event, the experiment's claims
+    checked, a replication beside its original. Written to `out` (default: the one runs
+    folder) as report.md / .csv / .json and PNGs. `experiment`: the tables of an experiment
+    file whose `[report]` and `[reference]` to use instead of those the sweep recorded."""
     dirs = [Path(r) for r in (runs if isinstance(runs, list) else [runs])]
-    dest = Path(out) if out is not None else dirs[0]
-    if out is None and (len(dirs) != 1 or (dest / ck.CONFIG).is_file()):
-        raise RecallLabError("pass out= for the report: several folders, or a single run's")
-    rep = build_report(dirs, by=by, metric=metric)
-    paths = write_report(rep, dest, plots=plots)
-    frame = pd.DataFrame(rep["rows"])
-    return Report(frame, rep["checks"], [p for p in paths if p.suffix == ".png"], rep)
+    if out is None:
+        if len(dirs) != 1:
+            raise RecallLabError("several runs folders: pass --out for the report")
+        if (dirs[0] / ck.CONFIG).is_file():  # a run folder holds the run's files only
+            raise RecallLabError(f"{dirs[0]} is a single run's folder: pass --out for the "
+                                 "report")
+    rep = build_report(dirs, by=by, metric=metric, experiment=experiment, solve_at=solve_at)
+    add_replication(rep, dirs)
+    paths = write_report(rep, Path(out) if out is not None else dirs[0], plots=plots)
+    return Report(pd.DataFrame(rep["rows"]), rep["checks"],
+                  [p for p in paths if p.suffix == ".png"], rep, paths)
 
 
 def check(target: str, kwargs: dict | None = None, *, learning: bool = True,

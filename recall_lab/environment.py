@@ -8,11 +8,11 @@ import platform
 
 import torch
 
-from recall_lab.version import __version__
 from recall_lab import kernel_check, ssm
 from recall_lab.attention import default_backend
 from recall_lab.attention.sparse import check_triton
 from recall_lab.ssm import backend
+from recall_lab.version import __version__
 
 
 def environment_rows() -> list[tuple[str, str]]:

@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from recall_lab.version import __version__
 from generators.errors import RecallLabError
 from generators.joint_recall import check_samples_fit
 from generators.limits import available_bytes
@@ -48,6 +47,7 @@ from recall_lab.runs import (
     run_identity,
 )
 from recall_lab.tracking import Trackers
+from recall_lab.version import __version__
 
 Progress = Callable[[dict], None]
 

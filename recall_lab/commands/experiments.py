@@ -150,23 +150,14 @@ def register(app: GuardedApp) -> None:
     ) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
-        from recall_lab import checkpoint as ck
-        from recall_lab.experiments.replicate import add_replication
-        from recall_lab.experiments.report import build_report, replication_lines, write_report
+        from recall_lab import api
+        from recall_lab.experiments.report import replication_lines
 
-        dest = out
-        if dest is None:
-            if len(runs) != 1:
-                raise RecallLabError("several runs folders: pass --out for the report")
-            dest = runs[0]
-            if (dest / ck.CONFIG).is_file():  # a run folder holds the run's files only
-                raise RecallLabError(f"{dest} is a single run's folder: pass --out for the "
-                                     "report")
         exp = read_toml(experiment) if experiment is not None else None
         fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
-        rep = build_report(runs, by=fields, metric=metric, experiment=exp, solve_at=solve_at)
-        add_replication(rep, runs)
-        paths = write_report(rep, dest, plots=plots)
+        result = api.report(runs, out=out, plots=plots, by=fields, metric=metric,
+                            experiment=exp, solve_at=solve_at)
+        rep, paths = result.data, result.paths
         console.print(report_table(rep))
         for c in rep["checks"]:
             mark = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]",

@@ -46,9 +46,11 @@ device = "cpu"
 [task]
 preset = "mini-mqar"
 [grid]
-"model" = [{ name = "retention", mixer = "retention_mixer:Retention", mixer_kwargs = { heads = 2 } },
-           { name = "mamba" },
-           { name = "broken", mixer = "retention_mixer:Retention", mixer_kwargs = { heads = 0 } }]
+"model" = [
+    { name = "retention", mixer = "retention_mixer:Retention", mixer_kwargs = { heads = 2 } },
+    { name = "mamba" },
+    { name = "broken", mixer = "retention_mixer:Retention", mixer_kwargs = { heads = 0 } },
+]
 "train.seed" = [0, 1]
 
 [[report.expect]]

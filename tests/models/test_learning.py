@@ -14,10 +14,12 @@ import pytest
 from generators import TaskSpec
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.models import model_config, registered_models
+from recall_lab.models.registry import mixer_models
+from recall_lab.testing import GATE_STEPS, GATE_TASK, GATE_THRESHOLD, learning_gate
 from recall_lab.train import train_run
 
 # 2-4 key-value pairs, 8 values, 8 keys: at most 18 tokens (within every model's capacity)
-SMALL = TaskSpec(levels=((2, 4),), values=8)
+SMALL = GATE_TASK
 # the issue's 4-8-pair MQAR (16 values): at most 34 tokens
 MQAR_4_8 = TaskSpec(levels=((4, 8),), values=16)
 ROUND_ONE_INIT = {"tie_embeddings": True, "embed_std": 0.02, "rescale_residual": False}
@@ -50,14 +52,18 @@ GATES = [
     ("samba", 600, 0.9, {"k": 8}),
     # a registered model meets the gate of the SSMs (mamba's) with k = 8
     *((name, 600, 0.9, {"k": 8}) for name in registered_models()),
+    # every named contract mixer (the lab's own, through its entry points) meets the same gate
+    *((name, GATE_STEPS, GATE_THRESHOLD, {}) for name in mixer_models()),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,steps,threshold,kw", GATES, ids=[g[0] for g in GATES])
 def test_model_learns_small_recall(tmp_path, name, steps, threshold, kw):
-    acc = _test_acc(tmp_path, name, SMALL, steps, stop_at=min(1.0, threshold + 0.03), **kw)
-    assert acc >= threshold, f"{name}: test accuracy {acc:.3f} < {threshold} after {steps} steps"
+    """The gate of `recall-lab check` (recall_lab.testing.learning_gate: SMALL, hidden 32,
+    batch 32, lr 3e-3, warm-up 100, k <= 8), at each family's measured budget."""
+    row = learning_gate({"name": name, **kw}, tmp_path / "run", steps=steps, threshold=threshold)
+    assert row.passed, f"{name}: {row.value} < {threshold} within {steps} steps"
 
 
 @pytest.mark.slow

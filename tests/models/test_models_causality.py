@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recall_lab.attention.patterns import LSHPattern
-from recall_lab.testing import ModelSubject, future_leak, length_leak
 from recall_lab.models import (
     ATTAMBA_MODELS,
     CONTROL_MODELS,
@@ -21,6 +20,7 @@ from recall_lab.models import (
     registered_models,
 )
 from recall_lab.models.registry import mixer_models
+from recall_lab.testing import ModelSubject, future_leak, length_leak
 
 VOCAB, LENGTH = 23, 40
 # the models are built by `tiny`; the subject only draws the ids and reads the logits

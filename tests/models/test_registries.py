@@ -13,9 +13,9 @@ from generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS, PatternRow, register_pattern
 from recall_lab.config import Arch, RunConfig, TrainConfig
 from recall_lab.models import build_model, listed_models, model_config, register_model
-from recall_lab.models.registry import builtin_models
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.hybrid import make_branch_pattern
+from recall_lab.models.registry import builtin_models
 from recall_lab.train import estimate_train_bytes
 from tests.registry_extras import MODEL, PATTERN, StridePattern
 
