@@ -71,17 +71,20 @@ def _pairs(num_kv_pairs) -> list[int]:
                 max_len=lambda input_seq_len=64, **_: input_seq_len)
 def zoology_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
                  input_seq_len: int = 64, num_kv_pairs: int | list[int] = 8,
-                 power_a: float = 0.01, random_non_queries: bool = True):
-    """Zoology's MQAR rows (module docstring); slices: each row's number of pairs."""
+                 power_a: float = 0.01, random_non_queries: bool = True, num_passes: int = 1):
+    """Zoology's MQAR rows (module docstring); slices: each row's number of pairs.
+    `num_passes` (zoology's, after JRT): the key-value pairs repeated that many times before
+    the queries."""
     name = "zoology-mqar"
     sizes = _pairs(num_kv_pairs)
     L = input_seq_len
     _check(L % 2 == 0, name, f"input_seq_len must be even, got {L}")
     _check(vocab_size > L, name, f"vocab_size ({vocab_size}) must exceed input_seq_len ({L})")
     _check(0 < power_a <= 1, name, f"power_a must lie in (0, 1], got {power_a}")
+    _check(num_passes >= 1, name, f"num_passes must be >= 1, got {num_passes}")
     for k in sizes:
-        _check(k >= 1 and 4 * k <= L, name, f"num_kv_pairs {k} needs 1 <= 4 * pairs <= "
-               f"input_seq_len ({L})")
+        _check(k >= 1 and 2 * k * (num_passes + 1) <= L, name, f"num_kv_pairs {k} needs "
+               f"2 * pairs * (num_passes + 1) <= input_seq_len ({L})")
         _check(k <= vocab_size // 2 - 1, name, f"num_kv_pairs {k} exceeds the key ids")
     rng = np.random.default_rng(seed)
     half = vocab_size // 2
@@ -90,14 +93,15 @@ def zoology_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
     targets = np.full((n, L), IGNORE, dtype=np.int64)
     for k in sizes:  # rows of one size are drawn together, in the order the sizes are listed
         rows = np.flatnonzero(per_row == k)
-        m, ctx = len(rows), 2 * k
+        m, ctx = len(rows), 2 * k * num_passes
         if m == 0:
             continue
         keys = 1 + ordered_sample(rng, m, half - 1, k)
         values = half + ordered_sample(rng, m, vocab_size - half, k)
         gaps = power_law_gaps(rng, m, (L - ctx) // 2, k, power_a)
         block = np.zeros((m, L), dtype=np.int64)
-        block[:, 0:ctx:2], block[:, 1:ctx:2] = keys, values
+        block[:, 0:ctx:2] = np.tile(keys, num_passes)
+        block[:, 1:ctx:2] = np.tile(values, num_passes)
         np.put_along_axis(block, ctx + 2 * gaps, keys, axis=1)
         tblock = np.full((m, L), IGNORE, dtype=np.int64)
         np.put_along_axis(tblock, ctx + 2 * gaps, values, axis=1)

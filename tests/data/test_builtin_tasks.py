@@ -239,3 +239,13 @@ def test_mad_memorization_rows(seed, L, frac):
     assert np.array_equal(y[:, 1::2][real], value_of[keys[real]])  # the fixed map's values
     assert (y[:, 1::2][~real] == IGNORE).all()
     assert ((x[:, 0::2][~real] >= usable) & (x[:, 1::2][~real] >= usable)).all()
+
+
+def test_zoology_mqar_num_passes_repeats_the_pairs():
+    x, y, _ = zoology_mqar(50, np.random.SeedSequence(4), vocab_size=128, input_seq_len=64,
+                           num_kv_pairs=4, num_passes=3, random_non_queries=False)
+    assert np.array_equal(x[:, 0:8], x[:, 8:16]) and np.array_equal(x[:, 0:8], x[:, 16:24])
+    asked = y != IGNORE
+    assert (asked.sum(1) == 4).all() and not asked[:, :24].any()
+    # the same gap law after the longer context: (64 - 24) / 2 = 20 places per query
+    assert ((np.nonzero(asked)[1] - 24) % 2 == 0).all()
