@@ -154,3 +154,26 @@ length = 6
                               "--out", str(tmp_path / "report")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "report" / "report.md").is_file()
+
+
+def test_split_fractions_are_stated_beside_the_data(tmp_path):
+    from generators.errors import RecallLabError
+    from recall_lab.runs import run_config_from_tables
+
+    _frame(40).to_parquet(tmp_path / "rows.parquet")
+    tables = {"model": {"name": "transformer"}, "train": {"data": str(tmp_path / "rows.parquet")}}
+    cfg = run_config_from_tables({**tables, "task": {"valid": 0.25, "test": 0.25,
+                                                     "split_seed": 3}})
+    kw = cfg.task.kwargs
+    assert (kw["valid"], kw["test"], kw["split_seed"]) == (0.25, 0.25, 3)
+    splits, _, _ = read_foreign(tmp_path / "rows.parquet", {"valid": 0.25, "test": 0.25,
+                                                            "split_seed": 3})
+    other, _, _ = read_foreign(tmp_path / "rows.parquet", {"valid": 0.25, "test": 0.25,
+                                                           "split_seed": 4})
+    assert [len(splits[s].lengths) for s in ("train", "valid", "test")] == [20, 10, 10]
+    assert not np.array_equal(splits["test"].lengths, other["test"].lengths) or \
+        not np.array_equal(splits["test"].ids, other["test"].ids)  # the seed picks the rows
+    with pytest.raises(RecallLabError, match="does not apply to data files"):
+        run_config_from_tables({**tables, "task": {"levels": [[2, 2]]}})
+    with pytest.raises(RecallLabError, match="leave no training rows"):
+        run_config_from_tables({**tables, "task": {"valid": 0.5, "test": 0.5}})
