@@ -50,9 +50,10 @@ ATTENTION_ARCHS = ("samba", "transformer", "mamba2-attn", "attamba")
 
 
 class SEAttnConfig(BaseModel):
-    """Options of an SE-Attn pattern (seed 001; `recall_lab/attention/seattn.py`), wherever it
-    is used: the hybrid branch (`mamba2+seattn`) or the attention layers of `mamba2-attn-se`.
-    None = derived from the budget k (chunk k/2, block k/8, top (k - chunk) / block)."""
+    """Options of an SE-Attn pattern (the SE-Attn (Expansion Span) paper;
+    `recall_lab/attention/seattn.py`), wherever it is used: the hybrid branch (`mamba2+seattn`) or
+    the attention layers of `mamba2-attn-se`. None = derived from the budget k (chunk k/2,
+    block k/8, top (k - chunk) / block)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -75,8 +76,8 @@ class SEAttnConfig(BaseModel):
 
 class AttnLayersConfig(BaseModel):
     """The attention layers of `mamba2-attn` (Mamba2 layers with attention layers between them,
-    the shape of seed 001's Mamba-2-Hybrid): after each Mamba2 layer listed in `after`, one
-    attention block (multi-head attention with RoPE + SwiGLU MLP)."""
+    the shape of the Mamba-2-Hybrid in SE-Attn (Expansion Span)): after each Mamba2 layer listed in
+    `after`, one attention block (multi-head attention with RoPE + SwiGLU MLP)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -85,7 +86,7 @@ class AttnLayersConfig(BaseModel):
 
 
 class AttambaConfig(BaseModel):
-    """Attamba (paper 003): chunk pattern and the chunk-reset key/value SSMs (models/attamba.py).
+    """Attamba: chunk pattern and the chunk-reset key/value SSMs (models/attamba.py).
 
     Defaults from the paper scaled to the lab's 2-layer, hidden-64 models: P = 8 and leading
     tokens L = P (Sec. 4.1, Fig. 15, 17), cyclic chunk boundaries (App. A.1.1, best in Fig. 14),
@@ -119,7 +120,7 @@ class AttambaConfig(BaseModel):
 
 
 class DecimationConfig(BaseModel):
-    """DeciMamba (seed 002 Sec. 4, Eq. 11, App. A, D; MECHANISMS.md §1).
+    """DeciMamba (the paper's Sec. 4, Eq. 11, App. A, D; docs/seeds/002-decimamba.md).
 
     The s-th decimating layer (s = 0 first, in `layers` order) keeps
     P_s = max(min_len, floor(L_base * beta^s)) context tokens (at most the row's context), or with
@@ -159,7 +160,7 @@ class ModelConfig(BaseModel):
     """Everything needed to rebuild a model; `name` is the registry row (`mamba+hax`, ...).
 
     `k` is the total key budget per query; patterns made of two components (sw+d, a, hax) give
-    each component k/2, as in seed 004 Sec. 5.1.
+    each component k/2, as in the joint-recall paper's Sec. 5.1.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -171,7 +172,7 @@ class ModelConfig(BaseModel):
     d_model: Int = Field(64, ge=4)
     n_layers: Int = Field(2, ge=1)
     k: Int = Field(64, ge=1)
-    lsh_bits: Int = Field(8, ge=1)  # sign-bit LSH h (seed 004 App. D.1)
+    lsh_bits: Int = Field(8, ge=1)  # sign-bit LSH h (joint-recall paper App. D.1)
     d_state: Int | None = Field(None, ge=1)  # None = the mixer's default (Mamba 16, Mamba2 64)
     d_conv: Int = Field(4, ge=1)
     expand: Int = Field(2, ge=1)
@@ -316,9 +317,9 @@ class ModelConfig(BaseModel):
 
 
 class FinetuneConfig(BaseModel):
-    """Fine-tuning from a finished run (seed 001 Sec. 3.4, 4.6): start from its weights, then
-    train only what `adapter` opens (`recall_lab/models/adapters.py`): lora (LoRA on the
-    attention projections), lora+ (LongLoRA's: + embedding and norms), hylora (+ the SSMs'
+    """Fine-tuning from a finished run (SE-Attn (Expansion Span) Sec. 3.4, 4.6): start from its
+    weights, then train only what `adapter` opens (`recall_lab/models/adapters.py`): lora (LoRA on
+    the attention projections), lora+ (LongLoRA's: + embedding and norms), hylora (+ the SSMs'
     1D convolutions), full. The run's model may use another attention than its base (the
     attention is parameter-free, so the base weights fit)."""
 
@@ -350,7 +351,7 @@ class TrainConfig(BaseModel):
     schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; paper: constant
     min_lr: Float = Field(0.0, ge=0)
     grad_clip: Float = Field(1.0, gt=0)
-    alpha: Float = Field(0.1, ge=0)  # weight of the KS ranking loss (seed 004 Eq. 18)
+    alpha: Float = Field(0.1, ge=0)  # weight of the KS ranking loss (joint-recall paper Eq. 18)
     seed: Int = Field(0, ge=0)  # model init, hash planes, KS sampling
     data_seed: Int = Field(0, ge=0)  # training stream (or epoch order) and the held-out sets
     # A dataset folder from `recall-lab generate`: train on its train split (a fresh seeded
@@ -364,8 +365,9 @@ class TrainConfig(BaseModel):
     finetune: FinetuneConfig | None = None  # None = train from scratch
     # After training, also test the best weights at these multiples of the base task's length
     # (a fine-tune run's base run's task, else the run's own; same tables, more filler), with the
-    # run's attention and, where it can be swapped, with full attention (seed 001 evaluates
-    # SE-Attn fine-tunes with full attention): summary valid/test "x{f}" and "x{f}-full".
+    # run's attention and, where it can be swapped, with full attention (the SE-Attn (Expansion
+    # Span) paper evaluates SE-Attn fine-tunes with full attention): summary valid/test "x{f}"
+    # and "x{f}-full".
     test_length_factors: tuple[Int, ...] = ()
     # Early stopping, checked at every evaluation: stop once the held-out accuracy reaches
     # `stop_at` (zoology stops at 0.99), or after `patience` evaluations without a better

@@ -1,5 +1,5 @@
 """Decode state of a pattern: which keys one new query reads, kept in bounded memory where the
-pattern allows it (paper 004's inference case; docs/decoding.md).
+pattern allows it (the joint-recall paper's inference case; docs/decoding.md).
 
 A `Decoder` takes one token's ``q, k: [B, H, d]`` and ``v: [B, H, dv]`` at position ``t`` (its own
 counter) and returns the `Keys` query t attends to: their positions and their keys and values.
@@ -11,10 +11,11 @@ every q, k, v and re-runs the pattern on the prefix: exact for any causal patter
 tokens <= t only), with memory and time growing as L. So a new pattern decodes without any decoder
 of its own; a bounded one is an optimisation that the generic decode test ties to the parallel form.
 
-Why a bounded state is exact here: every key's eligibility is fixed when it arrives (seed 004):
-SW/D keep the n latest (dilated) positions, Sink the first n, LSH the n latest keys of each bin
-(a key's bin comes from its centred key, which never changes later), KS the top-n scores so far
-(a score is fixed at its position, so a key that drops out of the top-n never returns).
+Why a bounded state is exact here (the joint-recall paper's patterns): every key's eligibility is
+fixed when it arrives: SW/D keep the n latest (dilated) positions, Sink the first n, LSH the n
+latest keys of each bin (a key's bin comes from its centred key, which never changes later), KS
+the top-n scores so far (a score is fixed at its position, so a key that drops out of the top-n
+never returns).
 
 `growth` of a decoder: how its memory grows with the context length L ("constant", "L/P", "L").
 """

@@ -117,8 +117,8 @@ def register(app: GuardedApp) -> None:
                                      "layers=auto). 'off' disables a run's own decimation."),
         attention: str = typer.Option(None, "--attention", help="Evaluate with another "
                                       "attention than the run's: full, sw, se, se-paper, "
-                                      "se-nomem, se-random (seed 001 evaluates SE-Attn "
-                                      "fine-tunes with full)."),
+                                      "se-nomem, se-random (SE-Attn (Expansion Span) "
+                                      "evaluates SE-Attn fine-tunes with full)."),
         decode: bool = typer.Option(False, "--decode", help="Also evaluate by recurrent "
                                     "decoding (prefill each information component, then step "
                                     "through the inquiry) and say whether its accuracy equals "

@@ -5,13 +5,13 @@ Runs are read from folders only: a sweep folder (its `sweep.json` lists the grid
 and unfinished ones included, and carries the experiment's `[report]` and `[reference]` tables)
 or any folder of run folders (`config.json` + `summary.json` each).
 
-Protocol (seed 004 Sec. 5.1, zoology): runs are grouped by every config field that varies except
-`train.lr` and `train.seed` (or by the fields given with `by`); fields that only follow others
-(`model.arch` follows `model.name`), and fields a run's model does not have (None), are left out of
-the label. In each group the lr with the best mean validation metric over its finished seeds is
-chosen (highest accuracy, lowest loss), and the test metric at that lr is reported as mean and
-sample standard deviation (n - 1) over seeds, with the number of seeds, and the group's unfinished
-(`missing`) and `failed` runs. The validation metric of a run is its best checkpoint's
+Protocol (the joint-recall paper's Sec. 5.1, zoology): runs are grouped by every config field that
+varies except `train.lr` and `train.seed` (or by the fields given with `by`); fields that only
+follow others (`model.arch` follows `model.name`), and fields a run's model does not have (None),
+are left out of the label. In each group the lr with the best mean validation metric over its
+finished seeds is chosen (highest accuracy, lowest loss), and the test metric at that lr is reported
+as mean and sample standard deviation (n - 1) over seeds, with the number of seeds, and the group's
+unfinished (`missing`) and `failed` runs. The validation metric of a run is its best checkpoint's
 (`summary.json` "valid"), the test metric that checkpoint's on the test set.
 
 Claims (`[[report.expect]]` in the experiment file), checked by `report --check`:

@@ -1,7 +1,6 @@
 """Statistics that fit recall runs, whose outcomes are bimodal (a run jumps to ~1.0 or stays on
 the plateau): seeds solved out of seeds run with a Wilson interval, Fisher's exact test between
-two solve rates, steps-to-solve per seed, survival curves, and the table-size frontier
-(SCIENCE.md "Statistics that fit").
+two solve rates, steps-to-solve per seed, survival curves, and the table-size frontier.
 
 Intervals and tests come from scipy.stats; this module only decides what is counted:
 - a run is *solved* when its test metric (the best checkpoint's) reaches `solve_at`
@@ -120,7 +119,8 @@ def fisher_power(p_a: float, p_b: float, n_a: int, n_b: int | None = None,
     """Exact power of the one-sided Fisher test "a solves more than b" at `level` when the true
     solve rates are p_a and p_b with n_a and n_b seeds: the probability, summed over every
     outcome (k_a, k_b) of the two binomials, that the test rejects. Choose the number of seeds
-    from this before the runs (SCIENCE.md: 0.9 vs 0.3 needs ~15 seeds per arm for 89%)."""
+    from this before the runs (with the two-sided test, 0.9 vs 0.3 needs ~15 seeds per arm for
+    89% power)."""
     n_b = n_a if n_b is None else n_b
     pa = stats.binom.pmf(np.arange(n_a + 1), n_a, p_a)
     pb = stats.binom.pmf(np.arange(n_b + 1), n_b, p_b)

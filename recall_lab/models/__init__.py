@@ -1,8 +1,8 @@
 """Models: hybrid SSM + sparse-attention blocks, Samba, Transformer, and the 2-layer LM.
 
-`build_model(name, vocab_size, **overrides)` builds any row of seed 004 Table 1 by name; see
-`registry.py` for the names, `archs.py` for the architecture table and `lm.py` / `blocks.py` /
-`hybrid.py` for the modules.
+`build_model(name, vocab_size, **overrides)` builds any row of the joint-recall paper's Table 1
+by name; see `registry.py` for the names, `archs.py` for the architecture table and `lm.py` /
+`blocks.py` / `hybrid.py` for the modules.
 """
 
 from recall_lab.models.lm import LMOutput, RecallLM

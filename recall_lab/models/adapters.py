@@ -1,11 +1,11 @@
-"""Fine-tuning adapters: LoRA, LongLoRA's LoRA+, HyLoRA (seed 001 Sec. 3.4, 4.6, 6), full.
+"""Fine-tuning adapters: LoRA, LongLoRA's LoRA+, HyLoRA (Expansion Span Sec. 3.4, 4.6, 6), full.
 
 * ``lora``: low-rank adapters on the attention projections only, everything else frozen:
   ``y = W x + (alpha / r) B A x`` with W frozen, A Kaiming-uniform, B = 0 (so the adapted model
   starts equal to its base), as in LoRA and peft. Targets (by module name): the hybrid branch's
   ``qk`` and the attention layers' ``qkv`` and ``out`` (LongLoRA adapts q, k, v, o).
-* ``lora+``: the "LoRA+" of seed 001's reference [3] (LongLoRA): ``lora`` plus trainable
-  embedding (input side; an untied output head stays frozen, as in LongLoRA) and every
+* ``lora+``: the "LoRA+" of SE-Attn (Expansion Span)'s reference [3] (LongLoRA): ``lora`` plus
+  trainable embedding (input side; an untied output head stays frozen, as in LongLoRA) and every
   normalisation weight (RMSNorm, the Mamba2 gated RMSNorm); in the lab also the hybrid
   branch's output ``scale`` (a per-channel weight of the attention output, the branch's
   closest analogue of a norm weight). NOT peft's

@@ -45,7 +45,8 @@ def _ssm_blocks(cfg: ModelConfig) -> list[nn.Module]:
 
 
 def _mamba2_attn_blocks(cfg: ModelConfig) -> list[nn.Module]:
-    """Seed 001's Mamba-2-Hybrid shape, scaled down: attention after the listed Mamba2 layers."""
+    """The Mamba-2-Hybrid shape of SE-Attn (Expansion Span), scaled down: attention after the
+    listed Mamba2 layers."""
     out: list[nn.Module] = []
     for i in range(cfg.n_layers):
         out.append(SSMBlock(cfg, with_branch=False))
@@ -60,8 +61,8 @@ def _transformer_blocks(cfg: ModelConfig) -> list[nn.Module]:
 
 
 def _samba_blocks(cfg: ModelConfig) -> list[nn.Module]:
-    """Seed 004 App. D.1 (2 Mamba + 2 SWA layers, window k): units of Mamba, MLP, SWA+MLP, as
-    in the Samba paper's layer layout."""
+    """The joint-recall paper's App. D.1 (2 Mamba + 2 SWA layers, window k): units of Mamba, MLP,
+    SWA+MLP, as in the Samba paper's layer layout."""
     out: list[nn.Module] = []
     for _ in range(cfg.n_layers):
         out += [SSMBlock(cfg, with_branch=False), MLPBlock(cfg), AttentionBlock(cfg, cfg.k)]

@@ -1,4 +1,4 @@
-"""Attamba (paper 003): attention over SSM-compressed key/value chunks; and the lab's hybrid branch.
+"""Attamba: attention over SSM-compressed key/value chunks; and the lab's hybrid branch.
 
 `attamba` (arch): Transformer blocks whose attention takes q = W_Q x per head, K = SSM_K(x) + x and
 V = SSM_V(x) + x (Sec. 4, Fig. 11: no K/V projections; the release adds the residual), where the
@@ -12,7 +12,7 @@ Test-time form (Eq. 6-7): `AttambaAttention.step` keeps the K/V SSM states and, 
 only the chunk-end entries plus the leading window (at most ceil(t/P) + leading); `decode` runs a
 whole `RecallLM` token by token that way. It equals the parallel form (tests/models).
 
-`mamba+attamba` (pattern on the hybrid branch) is an INVENTION OF THIS LAB, not in paper 003:
+`mamba+attamba` (pattern on the hybrid branch) is an INVENTION OF THIS LAB, not in Attamba:
 the sparse branch of a Mamba block (models/hybrid.py) takes its keys and values from chunk-reset
 S6 scans over the branch input xc (K = W_K (S6_K(xc) + xc) of size d_qk, V = S6_V(xc) + xc) and
 reads them with the attamba pattern. `kv="proj"` there is the plain branch (projected keys, v =
@@ -233,7 +233,7 @@ class BranchCache:
 
 
 class AttambaBranch(nn.Module):
-    """LAB INVENTION (not in paper 003): the hybrid branch with chunk-reset S6 keys/values.
+    """LAB INVENTION (not in Attamba): the hybrid branch with chunk-reset S6 keys/values.
 
     q = W_q xc, k = W_k (S6_K(xc) + xc) (size d_qk), v = S6_V(xc) + xc (d_inner), one head,
     attamba pattern, sparse attention with scale 1/sqrt(d_qk), a learned per-channel output scale

@@ -1,7 +1,7 @@
 """The residual blocks every model is built from, and the language model's output type.
 
 - `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
-  `SparseBranch` passed as its `side` hook (the hybrid of seed 004 Fig. 3).
+  `SparseBranch` passed as its `side` hook (the hybrid of the joint-recall paper's Fig. 3).
 - `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA).
 - `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
 """
@@ -29,7 +29,7 @@ from recall_lab.ssm import Mamba2Mixer, MambaMixer, RMSNorm
 @dataclass
 class LMOutput:
     logits: torch.Tensor  # [b, l, vocab]
-    aux_loss: torch.Tensor | None  # KS ranking loss summed over layers (seed 004 Eq. 18)
+    aux_loss: torch.Tensor | None  # KS ranking loss summed over layers (joint-recall paper Eq. 18)
     params: list | None = None  # per SSM layer: SSMParams (Delta, A, B, C, x, D) when asked
     kept: torch.Tensor | None = None  # DeciMamba: bool [b, l], positions that have logits
 

@@ -1,5 +1,5 @@
 """DeciMamba in the language model: the decimated forward, layer choice by Mamba Mean Distance,
-and the `--decimate` option (seed 002 Sec. 4; MECHANISMS.md §1).
+and the `--decimate` option (DeciMamba Sec. 4; docs/seeds/002-decimamba.md).
 
 The forward carries, next to the hidden states, each kept token's original position; decimating
 layers shorten the sequence (`SSMBlock` gathers the residual), and the logits are scattered back to
@@ -71,7 +71,7 @@ def decimated_forward(model, ids: torch.Tensor, return_params: bool = False):
 
 def decimated_prefill(model, ids: torch.Tensor, caches: list) -> torch.Tensor:
     """Feed a context ids [b, l] (no SEP: all of it may be dropped) into empty block caches the
-    DeciMamba way (seed 002 Sec. 4): layer by layer, each block steps over its input sequence;
+    DeciMamba way (DeciMamba Sec. 4): layer by layer, each block steps over its input sequence;
     a decimating layer first picks its kept tokens as the parallel forward does, then steps over
     every input token with the scan advancing on the kept ones only, and passes on the kept
     positions' outputs. Returns the logits [b, l, vocab], zeros at dropped positions. The

@@ -9,7 +9,7 @@ cache)`, so an architecture made of them decodes with no code here.
 
 `prefill(model, ids, cache)` feeds a prompt: token by token, except for DeciMamba models, whose
 decimating layers drop context tokens during the prefill only (`models/decimation.py`,
-seed 002 Sec. 4); the inquiry is then stepped as usual. `decode(model, ids, n_prefill)` does both
+DeciMamba Sec. 4); the inquiry is then stepped as usual. `decode(model, ids, n_prefill)` does both
 and returns the logits the parallel forward gives (zeros where DeciMamba dropped the token).
 
 `state_growth(model)`: how the decode state grows with the context length L ("constant", "L/P"

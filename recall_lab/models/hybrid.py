@@ -1,4 +1,4 @@
-"""The sparse-attention branch of a hybrid SSM block (seed 004 Sec. 4.3, Fig. 3).
+"""The sparse-attention branch of a hybrid SSM block (joint-recall paper Sec. 4.3, Fig. 3).
 
 The branch runs parallel to the SSM and shares its in-projection and short convolution: the SSM
 mixer calls it as `side(xc)` with the post-conv, post-activation SSM input xc [b, l, d_inner] and

@@ -1,21 +1,21 @@
-"""Model names (the rows of seed 004 Table 1) -> `ModelConfig` -> `RecallLM`.
+"""Model names (the rows of the joint-recall paper's Table 1) -> `ModelConfig` -> `RecallLM`.
 
 Names: `mamba`, `mamba+<pattern>` for any attention pattern (`mamba+hax`, `mamba+sw+d`, ...,
 `mamba2+seattn`), `mamba-2x` (hidden size doubled), the same with `mamba2`; the rows of
 `MODEL_ROWS`: `samba`, `transformer`, `mamba2-attn[-sw|-se]` (Mamba2 layers with full /
-sliding-window / SE-Attn attention layers, seed 001's Mamba-2-Hybrid shape); `mamba+deci` and
-`mamba2+deci` (DeciMamba, seed 002: Delta-based decimation of the context in the last layer by
-default; `decimation=` overrides the `DecimationConfig`); the controls `CONTROL_MODELS`:
-`mamba+oracle`, `mamba2+oracle` (the branch's keys chosen from the token ids, the control for
-KS). Defaults follow seed 004 Sec. 5.1 / App. D.1: 2 layers, hidden 64, k = 64 (k/2 per
-component for sw+d, a, hax), sign-bit LSH with h = 8, Samba = 2 Mamba + 2 SWA layers with
-window 64.
+sliding-window / SE-Attn attention layers, the Mamba-2-Hybrid shape of SE-Attn (Expansion
+Span)); `mamba+deci` and `mamba2+deci` (DeciMamba: Delta-based decimation of the context in the
+last layer by default; `decimation=` overrides the `DecimationConfig`); the controls
+`CONTROL_MODELS`: `mamba+oracle`, `mamba2+oracle` (the branch's keys chosen from the token ids,
+the control for KS). Defaults follow the joint-recall paper's Sec. 5.1 / App. D.1: 2 layers,
+hidden 64, k = 64 (k/2 per component for sw+d, a, hax), sign-bit LSH with h = 8, Samba =
+2 Mamba + 2 SWA layers with window 64.
 
-Attamba rows (`ATTAMBA_MODELS`): `attamba` (paper 003: a Transformer with chunk-reset SSM
+Attamba rows (`ATTAMBA_MODELS`): `attamba` (Attamba: a Transformer with chunk-reset SSM
 keys/values and the chunk pattern; options in `ModelConfig.attamba`), `mamba+attamba` (this lab's
 own hybrid: the Mamba branch reads chunk-reset S6 keys with the attamba pattern; `kv="proj"` is
 its projected-key control) and `transformer+sw` (a sliding-window Transformer, window k: the
-iso-KV-cache baseline of paper 003 Fig. 7).
+iso-KV-cache baseline of Attamba's Fig. 7).
 
 Attention swaps (`with_attention`, for fine-tuning and evaluation), for a branch model
 (`mamba2+full`, ...) and for the layer hybrid (`mamba2-attn`): `full`, `sw`, `se` (SE-Attn,
@@ -52,18 +52,18 @@ MODEL_ROWS: dict[str, dict] = {
     "attamba": {"arch": "attamba", "attamba": {}},
     "transformer+sw": {"arch": "transformer", "pattern": "sw"},
 }
-# SE-Attn rows (seed 001): the hybrid branch with SE-Attn and its ablations, and the layer hybrid.
+# SE-Attn rows: the hybrid branch with SE-Attn and its ablations, and the layer hybrid.
 SEATTN_MODELS: tuple[str, ...] = tuple(
     [f"{base}+{p}" for base in ("mamba", "mamba2")
      for p in ("seattn", "seattn-nomem", "seattn-random", "seattn-landmark")]
     + ["mamba2-attn", "mamba2-attn-sw", "mamba2-attn-se"]
 )
-# Attamba rows (seed 003) and its baselines; `mamba+attamba` is this lab's own hybrid.
+# Attamba rows and their baselines; `mamba+attamba` is this lab's own hybrid.
 ATTAMBA_MODELS: tuple[str, ...] = ("attamba", "mamba+attamba", "transformer+sw")
-# DeciMamba rows (seed 002). Not strictly causal before the first SEP (the kept context depends
+# DeciMamba rows. Not strictly causal before the first SEP (the kept context depends
 # on the whole context), so they are checked by their own causality test from SEP on.
 DECI_MODELS: tuple[str, ...] = ("mamba+deci", "mamba2+deci")
-# Controls (issue 24 item 5): the hybrid branch with keys chosen from the token ids by the oracle
+# Controls: the hybrid branch with keys chosen from the token ids by the oracle
 # pattern (attention/oracle.py) instead of a learned selector.
 CONTROL_MODELS: tuple[str, ...] = ("mamba+oracle", "mamba2+oracle")
 # Rows added by `register_model` (a test's or an experiment's own models), in order.
