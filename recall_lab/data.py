@@ -264,6 +264,20 @@ class LabelledReader(DatasetReader):
         index = np.asarray(index, dtype=np.int64)
         return part.padded(index, self.spec.max_len if self.manifest is not None else None)
 
+    def overlap(self, held: dict[str, np.ndarray]) -> dict | None:
+        """For data of another tool (its splits are not made disjoint): the fraction of each
+        held-out set's rows whose ids also occur as a training row (padding-invariant row
+        hashes, every training row); None for a lab dataset, disjoint by construction."""
+        if self.manifest is not None:
+            return None
+        n = self.count("train")
+        seen = np.concatenate([row_keys(self.rows("train", np.arange(s, min(s + 4096, n)))[0])
+                               for s in range(0, n, 4096)] or [row_keys(np.zeros((0, 1)))])
+        out: dict = {"train_rows_checked": int(n)}
+        for name, inputs in held.items():
+            out[name] = float(np.isin(row_keys(inputs), seen).mean()) if len(inputs) else 0.0
+        return out
+
     def slices(self, split: str, n: int | None = None) -> np.ndarray | None:
         part = self._split(split)
         if part.slices is None:
@@ -356,7 +370,8 @@ class DataSource:
 
     def overlap(self, batch_size: int, steps: int, held: dict[str, np.ndarray]) -> dict | None:
         """For a stream, how much of each held-out set the training stream also draws
-        (`stream_overlap`); None for a dataset, whose splits are disjoint by construction."""
+        (`stream_overlap`); for another tool's data, how much of it is also a training row;
+        None for a lab dataset, whose splits are disjoint by construction."""
         if self.reader is not None:
-            return None
+            return self.reader.overlap(held) if hasattr(self.reader, "overlap") else None
         return stream_overlap(self.spec, batch_size, self.seed, steps, held)

@@ -177,3 +177,26 @@ def test_split_fractions_are_stated_beside_the_data(tmp_path):
         run_config_from_tables({**tables, "task": {"levels": [[2, 2]]}})
     with pytest.raises(RecallLabError, match="leave no training rows"):
         run_config_from_tables({**tables, "task": {"valid": 0.5, "test": 0.5}})
+
+
+def test_held_out_rows_also_in_train_are_counted_for_foreign_data(tmp_path):
+    from recall_lab.data import DataSource
+    from recall_lab.runs import run_config_from_tables
+
+    frame = _frame(20)
+    pd.concat([frame, frame.iloc[:10]]).to_parquet(tmp_path / "dup.parquet")  # 10 rows twice
+    cfg = run_config_from_tables({"model": {"name": "transformer"},
+                                  "train": {"data": str(tmp_path / "dup.parquet")},
+                                  "task": {"valid": 0.2, "test": 0.2}})
+    src = DataSource.for_run(cfg)
+    held = {s: src.held_out(s, 100)[0] for s in ("valid", "test")}
+    got = src.overlap(4, 1, held)
+    def key(row):  # a row up to its right padding, as the row hash sees it
+        return tuple(np.trim_zeros(row, "b"))
+
+    train = {key(r) for r in src.reader.rows("train", np.arange(src.reader.count("train")))[0]}
+    for s in ("valid", "test"):
+        expect = np.mean([key(r) in train for r in held[s]])
+        assert 0 < expect < 1 or s == "valid"
+        assert got[s] == pytest.approx(expect)
+    assert got["train_rows_checked"] == src.reader.count("train")
