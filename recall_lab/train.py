@@ -329,7 +329,8 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         "test": {**test, **test_x},
         "device": str(device), "wall_s_this_session": wall,
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
-        "held_out_in_training": overlap,  # streamed runs: fraction also seen in training
+        # streamed runs and other tools' data: the fraction of held-out rows also trained on
+        "held_out_in_training": overlap,
     }
     if t.finetune is not None:  # the folder a glob such as runs/seattn-pretrain/s0-* resolved to
         summary["base_run"] = str(resolve_base_run(t.finetune.base_run))
