@@ -4,20 +4,11 @@ Distance (DeciMamba Sec. 3) of a trained run."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import int_list
-
-CHECKPOINT_HELP = ("Which weights load: best (the checkpoint with the highest validation "
-                   "accuracy during training; the default) or last (the final step's).")
-
-
-def checkpoint_option() -> Any:
-    """The one `--checkpoint best|last` option of every command that loads a run's weights."""
-    return typer.Option("best", "--checkpoint", metavar="best|last", help=CHECKPOINT_HELP)
 
 
 def _parse_lengths(text: str | None) -> list[int] | None:

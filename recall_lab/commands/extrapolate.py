@@ -9,8 +9,7 @@ from pathlib import Path
 import typer
 
 from generators.errors import RecallLabError
-from recall_lab.commands.analysis import checkpoint_option
-from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 
 
 def register(app: GuardedApp) -> None:

@@ -15,7 +15,7 @@ from rich.markup import escape
 from generators.errors import RecallLabError
 from recall_lab.commands.experiments import report_table
 from recall_lab.commands.progress import SweepProgress, TrainProgress
-from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import resolve_task
 from recall_lab.tracking import parse_log
 
@@ -106,7 +106,7 @@ def register(app: GuardedApp) -> None:
                                  "run's own task); other lengths/table sizes test extrapolation."),
         n: int = typer.Option(512, "--n", help="Number of test samples."),
         data_seed: int = typer.Option(0, "--data-seed", help="Seed of the test samples."),
-        checkpoint: str = typer.Option("best", help="best or last."),
+        checkpoint: str = checkpoint_option(),
         batch_size: int = typer.Option(64, "--batch-size", help="Evaluation batch size."),
         device: str = typer.Option("auto", help="auto, cpu or cuda[:N]."),
         length_factor: int = typer.Option(1, "--length-factor", help="Evaluate the same tables "

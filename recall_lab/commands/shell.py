@@ -195,3 +195,12 @@ class GuardedApp:
             return fn
 
         return register
+
+
+CHECKPOINT_HELP = ("Which weights load: best (the checkpoint with the highest validation "
+                   "accuracy during training; the default) or last (the final step's).")
+
+
+def checkpoint_option() -> Any:
+    """The one `--checkpoint best|last` option of every command that loads a run's weights."""
+    return typer.Option("best", "--checkpoint", metavar="best|last", help=CHECKPOINT_HELP)
