@@ -31,8 +31,9 @@ def _fmt_tokens(n: float) -> str:
 def register(app: GuardedApp) -> None:
     @app.command()
     def sweep(
-        experiment: Path = typer.Argument(..., help="Experiment TOML: a base run config plus a "
-                                          "\\[grid] of axes (see README, Experiments)."),
+        experiment: Path = typer.Argument(..., help="Experiment TOML (a base run config plus "
+                                          "a \\[grid] of axes), or the name of a shipped "
+                                          "experiment (`recall-lab experiments list`)."),
         out: Path = typer.Option(Path("runs"), help="Root folder; runs go to OUT/EXPERIMENT/"
                                  "NAME-HASH/ beside OUT/EXPERIMENT/sweep.json."),
         workers: int = typer.Option(1, help="Runs in parallel (processes, or Ray tasks)."),
