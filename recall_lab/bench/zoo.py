@@ -37,7 +37,7 @@ D_MODEL = 64
 ZOO = ("linear-attn", "based", "deltanet", "gated-deltanet", "gla", "hyena")
 SHAPES = [(32, 34), (32, 130), (16, 1024)]
 QUICK_SHAPES = [(32, 130), (16, 256)]
-# the goals: chunked >= 20x its loop at 1024 tokens; within 1.5x of mamba2 at capacity
+# the goals: chunked >= 20x its loop at 1024 tokens; within 1.5x of mamba2 at the capacity shapes
 GOAL_LOOP, GOAL_MAMBA2 = 20.0, 1.5
 
 
