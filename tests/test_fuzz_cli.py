@@ -52,12 +52,14 @@ ARGS = {
                                          "--valid", "2", "--test", "2", "--workers", "1"],
     "train": ["--model", "mamba", "--task", "TASK.toml", "--steps", "1", "--eval-samples", "4",
               "--device", "cpu"],
+    "check": ["mha", "--no-learning", "--no-speed"],
 }
 # Options whose every string is a valid value (an output path): not fuzzed (any value is good).
 # Each is named with its reason; test_every_command_has_its_arguments keeps the list honest.
 FREE_TEXT = {
     "out": "any path is a valid output name",
     "dest": "any path is a valid archive name",
+    "json_out": "any path is a valid name for check's JSON",
 }
 
 

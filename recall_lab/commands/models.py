@@ -25,8 +25,10 @@ def register(app: GuardedApp) -> None:
     def train(
         model: str = typer.Option(None, "--model", "-m", help="Model name, e.g. mamba+hax "
                                   "(see `recall-lab models`)."),
-        task: str = typer.Option(None, "--task", "-t", help="Task preset (mini-mqjr, ...) or a "
-                                 "TOML file with a \\[task] table."),
+        task: str = typer.Option(None, "--task", "-t", help="Task preset (mini-mqjr, ...), "
+                                 "built-in task (zoology-mqar, selective-copy, ...: see "
+                                 "`recall-lab presets`) or a TOML file with a \\[task] table "
+                                 "(a generator by import path too)."),
         steps: int = typer.Option(None, help="Optimizer steps (default 2000)."),
         lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
         batch_size: int = typer.Option(None, "--batch-size", help="Batch size (default 32)."),
@@ -42,8 +44,10 @@ def register(app: GuardedApp) -> None:
         patience: int = typer.Option(None, help="Stop after this many evaluations without a "
                                      "better checkpoint."),
         data: Path = typer.Option(None, "--data", help="Dataset folder from `recall-lab "
-                                  "generate`: train on its train split, evaluate on its "
-                                  "valid/test splits (default: stream from the generator)."),
+                                  "generate`, or another tool's Parquet file or folder or HF "
+                                  "`datasets` folder with input_ids and labels: train on its "
+                                  "train split, evaluate on its valid/test splits (default: "
+                                  "stream from the generator)."),
         device: str = typer.Option(None, help="auto, cpu or cuda[:N] (default auto)."),
         config: Path = typer.Option(None, "--config", "-c", help="TOML run config "
                                     "(\\[model], \\[train], \\[task]); flags override it."),
