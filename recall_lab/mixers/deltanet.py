@@ -55,10 +55,11 @@ def delta_rule_recurrent(q: Tensor, k: Tensor, v: Tensor, beta: Tensor,
     g [b, h, l] = log alpha (None: no decay) -> o [b, h, l, d_v]."""
     b, h, length, dk = q.shape
     state = q.new_zeros(b, h, dk, v.shape[-1])
+    gs = [None] * length if g is None else g.unbind(2)
     out = []
-    for t in range(length):
-        o, state = delta_rule_step(q[:, :, t], k[:, :, t], v[:, :, t], beta[:, :, t],
-                                   None if g is None else g[:, :, t], state)
+    for q_t, k_t, v_t, beta_t, g_t in zip(q.unbind(2), k.unbind(2), v.unbind(2),
+                                          beta.unbind(2), gs, strict=True):
+        o, state = delta_rule_step(q_t, k_t, v_t, beta_t, g_t, state)
         out.append(o)
     return torch.stack(out, dim=2)
 
@@ -102,12 +103,17 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor 
     kg = kc if gam is None else kc * (gam[..., -1:] - gam).exp()[..., None]
     state = q.new_zeros(*q.shape[:2], q.shape[-1], dv)
     out = []
-    for i in range(qc.shape[2]):
-        u = u0[:, :, i] - w[:, :, i] @ state
-        out.append(qg[:, :, i] @ state + scores[:, :, i] @ u)
-        if gam is not None:
-            state = state * gam[:, :, i, -1, None, None].exp()
-        state = state + kg[:, :, i].transpose(-1, -2) @ u
+    # per-chunk views by one unbind each (indexing inside the loop would make autograd write
+    # every chunk's gradient into a zeroed full-size tensor: quadratic in the number of chunks)
+    ends = [None] * qc.shape[2] if gam is None else gam[..., -1, None, None].exp().unbind(2)
+    for u0_i, w_i, qg_i, s_i, kg_i, end in zip(u0.unbind(2), w.unbind(2), qg.unbind(2),
+                                                scores.unbind(2), kg.unbind(2), ends,
+                                                strict=True):
+        u = u0_i - w_i @ state
+        out.append(qg_i @ state + s_i @ u)
+        if end is not None:
+            state = state * end
+        state = state + kg_i.transpose(-1, -2) @ u
     return from_chunks(torch.stack(out, dim=2), length)
 
 

@@ -57,11 +57,12 @@ def gla_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, state: Tensor
 
 def gla_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor) -> Tensor:
     """The recurrence as a loop: q, k, g [b, h, l, d_k], v [b, h, l, d_v] -> [b, h, l, d_v]."""
-    b, h, length, dk = q.shape
+    b, h, _, dk = q.shape
     state = q.new_zeros(b, h, dk, v.shape[-1])
     out = []
-    for t in range(length):
-        o, state = gla_step(q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], state)
+    for q_t, k_t, v_t, g_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), g.unbind(2),
+                                  strict=True):
+        o, state = gla_step(q_t, k_t, v_t, g_t, state)
         out.append(o)
     return torch.stack(out, dim=2)
 
@@ -86,9 +87,12 @@ def gla_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, chunk: int) -> Tenso
     end = gam[..., -1, :].exp()  # [b, h, n, d_k]
     state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     out = []
-    for i in range(qc.shape[2]):
-        out.append(qg[:, :, i] @ state + intra[:, :, i])
-        state = end[:, :, i, :, None] * state + kg[:, :, i].transpose(-1, -2) @ vc[:, :, i]
+    # per-chunk views by one unbind each (indexing in the loop: quadratic backward, see
+    # deltanet.py)
+    for qg_i, in_i, end_i, kg_i, v_i in zip(qg.unbind(2), intra.unbind(2), end.unbind(2),
+                                            kg.unbind(2), vc.unbind(2), strict=True):
+        out.append(qg_i @ state + in_i)
+        state = end_i[..., None] * state + kg_i.transpose(-1, -2) @ v_i
     return from_chunks(torch.stack(out, dim=2), length)
 
 

@@ -48,12 +48,12 @@ IMPLS = ("chunk", "recurrent")
 
 def linear_attn_recurrent(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """o_t = (sum_{s<=t} k_s v_s^T)^T q_t, as a loop over t. q, k [b, h, l, f], v [b, h, l, e]."""
-    b, h, length, f = q.shape
+    b, h, _, f = q.shape
     state = q.new_zeros(b, h, f, v.shape[-1])
     out = []
-    for t in range(length):
-        state = state + k[:, :, t, :, None] * v[:, :, t, None, :]
-        out.append((q[:, :, t, :, None] * state).sum(-2))
+    for q_t, k_t, v_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), strict=True):
+        state = state + k_t[..., :, None] * v_t[..., None, :]
+        out.append((q_t[..., :, None] * state).sum(-2))
     return torch.stack(out, dim=2)
 
 
