@@ -176,13 +176,13 @@ def core_cases(batch: int, length: int) -> dict[str, dict]:
     g = (-torch.rand(b, 4, n, generator=gen)).requires_grad_(True)
     delta = _fla_naive("delta_rule")
     cases["deltanet"] = {
-        "chunked": lambda: delta_rule_chunked(dq * 0.25, dk_, dv, beta, None, 64),
+        "chunked": lambda: delta_rule_chunked(dq * 0.25, dk_, dv, beta, None, 16),
         "loop": lambda: delta_rule_recurrent(dq * 0.25, dk_, dv, beta),
         **({} if delta is None else {
             "fla naive": lambda: delta.delta_rule_recurrence(dq, dk_, dv, beta)[0]}),
     }
     cases["gated-deltanet"] = {
-        "chunked": lambda: delta_rule_chunked(dq * 0.25, dk_, dv, beta, g, 64),
+        "chunked": lambda: delta_rule_chunked(dq * 0.25, dk_, dv, beta, g, 16),
         "loop": lambda: delta_rule_recurrent(dq * 0.25, dk_, dv, beta, g),
         **fla("gated_delta_rule", "naive_recurrent_gated_delta_rule", dq, dk_, dv, beta, g,
               layout_bthd=True),

@@ -136,7 +136,7 @@ class DeltaNet(nn.Module):
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_heads: int = 4,
                  expand_k: float = 1.0, expand_v: float = 1.0, conv_size: int = 4,
-                 chunk_size: int = 64, impl: str = "chunk") -> None:
+                 chunk_size: int = 16, impl: str = "chunk") -> None:
         super().__init__()
         check_choice("impl", impl, IMPLS)
         for name, value in (("num_heads", num_heads), ("chunk_size", chunk_size)):
@@ -219,7 +219,7 @@ class GatedDeltaNet(DeltaNet):
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_heads: int = 4,
                  expand_k: float = 1.0, expand_v: float = 1.0, conv_size: int = 4,
-                 chunk_size: int = 64, impl: str = "chunk") -> None:
+                 chunk_size: int = 16, impl: str = "chunk") -> None:
         super().__init__(d_model, layer_idx, num_heads, expand_k, expand_v, conv_size,
                          chunk_size, impl)
         self.a_proj = nn.Linear(d_model, num_heads, bias=False)
