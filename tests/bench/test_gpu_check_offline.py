@@ -69,7 +69,9 @@ def test_what_the_check_imports_is_on_the_gpu_machine_or_carried():
                and f.relative_to(ROOT).parts[0] in firsts]
     sources += sorted((ROOT / "tests" / "gpu").glob("*.py")) + [ROOT / "tests" / "conftest.py"]
     imported = set().union(*(_top_level_imports(p.read_text()) for p in sources))
-    third = imported - set(sys.stdlib_module_names) - firsts
+    # test helpers imported by bare name (tests/ssm's conftest puts its folder on the path)
+    helpers = {p.stem for p in (ROOT / "tests").rglob("*.py")}
+    third = imported - set(sys.stdlib_module_names) - firsts - helpers
     dists = md.packages_distributions()
     needed = {_norm(d) for name in third for d in dists.get(name, [name])}
     machine = _names(ROOT / "scripts" / "gpu-machine.txt")
