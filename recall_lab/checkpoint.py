@@ -169,7 +169,15 @@ def read_json(path: Path, what: str = "file") -> Any:
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict | None = None) -> None:
     path = Path(path)
     tmp = _tmp(path)
-    clean = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+    clean, storages = {}, set()
+    for k, v in tensors.items():
+        t = v.detach().to("cpu").contiguous()
+        # safetensors refuses tensors that share memory (a mixer's tied weights, a buffer that
+        # views a parameter): each later one is written as its own copy, and loading a state
+        # dict fills a tied parameter from either key alike
+        ptr = t.untyped_storage().data_ptr()
+        clean[k] = t.clone() if ptr in storages else t
+        storages.add(ptr)
     with _writing(path, tmp):
         save_file(clean, str(tmp),
                   metadata={"json": json.dumps(meta)} if meta is not None else None)

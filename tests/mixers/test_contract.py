@@ -14,6 +14,7 @@ from torch import nn
 
 from generators import TaskSpec
 from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.experiments.grid import config_hash
 from recall_lab.mixers import named_mixers
@@ -227,3 +228,28 @@ def test_decoding_equals_the_parallel_forward(path):
         torch.testing.assert_close(decode(model, ids, n_prefill=5), model(ids).logits,
                                    rtol=1e-10, atol=1e-10)
     assert state_growth(model) == ("constant" if path == RETENTION else "L")
+
+
+class Tied(nn.Module):
+    """Two projections sharing one weight (weight tying inside a user's mixer)."""
+
+    def __init__(self, d_model: int, layer_idx: int = 0) -> None:
+        super().__init__()
+        self.inp = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj.weight = self.inp.weight
+
+    def forward(self, x):
+        return self.out_proj(torch.tanh(self.inp(x)).cumsum(1))
+
+
+def test_a_mixer_with_tied_weights_saves_and_loads(tmp_path):
+    torch.manual_seed(0)
+    model = build_model(model_config("t", 20, d_model=16, mixer=f"{__name__}:Tied"))
+    ck.save_weights(tmp_path / "w.safetensors", model)
+    torch.manual_seed(1)
+    other = build_model(model_config("t", 20, d_model=16, mixer=f"{__name__}:Tied"))
+    ck.load_weights(tmp_path / "w.safetensors", other)
+    ids = torch.randint(3, 20, (1, 9))
+    torch.testing.assert_close(other(ids).logits, model(ids).logits, rtol=0, atol=0)
+    assert other.blocks[0].mixer.out_proj.weight is other.blocks[0].mixer.inp.weight
