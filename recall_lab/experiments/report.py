@@ -511,6 +511,24 @@ def _steps_text(q: tuple[float, float, float] | None) -> str:
     return "-" if q is None else f"{q[1]:g} [{q[0]:g}, {q[2]:g}]"
 
 
+def slice_means(g: Group, metric: str) -> dict[str, dict]:
+    """Per slice label (a task's slices, e.g. zoology's number of pairs): the metric's mean and
+    sample std over the group's selected seeds, and how many seeds had the slice. Empty when the
+    runs' summaries hold no slices (every task before slices existed)."""
+    split, _, name = metric.partition(".")
+    per: dict[str, list[float]] = {}
+    for r in g.selected:
+        slices = ((r.summary or {}).get(split) or {}).get("slices") or {}
+        for label, scores in slices.items():
+            if isinstance(scores, dict) and isinstance(scores.get(name), (int, float)):
+                per.setdefault(str(label), []).append(float(scores[name]))
+    out = {}
+    for label in sorted(per, key=lambda x: (len(x), x)):  # 2 before 10
+        mean, std = _mean_std(per[label])
+        out[label] = {"mean": mean, "std": std, "seeds": len(per[label])}
+    return out
+
+
 def table_rows(fields: list[str], groups: list[Group], reference: dict,
                metric: str = "test.acc") -> list[dict]:
     ref = (reference or {}).get("values") or {}
@@ -530,7 +548,25 @@ def table_rows(fields: list[str], groups: list[Group], reference: dict,
                      **{f"km_{k}": getattr(g.survival, k, None)
                         for k in ("median", "median_lo", "median_hi", "rmst", "rmst_lo",
                                   "rmst_hi")}})
+        slices = slice_means(g, metric)
+        if slices:  # only where the task gives slices: earlier reports rebuild unchanged
+            rows[-1]["slices"] = slices
     return rows
+
+
+def _slice_lines(rep: dict) -> list[str]:
+    """The per-slice table of report.md: one row per group and slice label."""
+    rows = [r for r in rep["rows"] if r.get("slices")]
+    if not rows:
+        return []
+    lines = ["", "## Per slice", "", f"{rep['metric']} per slice of the task (e.g. the number "
+             "of key-value pairs), at each group's best lr: mean +/- sample std over its seeds.",
+             "", "| group | slice | mean +/- std | seeds |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        for label, v in row["slices"].items():
+            lines.append(f"| {row['label']} | {label} | {_num(v['mean'])} +/- {_num(v['std'])} "
+                         f"| {v['seeds']} |")
+    return lines
 
 
 def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
@@ -594,6 +630,7 @@ def _markdown(rep: dict) -> str:
         if ref.get("values"):
             cells.append(_num(row["reference"]))
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += _slice_lines(rep)
     if rep["checks"]:
         lines += ["", "## Claims", ""]
         lines += _claim_lines(rep["checks"])
@@ -683,6 +720,7 @@ def _json(rep: dict) -> dict:
                        "survival": _survival(g.survival),
                        "selected": [r.name for r in g.selected],
                        "per_seed": [r.metric(rep["metric"]) for r in g.selected],
+                       **({"slices": sl} if (sl := slice_means(g, rep["metric"])) else {}),
                        "failed_runs": {r.name: r.error for r in g.runs if r.status == "failed"},
                        "missing_runs": [r.name for r in g.runs if r.status == "missing"]})
     return {"metric": rep["metric"], "by": rep["by"], "experiments": rep["experiments"],
