@@ -1,4 +1,4 @@
-"""Vectorised multi-level joint recall generator (seed 004 Sec. 3.2, App. C).
+"""Vectorised multi-level joint recall generator (joint-recall paper Sec. 3.2, App. C).
 
 A sample is `BOS, information component, SEP, inquiry component`. A component lists the whole
 table as a tree: every level-l block starts with its level-l token and holds its children's blocks;

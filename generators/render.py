@@ -1,4 +1,4 @@
-"""A sample as readable text in the style of seed 004 Fig. 2."""
+"""A sample as readable text in the style of the joint-recall paper's Fig. 2."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 A task is multi-level joint recall with level sizes `(n_1, ..., n_w)` (each fixed or sampled per
 sample from an inclusive range) over `values` value tokens: w=1 is MQAR, w=2 is multi-query joint
-recall (seed 004 Sec. 3.2, App. C).
+recall (the joint-recall paper's Sec. 3.2, App. C).
 
-Filler (DeciMamba's passkey / document-retrieval setting, seed 002 Sec. 5): `filler` distractor
+Filler (the passkey / document-retrieval setting of DeciMamba Sec. 5): `filler` distractor
 tokens (a count range per sample) are scattered between the blocks of the information component and
 `filler_gap` more sit between the information component and SEP; they come from `filler_ids` ids of
 their own. Filler is drawn after the table from the same stream, so one seed gives the same table
@@ -148,7 +148,7 @@ PRESETS: dict[str, Preset] = {
     "paper-mqjr": Preset(
         spec=TaskSpec(levels=((5, 16), (5, 16)), values=16, seq_len=1058),
         train=1_440_000, valid=14_400, test=14_400,
-        about="seed 004 Sec. 5.1: n_c, n_k uniform in [5, 16], |V|=16, padded to 1058",
+        about="joint-recall paper Sec. 5.1: n_c, n_k uniform in [5, 16], |V|=16, padded to 1058",
     ),
     "mqar": Preset(
         spec=TaskSpec(levels=((16, 64),), values=64, pools=(256,), seq_len=258),
@@ -168,14 +168,14 @@ PRESETS: dict[str, Preset] = {
     "passkey": Preset(
         spec=TaskSpec(levels=((1, 1),), values=16, pools=(8,), filler=(60, 60), filler_ids=16),
         train=20_000, valid=512, test=512,
-        about="passkey-style (seed 002 Sec. 5): one key-value pair at a random place in 60 "
+        about="passkey-style (DeciMamba Sec. 5): one key-value pair at a random place in 60 "
               "filler tokens (16 filler ids); length 66",
     ),
     "mini-mqar-filler": Preset(
         spec=TaskSpec(levels=((8, 8),), values=16, pools=(16,), filler=(30, 30),
                       filler_ids=16),
         train=20_000, valid=512, test=512,
-        about="MQAR with filler (seed 002 setting): 8 pairs among 30 filler tokens; length 64",
+        about="MQAR with filler (DeciMamba's setting): 8 pairs among 30 filler tokens; length 64",
     ),
     "mini-ml3": Preset(
         spec=TaskSpec(levels=((2, 3), (2, 3), (3, 4)), values=16),

@@ -1,8 +1,9 @@
 """Accuracy on recall tasks: the paper's per-sample accuracy, whole-table exact match, loss.
 
-Per-sample accuracy (seed 004 Sec. 5.1): for each sample, the fraction of its inquiry keys whose
-value is predicted correctly (argmax over the whole vocabulary), averaged over samples. Exact match:
-the fraction of samples with every value right. Loss: cross-entropy averaged over value targets.
+Per-sample accuracy (the joint-recall paper's Sec. 5.1): for each sample, the fraction of its
+inquiry keys whose value is predicted correctly (argmax over the whole vocabulary), averaged over
+samples. Exact match: the fraction of samples with every value right. Loss: cross-entropy averaged
+over value targets.
 
 Evaluation is deterministic: the model is put in eval mode (context-dependent patterns use their
 fixed seeded hash planes) and the held-out sets are generated from fixed seeds.
@@ -142,11 +143,11 @@ def evaluate_run(
     e.g. longer sequences or other table sizes than it was trained on (extrapolation).
 
     `decimate` (a `DecimationConfig`): DeciMamba applied zero-shot to the trained weights
-    (seed 002 Sec. 4); "auto" layers are chosen by Mamba Mean Distance on 16 validation samples of
+    (DeciMamba Sec. 4); "auto" layers are chosen by Mamba Mean Distance on 16 validation samples of
     the run's own task.
 
     `attention` (`recall_lab.models.registry.ATTENTIONS`): evaluate with another attention than the
-    run's, e.g. "full" after SE-Attn fine-tuning (seed 001 App. A, E.4).
+    run's, e.g. "full" after SE-Attn fine-tuning (SE-Attn (Expansion Span) App. A, E.4).
 
     `decode`: also evaluate by recurrent decoding (float32, no autocast) and report its metrics
     under "decode", with whether its accuracy equals the parallel evaluation's."""
