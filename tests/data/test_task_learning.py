@@ -3,7 +3,9 @@ fixed step budget, through the real training loop, deterministically on CPU.
 
 Budgets and thresholds come from measured runs (the curves are in the comments: valid accuracy
 every 50 steps, batch 32, lr 3e-3, warm-up 100, eval on 256 rows); each budget leaves margin
-beyond the step where the measured runs crossed the threshold.
+beyond the step where the measured runs crossed the threshold. As the models' gates
+(tests/models/test_learning.py), a run stops once its validation accuracy is 0.03 above the
+threshold (at most 0.98 here for the 0.95 gate).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def test_transformer_solves_small_zoology_mqar(tmp_path):
     #   seed 2: 0.04 0.17 0.23 0.28 0.45 0.84 0.99 (steps 50..350; test 0.986)
     task = GeneratorTask(generator="zoology-mqar",
                          kwargs={"vocab_size": 64, "input_seq_len": 32, "num_kv_pairs": 4})
-    assert _test_acc(tmp_path, task, "transformer", 64, 600, 0.99) >= 0.9
+    assert _test_acc(tmp_path, task, "transformer", 64, 600, 0.93) >= 0.9
 
 
 @pytest.mark.slow
@@ -44,7 +46,7 @@ def test_transformer_solves_small_selective_copy(tmp_path):
     # here, so the gate is the transformer's)
     task = GeneratorTask(generator="selective-copy",
                          kwargs={"vocab_size": 8, "seq_len": 32, "num_tokens": 4})
-    assert _test_acc(tmp_path, task, "transformer", 32, 700, 0.99) >= 0.9
+    assert _test_acc(tmp_path, task, "transformer", 32, 700, 0.93) >= 0.9
 
 
 @pytest.mark.slow
@@ -55,4 +57,4 @@ def test_transformer_solves_small_mad_recall_multi_query(tmp_path):
     # (without multi_query, one target per row, seed 0 stayed at 0.16-0.33 for 800 steps)
     task = GeneratorTask(generator="mad-recall",
                          kwargs={"vocab_size": 16, "seq_len": 32, "multi_query": True})
-    assert _test_acc(tmp_path, task, "transformer", 32, 600, 0.99) >= 0.95
+    assert _test_acc(tmp_path, task, "transformer", 32, 600, 0.98) >= 0.95

@@ -1,4 +1,4 @@
-"""A user's mixer, from a clean checkout, through every command, each in a new process, with
+"""A user's mixer, from a clean checkout, through every command (eval in new processes), with
 no registration code anywhere: `train --mixer`, a 4-run `sweep --workers 2` (spawned workers),
 `eval` and `eval --decode`, `report --check` testing a claim about it (a mixer that raises in
 a worker is recorded as failed and the other runs go on); and `recall-lab check`
@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from recall_lab.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mixer-package"
@@ -60,11 +63,19 @@ value = 0.0
 """
 
 
+def in_process(*args, monkeypatch) -> str:
+    """A command in this process (saves a process start where a new process proves nothing)."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
 @pytest.mark.slow
-def test_a_users_mixer_through_every_command(tmp_path):
+def test_a_users_mixer_through_every_command(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "ret"
-    cli("train", "--mixer", "retention_mixer:Retention", "--mixer-kwargs", '{"heads": 2}',
-        "--steps", "10", "--out", run, *SMALL, cwd=tmp_path)
+    in_process("train", "--mixer", "retention_mixer:Retention", "--mixer-kwargs",
+               '{"heads": 2}', "--steps", "10", "--out", run, *SMALL, monkeypatch=monkeypatch)
     cfg = json.loads((run / "config.json").read_text())["model"]
     assert (cfg["name"], cfg["arch"], cfg["mixer"], cfg["mixer_kwargs"]) == (
         "Retention", "mixer", "retention_mixer:Retention", {"heads": 2})
@@ -83,8 +94,9 @@ def test_a_users_mixer_through_every_command(tmp_path):
     status = {e["name"]: e["status"] for e in index["runs"]}
     assert sorted(status.values()) == ["done"] * 4 + ["failed"] * 2  # the broken mixer's two
     assert all(s == "failed" for name, s in status.items() if name.startswith("broken"))
-    r = cli("report", tmp_path / "sweep" / "ret", "--check", "--no-plots", cwd=tmp_path)
-    assert "retention's accuracy is a probability" in r.stdout and "PASS" in r.stdout
+    out = in_process("report", tmp_path / "sweep" / "ret", "--check", "--no-plots",
+                     monkeypatch=monkeypatch)
+    assert "retention's accuracy is a probability" in out and "PASS" in out
 
     # the module gone: one line, exit 2, nothing written
     moved = tmp_path / "elsewhere"
