@@ -42,8 +42,7 @@ from recall_lab.mixers.contract import (
     probe_mixer,
 )
 from recall_lab.mixers.registry import resolve_mixer
-from recall_lab.models.decode import decode, state_growth
-from recall_lab.models.decode import state_numbers as model_state
+from recall_lab.models.decode import decode, state_text
 from recall_lab.models.registry import build_model, is_builtin_model, mixer_models, model_config
 from recall_lab.train import train_run
 
@@ -355,17 +354,14 @@ def measurements(model: dict[str, Any], vocab: int = 40, length: int = 128) -> l
     name = fields.pop("name")
     torch.manual_seed(0)
     m = build_model(name, vocab, max_len=length, **fields)
-    n_state, growth = model_state(m, length), state_growth(m)
-    state = ("unknown" if n_state is None and growth == "constant" else
-             f"grows as {growth}" if n_state is None else
-             f"{n_state:,}" + ("" if growth == "constant" else f" at L={length}"))
     torch.manual_seed(0)
     base = build_model("mamba", vocab, max_len=length)
     ours, ref = tokens_per_second(m), tokens_per_second(base)
     return [
         Check("parameters", None, f"{m.n_params():,}", "2 layers, hidden 64, with embedding "
               "and head", correctness=False),
-        Check("state", None, state, "numbers per sequence over both layers", correctness=False),
+        Check("state", None, state_text(m, length), "numbers per sequence over both layers",
+              correctness=False),
         Check("speed", None, f"{ours:,.0f} tokens/s ({ours / ref:.2f}x mamba's {ref:,.0f})",
               f"forward + backward, batch 8 x {length} tokens, "
               f"{torch.get_num_threads()} thread(s)", correctness=False),

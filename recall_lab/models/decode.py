@@ -138,6 +138,16 @@ def state_numbers(model: nn.Module, sequence_length: int) -> int | None:
     return tensor_bytes(_one_step_cache(model).blocks, count=True)
 
 
+def state_text(model: nn.Module, sequence_length: int) -> str:
+    """The state column of `recall-lab models` and `recall-lab check`: numbers per sequence
+    (`state_numbers`), "at L=..." when they grow with L, "grows as ..." when only the growth is
+    known, "unknown" when neither is."""
+    numbers, growth = state_numbers(model, sequence_length), state_growth(model)
+    if numbers is None:
+        return "unknown" if growth == "constant" else f"grows as {growth}"
+    return f"{numbers:,}" + ("" if growth == "constant" else f" at L={sequence_length}")
+
+
 @torch.no_grad()
 def decode_state(model: nn.Module) -> str:
     """What `recall-lab models` shows: the decode state's bytes for one sequence when they do
@@ -150,4 +160,4 @@ def decode_state(model: nn.Module) -> str:
 
 
 __all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state", "prefill",
-           "state_growth", "state_numbers", "step"]
+           "state_growth", "state_numbers", "state_text", "step"]

@@ -31,7 +31,7 @@ from recall_lab.attention import PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.mixers import named_mixers, resolve_mixer
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
-from recall_lab.models.decode import decode_state, state_growth, state_numbers
+from recall_lab.models.decode import decode_state, state_text
 from recall_lab.models.lm import RecallLM
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
@@ -253,12 +253,7 @@ def listing_row(name: str, vocab_size: int) -> dict:
     k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
     if c.decimation is not None:
         k = f"L_base={c.decimation.L_base}"
-    length = c.max_len or 2048
-    numbers, growth = state_numbers(m, length), state_growth(m)
-    state = "unknown" if numbers is None and growth == "constant" else (
-        f"grows as {growth}" if numbers is None else
-        f"{numbers:,}" + ("" if growth == "constant" else f" at L={length}"))
     return {"name": name, "backbone": c.arch, "branch": c.pattern or ARCH_TABLE[c.arch].branch,
             "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}",
-            "state": state,
+            "state": state_text(m, c.max_len or 2048),
             "decode state": decode_state(m)}
