@@ -88,8 +88,9 @@ else
 	PYTHON=$(BIN)/python bash scripts/gpu-check.sh --no-wheels $(if $(GPU_OUT),--out $(GPU_OUT))
 endif
 
-# here, with a registry: the wheels the offline GPU machine lacks (scripts/gpu-wheels.txt) into
-# the git-ignored .whl/, which travels with the working tree; prints their total size
+# here, with a registry: the wheels the offline GPU machine lacks (scripts/gpu-wheels.txt:
+# pydantic, and FLA's kernels as fla-core) into the git-ignored .whl/, which travels with the
+# working tree, installed there with --no-deps; prints their total size
 gpu-wheels:
 	bash scripts/gpu-wheels.sh
 

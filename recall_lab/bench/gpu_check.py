@@ -16,7 +16,9 @@ work runs in child processes of the same Python, each with a time budget) does, 
    builds the native CPU kernels where a C compiler is there (or says that none is), then asks
    torch for CUDA (the first CUDA call) and names the device;
 3. ``tests``: ``pytest -m cuda tests/gpu`` (junit XML: pass / fail / skip per test and the
-   properties the tests record);
+   properties the tests record; the zoo mixers on FLA's kernels, ``test_gpu_zoo``, run last: the
+   first call of each FLA kernel autotunes, compiling every Triton config, so where the part's
+   budget runs out it is their results that are cut, and ``--budget tests=600`` gives them room);
 4. ``attention``, ``ssm``, ``train``: ``recall-lab bench NAME --device cuda`` (``--quick``
    unless ``--full``), one process each.
 
@@ -49,7 +51,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PATHS = {"test_gpu_attention": "triton sparse attention", "test_gpu_ssm": "ssm scans (cuda)",
-         "test_gpu_train": "training cuda vs cpu"}
+         "test_gpu_train": "training cuda vs cpu", "test_gpu_zoo": "zoo mixers on FLA kernels"}
+# properties summed up in their file's row (one per test would not fit one screen): the largest
+# `max_rel_err`, and how many `self_check` verdicts passed (failed ones are listed)
+ROW_PROPERTIES = ("max_rel_err", "self_check")
 DEVICE_BENCHES = ("attention", "ssm", "train")
 # seconds per part; together six minutes (--budget PART=SECONDS changes one)
 BUDGETS = {"wheels": 30, "probe": 60, "tests": 120, "attention": 50, "ssm": 40, "train": 60}
@@ -100,7 +105,8 @@ def summary_lines(result: dict) -> list[str]:
     """The one-screen summary of a gpu-check result (the JSON `run` writes)."""
     machine = result.get("machine", {})
     lines = [f"gpu-check on {machine.get('device', '?')} (torch {machine.get('torch', '?')}, "
-             f"mamba-ssm {machine.get('mamba_ssm') or 'not installed'})"]
+             f"mamba-ssm {machine.get('mamba_ssm') or 'not installed'}, "
+             f"fla-core {machine.get('fla') or 'not installed'})"]
     if machine.get("native"):
         lines.append(f"  native cpu kernels: {machine['native']}")
     if machine.get("pydantic"):
@@ -112,12 +118,22 @@ def summary_lines(result: dict) -> list[str]:
         failed = [t for t in mine if t["outcome"] == "failed"]
         passed = sum(t["outcome"] == "passed" for t in mine)
         verdict = "FAIL" if failed else ("PASS" if passed else "SKIP")
+        errs = [float(t["properties"]["max_rel_err"]) for t in mine
+                if "max_rel_err" in t["properties"]]
+        checks = [(t["id"], t["properties"]["self_check"]) for t in mine
+                  if "self_check" in t["properties"]]
+        bad = [(i, c) for i, c in checks if c != "passed"]
         lines.append(f"  {verdict:4} {label}: {passed} passed, {len(failed)} failed, "
-                     f"{len(mine) - passed - len(failed)} skipped")
+                     f"{len(mine) - passed - len(failed)} skipped"
+                     + (f"; largest max rel err {max(errs):.1e}" if errs else "")
+                     + (f"; self-checks {len(checks) - len(bad)} of {len(checks)} passed"
+                        if checks else ""))
         lines += [f"         {t['id']}: {t['message']}" for t in failed[:3]]
+        lines += [f"         {i}: self-check {c}"[:200] for i, c in bad[:3]]
     for t in tests:
         for name, value in t["properties"].items():
-            lines.append(f"  note {t['id']}: {name} = {value}")
+            if name not in ROW_PROPERTIES:
+                lines.append(f"  note {t['id']}: {name} = {value}")
     bench = result.get("bench") or {}
     if "error" in bench:
         lines.append(f"  bench failed: {bench['error']}")
@@ -168,7 +184,8 @@ def probe(cuda: bool) -> dict:
     fresh = bool(set(built.glob("*.so")) - before) if built.is_dir() else False
     info = {"python": platform.python_version(), "torch": torch.__version__,
             "torch_cuda": torch.version.cuda, "triton": package_version("triton"),
-            "mamba_ssm": package_version("mamba-ssm"), "pydantic": pydantic.VERSION,
+            "mamba_ssm": package_version("mamba-ssm"), "fla": package_version("fla-core"),
+            "pydantic": pydantic.VERSION,
             "pydantic_from": str(Path(pydantic.__file__).parent.parent),
             "compiler": compiler,
             "native": (f"{'built' if fresh else 'loaded'} in {time.perf_counter() - t0:.1f} s"

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.mixers import fla_kernels
 from recall_lab.mixers._linear import (
     balanced_chunk,
     check_choice,
@@ -144,12 +145,17 @@ class Based(nn.Module):
             else:
                 o = window_attention_chunked(q, k, v, self.window, self.chunk_size)
             return self.out_proj(merge_heads(o))
-        fq, fk = feature_map("taylor", q), feature_map("taylor", k)
         v = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # the normaliser's column
-        if self.impl == "recurrent":
-            o = linear_attn_recurrent(fq, fk, v)
-        else:
-            o = linear_attn_chunked(fq, fk, v, self.chunk_size, raw=(q, k))
+        # on CUDA, FLA's Based kernel (fla_kernels.py); None: the torch forms, as on the CPU
+        o = None
+        if self.impl == "chunk":
+            o = fla_kernels.linear_attn(q, k, v, "taylor", linear_attn_chunked)
+        if o is None:
+            fq, fk = feature_map("taylor", q), feature_map("taylor", k)
+            if self.impl == "recurrent":
+                o = linear_attn_recurrent(fq, fk, v)
+            else:
+                o = linear_attn_chunked(fq, fk, v, self.chunk_size, raw=(q, k))
         return self.out_proj(merge_heads(o[..., :-1] / (o[..., -1:] + self.eps)))
 
     def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:

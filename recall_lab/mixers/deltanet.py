@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.mixers import fla_kernels
 from recall_lab.mixers._linear import (
     ShortConv,
     balanced_chunk,
@@ -186,8 +187,10 @@ class DeltaNet(nn.Module):
         g = None if g is None else g.transpose(1, 2)
         if self.impl == "recurrent":
             o = delta_rule_recurrent(q, k, v, beta, g)
-        else:
-            o = delta_rule_chunked(q, k, v, beta, g, self.chunk_size)
+        else:  # on CUDA, FLA's kernel (fla_kernels.py); None: the torch form, as on the CPU
+            o = fla_kernels.delta_rule(q, k, v, beta, g, delta_rule_chunked)
+            if o is None:
+                o = delta_rule_chunked(q, k, v, beta, g, self.chunk_size)
         return self.out_proj(self._output(o.transpose(1, 2), x))
 
     def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:

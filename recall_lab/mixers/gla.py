@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.mixers import fla_kernels
 from recall_lab.mixers._linear import (
     ShortConv,
     balanced_chunk,
@@ -157,8 +158,10 @@ class GatedLinearAttention(nn.Module):
         q, k, v, g = (split_heads(t, self.num_heads) for t in (q, k, v, g))
         if self.impl == "recurrent":
             o = gla_recurrent(q, k, v, g)
-        else:
-            o = gla_chunked(q, k, v, g, self.chunk_size)
+        else:  # on CUDA, FLA's kernel (fla_kernels.py); None: the torch form, as on the CPU
+            o = fla_kernels.gla(q, k, v, g, gla_chunked)
+            if o is None:
+                o = gla_chunked(q, k, v, g, self.chunk_size)
         return self._output(o.transpose(1, 2), x)
 
     def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:

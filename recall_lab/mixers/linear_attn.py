@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.mixers import fla_kernels
 from recall_lab.mixers._linear import (
     FEATURE_MAPS,
     ShortConv,
@@ -146,13 +147,18 @@ class LinearAttention(nn.Module):
         if self.conv is not None:
             u = self.conv(u)
         q, k, v = (split_heads(t, self.num_heads) for t in self._split(u))  # [b, h, l, .]
-        q = q * self._scale()
-        fq, fk, v = feature_map(self.map, q), feature_map(self.map, k), self._values(v)
-        if self.impl == "recurrent":
-            o = linear_attn_recurrent(fq, fk, v)
-        else:
-            o = linear_attn_chunked(fq, fk, v, self.chunk_size,
-                                    raw=(q, k) if self.map == "taylor" else None)
+        q, v = q * self._scale(), self._values(v)
+        # on CUDA, FLA's kernel (fla_kernels.py); None: the torch forms below, as on the CPU
+        o = None
+        if self.impl == "chunk":
+            o = fla_kernels.linear_attn(q, k, v, self.map, linear_attn_chunked)
+        if o is None:
+            fq, fk = feature_map(self.map, q), feature_map(self.map, k)
+            if self.impl == "recurrent":
+                o = linear_attn_recurrent(fq, fk, v)
+            else:
+                o = linear_attn_chunked(fq, fk, v, self.chunk_size,
+                                        raw=(q, k) if self.map == "taylor" else None)
         return self.out_proj(merge_heads(self._finish(o)))
 
     def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:

@@ -89,8 +89,18 @@ def test_summary_of_a_fake_result():
                                 "device": "cuda"}, {"model": "samba", "failed": True}]},
         },
     }
+    zoo = [{"id": f"test_gpu_zoo::t[{i}]", "path": "test_gpu_zoo", "outcome": outcome,
+            "message": "", "properties": props} for i, (outcome, props) in enumerate([
+                ("passed", {"self_check": "passed", "max_rel_err": "2.5e-03"}),
+                ("passed", {"self_check": "passed", "max_rel_err": "1.1e-02"}),
+                ("skipped", {"self_check": "FAILED: RuntimeError: Triton on Hopper"})])]
+    result["tests"] += zoo
     lines = gpu_check.summary_lines(result)
     text = "\n".join(lines)
+    assert ("PASS zoo mixers on FLA kernels: 2 passed, 0 failed, 1 skipped; largest max rel "
+            "err 1.1e-02; self-checks 2 of 3 passed") in text
+    assert "test_gpu_zoo::t[2]: self-check FAILED: RuntimeError: Triton on Hopper" in text
+    assert "note test_gpu_zoo" not in text  # summed up in the row, not one line per test
     assert lines[0].startswith("gpu-check on FAKE H100") and "mamba-ssm not installed" in lines[0]
     assert "PASS triton sparse attention: 2 passed, 0 failed, 0 skipped" in text
     assert "FAIL ssm scans (cuda): 0 passed, 1 failed, 0 skipped" in text
