@@ -2,12 +2,16 @@
 the metric against each numeric grouping field with a std band, the validation curves of the
 runs each group's best lr selected, and the solve-rate figures: seeds solved against each numeric
 field (Wilson 95% band), survival (the Kaplan-Meier fraction of seeds solved against training
-samples, with its 95% band), the learning-rate window (solve rate against lr), and the frontier
-(largest table solved in >= half the seeds) against state size.
+samples, with its 95% band), the learning-rate window (solve rate against lr), and against the
+state per layer in numbers (experiments/state.py: `recall-lab models`' count over the layers)
+the seeds solved (one line per model family through its state sizes, one panel per table) and
+the frontier (largest table solved in >= half the seeds); rows whose state grows with the
+sequence (attention) are dashed lines at their value in both.
 
 Read across figures: each *row* (a group's values less the facet field, e.g. "mamba / d_state=4")
 keeps one colour in every figure of a report (a line through several rows, e.g. against d_state,
-takes its first row's); rows of one model share its hue, in shades. Figures
+takes its first row's; a family's line against state takes the family's hue, its points their
+rows' shades); rows of one model share its hue, in shades. Figures
 with more than one table size draw one small panel per size (the facet field: `task.levels` when
 it varies; otherwise, past `MAX_LINES` groups, the first grouping field that is not the model),
 at most `MAX_LINES` lines a panel, and put the legend outside the axes."""
@@ -406,40 +410,167 @@ def plot_window(rep: dict, path: Path, pal: Palette | None = None) -> Path:
                        ylabel="seeds solved", rate=True, xscale=("log",))
 
 
-def state_numbers(values: dict, config: dict) -> float | None:
-    """Recurrent state per layer in numbers (d_model x expand x d_state) of an SSM run."""
-    if config.get("model.arch") not in ("mamba", "mamba2") or not config.get("model.d_state"):
-        return None
-    return float(config["model.d_model"] * config["model.expand"] * config["model.d_state"])
+# ---- against state ------------------------------------------------------------------------------
+
+# three short lines: the panels of a 2 x 2 figure are 3.3 inches wide
+STATE_LABEL = ("state per layer, numbers, as\n`recall-lab models` counts: recurrent\n"
+               "state + short-convolution windows")
+
+
+def _family(g) -> str:
+    return format_value(g.values["model.name"]) if "model.name" in g.values else g.label
+
+
+def _table_panel(pal: Palette, g) -> tuple[str, tuple]:
+    """A group's panel in the figures against state: its table size, one panel each; one panel
+    when the tables do not vary (another facet field would split a state axis by itself)."""
+    return _panel_of(pal, g) if pal.facet == "task.levels" else ("", ())
+
+
+def _grows_text(growth: str) -> str:
+    return "state grows with the sequence" + ("" if growth == "L" else f", as {growth}")
+
+
+def state_axis(rep: dict) -> bool:
+    """Whether a report has a state axis: some model family (`model.name`) at two or more fixed
+    states per layer."""
+    sizes: dict[str, set] = {}
+    for g in rep["groups"]:
+        if g.state.numbers is not None:
+            sizes.setdefault(_family(g), set()).add(g.state.numbers)
+    return any(len(v) > 1 for v in sizes.values())
+
+
+def _growing_name(rows: dict[str, str], row: str) -> str:
+    """A growing row's legend name: its family's (`rows`: row -> family) where the family has
+    one row (a transformer's d_state says nothing), else the row's."""
+    return rows[row] if list(rows.values()).count(rows[row]) == 1 else row
+
+
+def _growing_lines(rep: dict, pal: Palette, groups: list) -> list[Line]:
+    """One dashed line at its solve rate per row whose state grows with the sequence, in each
+    panel (table) it has a group in."""
+    rows = {row_label(rep, g, pal.facet): _family(g) for g in groups}
+    out = []
+    for g in groups:
+        row = row_label(rep, g, pal.facet)
+        panel, order = _table_panel(pal, g)
+        out.append(Line(panel, f"{_growing_name(rows, row)} ({_grows_text(g.state.growth)})",
+                        pal.row(row), ("grows", g.solved), order))
+    return out
+
+
+def _draw_growing(ax, ln: Line):
+    """A row whose state grows: its value as a dashed line across the panel (its Wilson band
+    shaded where the value is a solve rate)."""
+    value = ln.data[1]
+    y = value.k / value.n if isinstance(value, stats.SolveRate) else value
+    h = ax.axhline(y, color=ln.colour, ls="--", lw=1.2)
+    if isinstance(value, stats.SolveRate):
+        ax.axhspan(value.lo, value.hi, color=ln.colour, alpha=0.06, lw=0)
+    return h
+
+
+def plot_solved_state(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    """Seeds solved against the state per layer (log x), one line per model family through its
+    state sizes, one panel per table size, Wilson 95% band; each point in its row's colour, the
+    line in the family's hue. Rows whose state grows with the sequence (attention) are dashed
+    lines at their solve rate."""
+    pal = pal or palette(rep)
+    done = [g for g in rep["groups"] if g.solved.n]
+    fams: dict[tuple[str, str], list] = {}
+    order: dict[tuple[str, str], tuple] = {}
+    for g in done:
+        if g.state.numbers is None:
+            continue
+        panel, place = _table_panel(pal, g)
+        fams.setdefault((panel, _family(g)), []).append(g)
+        order[(panel, _family(g))] = place
+    lines = []
+    for (panel, name), gs in fams.items():
+        gs.sort(key=lambda g: (g.state.numbers, _sort_key(g.values)))
+        lines.append(Line(panel, name, pal.model(name) or pal.row(row_label(rep, gs[0],
+                                                                             pal.facet)),
+                          ("fixed", gs), order[(panel, name)]))
+    lines += _growing_lines(rep, pal, [g for g in done if g.state.grows])
+
+    def draw(ax, ln: Line):
+        if ln.data[0] == "grows":
+            return _draw_growing(ax, ln)
+        gs = ln.data[1]
+        x = [g.state.numbers for g in gs]
+        rates = [g.solved for g in gs]
+        (h,) = ax.plot(x, [r.k / r.n for r in rates], color=ln.colour, lw=1.3, marker="o",
+                       ms=3)
+        if len(x) > 1:
+            ax.fill_between(x, [r.lo for r in rates], [r.hi for r in rates], color=ln.colour,
+                            alpha=0.12)
+        else:  # a band needs two points: one state size gets its interval as a bar
+            ax.errorbar(x, [r.k / r.n for r in rates], yerr=[[r.k / r.n - r.lo for r in rates],
+                                                             [r.hi - r.k / r.n for r in rates]],
+                        color=ln.colour, capsize=3, lw=1, alpha=0.6)
+        # each point in its row's colour, as the row is drawn in the report's other figures
+        ax.scatter(x, [r.k / r.n for r in rates], s=16, zorder=3,
+                   color=[pal.row(row_label(rep, g, pal.facet)) or ln.colour for g in gs])
+        return h
+
+    dashed = "; dashed: state grows with the sequence" if any(
+        ln.data[0] == "grows" for ln in lines) else ""
+    return draw_panels(lines, draw, path, title=f"solve rate vs state per layer (band: Wilson "
+                       f"95%{dashed})", xlabel=STATE_LABEL,
+                       ylabel=f"seeds solved ({rep['metric']} >= {rep['solve_at']:g})",
+                       rate=True, xscale=("log",), eng=True)
+
+
+def frontier_points(rep: dict) -> tuple[dict[str, dict[float, float]],
+                                          dict[str, tuple[float, str, str]]]:
+    """The frontier (largest table solved in >= half the seeds, `stats.frontier`; 0 when none
+    is) over the groups that sweep task.levels: per model family with a fixed state, per state
+    per layer; per row (its values less task.levels) whose state grows with the sequence, its
+    frontier, how the state grows and its family."""
+    by_state: dict[str, dict[float, list]] = {}
+    growing: dict[str, tuple[list, str, str]] = {}
+    for g in rep["groups"]:
+        size = numeric("task.levels", g.values.get("task.levels"))
+        if not g.selected or not g.solved.n or size is None:
+            continue
+        if g.state.numbers is not None:
+            by_state.setdefault(_family(g), {}).setdefault(g.state.numbers, []).append(
+                (size, g.solved))
+        elif g.state.grows:
+            row = row_label(rep, g, "task.levels")
+            growing.setdefault(row, ([], g.state.growth, _family(g)))[0].append(
+                (size, g.solved))
+    fixed = {name: {x: stats.frontier(pts) or 0.0 for x, pts in xs.items()}
+             for name, xs in by_state.items()}
+    return fixed, {row: (stats.frontier(pts) or 0.0, growth, family)
+                   for row, (pts, growth, family) in growing.items()}
 
 
 def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
-    """The largest table solved in >= half the seeds against the state size in numbers per
-    layer, one line per model (SSM groups that sweep task.levels), in the model's hue."""
+    """The largest table solved in >= half the seeds against the state per layer in numbers,
+    one line per model family with a fixed state (in the family's hue); rows whose state grows
+    with the sequence as dashed lines at their frontier (in the row's colour)."""
     pal = pal or palette(rep)
-    lines: dict[str, dict[float, list]] = {}
-    for g in rep["groups"]:
-        if not g.selected or not g.solved.n:
-            continue
-        numbers = state_numbers(g.values, g.selected[0].config)
-        size = numeric("task.levels", g.values["task.levels"])
-        if numbers is None or size is None:
-            continue
-        name = str(g.values.get("model.name", g.label))
-        lines.setdefault(name, {}).setdefault(numbers, []).append((size, g.solved))
+    fixed, growing = frontier_points(rep)
+    lines = [Line("", name, pal.model(name), ("fixed", sorted(pts.items())))
+             for name, pts in fixed.items()]
+    rows = {row: family for row, (_, _, family) in growing.items()}
+    lines += [Line("", f"{_growing_name(rows, row)} ({_grows_text(growth)})", pal.row(row),
+                   ("grows", value)) for row, (value, growth, _) in growing.items()]
 
     def draw(ax, ln: Line):
-        xs = sorted(ln.data)
-        (h,) = ax.plot(xs, [stats.frontier(ln.data[x]) or 0.0 for x in xs], marker="o",
-                       color=ln.colour)
+        if ln.data[0] == "grows":
+            return _draw_growing(ax, ln)
+        pts = ln.data[1]
+        (h,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=ln.colour)
         return h
 
-    return draw_panels([Line("", name, pal.model(name), by_state)
-                        for name, by_state in lines.items()], draw, path,
-                       title="capacity frontier vs state size (0: no table solved)",
-                       xlabel="state per layer (numbers: d_model x expand x d_state)",
+    return draw_panels(lines, draw, path,
+                       title="capacity frontier vs state per layer (0: no table solved)",
+                       xlabel=STATE_LABEL,
                        ylabel="frontier: largest table solved\nin >= 50% of seeds",
-                       xscale=("log", {"base": 2}))
+                       xscale=("log",), eng=True)
 
 
 def report_figures(rep: dict, out: Path) -> list[Path]:
@@ -459,6 +590,10 @@ def report_figures(rep: dict, out: Path) -> list[Path]:
         paths.append(plot_survival(rep, out / "report-survival.png", pal))
     if any(len(g.lr_solved) > 1 for g in rep["groups"]):
         paths.append(plot_window(rep, out / "report-window.png", pal))
-    if "task.levels" in numeric_axes and "model.d_state" in rep["by"]:
+    if state_axis(rep):
+        paths.append(plot_solved_state(rep, out / "report-solved-state.png", pal))
+    # every family with a fixed state, not only Mamba's d_state (a single point says nothing)
+    fixed, _ = frontier_points(rep)
+    if "task.levels" in numeric_axes and sum(len(v) for v in fixed.values()) > 1:
         paths.append(plot_frontier(rep, out / "report-frontier.png", pal))
     return paths

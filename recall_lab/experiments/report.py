@@ -12,7 +12,10 @@ are left out of the label. In each group the lr with the best mean validation me
 finished seeds is chosen (highest accuracy, lowest loss), and the test metric at that lr is reported
 as mean and sample standard deviation (n - 1) over seeds, with the number of seeds, and the group's
 unfinished (`missing`) and `failed` runs. The validation metric of a run is its best checkpoint's
-(`summary.json` "valid"), the test metric that checkpoint's on the test set.
+(`summary.json` "valid"), the test metric that checkpoint's on the test set. Each group's state
+per layer in numbers (experiments/state.py: `recall-lab models`' count over the layers, from its
+runs' configs; none where it grows with the sequence) is a column of the tables and the x axis of
+the figures against state.
 
 Claims (`[[report.expect]]` in the experiment file), checked by `report --check`:
 
@@ -52,6 +55,7 @@ from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, format_value, numeric
+from recall_lab.experiments.state import UNKNOWN, LayerState, common_state
 
 SKIP_FIELDS = ("train.lr", "train.seed")
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -67,6 +71,7 @@ class RunRecord:
     error: str | None = None
     registration: str | None = None  # the claims in force when the sweep launched it
     launched: str | None = None  # when the sweep launched it (ISO UTC), where recorded
+    tables: dict | None = None  # its config as written (config.json): rebuilds its model
 
     def metric(self, path: str) -> float | None:
         node: Any = self.summary
@@ -97,6 +102,7 @@ class Group:
     events: list[bool] = field(default_factory=list)
     survival: stats.Survival | None = None
     lr_solved: dict[float, stats.SolveRate] = field(default_factory=dict)  # every lr's seeds
+    state: LayerState = UNKNOWN  # state per layer in numbers (experiments/state.py)
 
     @property
     def steps_q(self) -> tuple[float, float, float] | None:
@@ -142,7 +148,7 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
                                                  else "missing")
                 runs.append(RunRecord(e["name"], folder, status, _flat_config(e["config"]),
                                       summary, e.get("error"), e.get("registration"),
-                                      e.get("launched")))
+                                      e.get("launched"), e["config"]))
             continue
         folders = [d] if (d / ck.CONFIG).is_file() else sorted(
             p for p in d.iterdir() if (p / ck.CONFIG).is_file())
@@ -152,7 +158,7 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
             summary = (ck.read_json(folder / ck.SUMMARY, "run summary")
                        if (folder / ck.SUMMARY).is_file() else None)
             runs.append(RunRecord(folder.name, folder, "done" if summary else "missing",
-                                  _flat_config(cfg), summary))
+                                  _flat_config(cfg), summary, tables=cfg))
     if not runs:
         raise RecallLabError(f"no runs found in {', '.join(map(str, dirs))}")
     return runs, meta
@@ -543,6 +549,8 @@ def table_rows(fields: list[str], groups: list[Group], reference: dict,
                      "steps_to_solve": _steps_text(q),
                      "steps_median": None if q is None else q[1],
                      "solve_steps": g.solve_steps, **c, "reference": ref.get(g.label),
+                     "state_per_layer": g.state.numbers, "state_growth": g.state.growth,
+                     "state_text": g.state.text(),
                      "km_text": "-" if g.survival is None else g.survival.median_text(),
                      "rmst_text": "-" if g.survival is None else g.survival.rmst_text(),
                      **{f"km_{k}": getattr(g.survival, k, None)
@@ -585,6 +593,8 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
             or not math.isfinite(solve_at):
         raise RecallLabError(f"solve_at must be a finite number, got {solve_at!r}")
     fields, groups = aggregate(runs, by, metric, float(solve_at))
+    for g in groups:  # the figures' state axis and the table's column
+        g.state = common_state(r.tables for r in g.runs)
     expects = meta["report"].get("expect") or []
     checks = check_expectations(groups, expects if isinstance(expects, list) else [expects],
                                 meta["registry"])
@@ -602,12 +612,17 @@ def _claim_lines(checks: list[dict]) -> list[str]:
 def _markdown(rep: dict) -> str:
     fields, metric = rep["by"], rep["metric"]
     ref = rep["reference"] or {}
+    # only where some group has a fixed state (a table of attention rows alone would carry a
+    # column of "grows as L"), and last: the columns before it keep their places
+    state = any(row.get("state_per_layer") is not None for row in rep["rows"])
     head = [*fields, "best lr", f"valid.{metric.split('.', 1)[1]}", "solved [95% CI]",
             "steps to solve: median [IQR]", "steps to solve: KM median [95% CI]",
             "restricted mean steps [95% CI]", f"{metric} mean +/- std", "per seed", "seeds",
             "missing", "failed"]
     if ref.get("values"):
         head.append(f"reference ({ref.get('source', 'reference')})")
+    if state:
+        head.append("state per layer (numbers)")
     lines = [f"# Report: {', '.join(e for e in rep['experiments'] if e) or 'runs'}", "",
              f"{rep['runs']} runs; grouped by {', '.join(fields) or 'nothing'}; best lr per "
              f"group by the mean validation metric. At that lr: seeds solved ({metric} "
@@ -618,7 +633,11 @@ def _markdown(rep: dict) -> str:
              "which fewer than half the seeds remain unsolved; >N: not reached by step N) with "
              "its log-log 95% interval, and the restricted mean steps to solve up to the last "
              "step followed, with a 95% interval; "
-             f"{metric} as mean +/- sample std over seeds.", "",
+             f"{metric} as mean +/- sample std over seeds."
+             + (" State per layer: the numbers of recurrent state (with the short "
+                "convolutions' windows and a branch's key slots) per sequence, as `recall-lab "
+                "models` counts them, divided by the layers; 'grows as L' where the state grows "
+                "with the sequence." if state else ""), "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rep["rows"]:
         cells = [row[f] for f in fields]
@@ -629,6 +648,8 @@ def _markdown(rep: dict) -> str:
                   str(row["missing"]), str(row["failed"])]
         if ref.get("values"):
             cells.append(_num(row["reference"]))
+        if state:
+            cells.append(row["state_text"])
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += _slice_lines(rep)
     if rep["checks"]:
@@ -684,7 +705,7 @@ def _csv(rep: dict) -> str:
     cols = [*rep["by"], "label", "best_lr", "valid", "solved_k", "solved_n", "solved_lo",
             "solved_hi", "steps_median", "solve_steps", "mean", "std", "per_seed", "seeds",
             "missing", "failed", "reference", "km_median", "km_median_lo", "km_median_hi",
-            "km_rmst", "km_rmst_lo", "km_rmst_hi"]
+            "km_rmst", "km_rmst_lo", "km_rmst_hi", "state_per_layer", "state_growth"]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rep["rows"]:
@@ -718,6 +739,7 @@ def _json(rep: dict) -> dict:
                        "solved_by_lr": {str(k): _rate(v) for k, v in g.lr_solved.items()},
                        "solve_steps": g.solve_steps,
                        "survival": _survival(g.survival),
+                       "state_per_layer": g.state.numbers, "state_growth": g.state.growth,
                        "selected": [r.name for r in g.selected],
                        "per_seed": [r.metric(rep["metric"]) for r in g.selected],
                        **({"slices": sl} if (sl := slice_means(g, rep["metric"])) else {}),
