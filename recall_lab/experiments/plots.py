@@ -29,7 +29,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
-from matplotlib.ticker import EngFormatter  # noqa: E402
+from matplotlib.ticker import (  # noqa: E402
+    EngFormatter,
+    FuncFormatter,
+    LogLocator,
+    NullFormatter,
+)
 
 from recall_lab import checkpoint as ck  # noqa: E402
 from recall_lab.analysis.plots import save_figure  # noqa: E402
@@ -189,6 +194,10 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
             ax.set_xscale(*xscale[:1], **(xscale[1] if len(xscale) > 1 else {}))
         if eng:  # 160k, not 160000 (long tick labels run into each other)
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+            if xscale and xscale[0] == "log":  # powers of 2 written out (512, 1,024, ...),
+                ax.xaxis.set_major_locator(LogLocator(base=2))  # no minor labels: within
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+                ax.xaxis.set_minor_formatter(NullFormatter())  # a decade they overlap
     for ax in flat[n:]:
         ax.set_visible(False)
     for col in range(ncols):  # the lowest visible panel of each column carries the x labels
