@@ -192,12 +192,12 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
             ax.set_ylim(-0.03, 1.03)
         if xscale:
             ax.set_xscale(*xscale[:1], **(xscale[1] if len(xscale) > 1 else {}))
-        if eng:  # 160k, not 160000 (long tick labels run into each other)
+        if eng and xscale and xscale[0] == "log":  # powers of 2 written out (512, 1,024,
+            ax.xaxis.set_major_locator(LogLocator(base=2))  # ...), no minor labels: within a
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())  # decade they overlap
+        elif eng:  # 160k, not 160000 (long tick labels run into each other)
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-            if xscale and xscale[0] == "log":  # powers of 2 written out (512, 1,024, ...),
-                ax.xaxis.set_major_locator(LogLocator(base=2))  # no minor labels: within
-                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-                ax.xaxis.set_minor_formatter(NullFormatter())  # a decade they overlap
     for ax in flat[n:]:
         ax.set_visible(False)
     for col in range(ncols):  # the lowest visible panel of each column carries the x labels
