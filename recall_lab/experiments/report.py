@@ -374,8 +374,17 @@ def _check_solved(pool: list[Group], e: dict, op: str,
     if "margin" in e:
         raise RecallLabError("margin has no meaning for stat = 'solved' (the test decides)")
     a = _finished(_select(pool, e["a"], "a"))
-    ra = a.solved
     if "value" in e:
+        ok, detail = _solved_verdict(a.label, a.solved, None, None, e, op, level)
+        return ok, detail, [a]
+    b = _finished(_select(pool, e["b"], "b"))
+    ok, detail = _solved_verdict(a.label, a.solved, b.label, b.solved, e, op, level)
+    return ok, detail, [a, b]
+
+
+def _solved_verdict(la: str, ra: stats.SolveRate, lb: str | None, rb: stats.SolveRate | None,
+                    e: dict, op: str, level: float) -> tuple[bool, str]:
+    if rb is None:
         value = float(e["value"])
         if op in (">=", ">"):
             ok, bound = ra.lo >= value if op == ">=" else ra.lo > value, f"lower {ra.lo:.3f}"
@@ -383,10 +392,8 @@ def _check_solved(pool: list[Group], e: dict, op: str,
             ok, bound = ra.hi <= value if op == "<=" else ra.hi < value, f"upper {ra.hi:.3f}"
         else:
             raise RecallLabError("op '~' needs b (a group), not value")
-        return ok, (f"{a.label} solved {ra.text()} (Wilson {ra.confidence:.0%}): {bound} "
-                    f"{op} {value:g}"), [a]
-    b = _finished(_select(pool, e["b"], "b"))
-    rb = b.solved
+        return ok, (f"{la} solved {ra.text()} (Wilson {ra.confidence:.0%}): {bound} "
+                    f"{op} {value:g}")
     p = stats.fisher(ra, rb, TESTS[op])
     if op == "~":
         ok, verdict = p >= level, f"no difference detected: p = {p:.3g} >= {level:g}"
@@ -394,7 +401,7 @@ def _check_solved(pool: list[Group], e: dict, op: str,
         word = "more" if TESTS[op] == "greater" else "fewer"
         ok = p < level
         verdict = f"{word}: Fisher one-sided p = {p:.3g} {'<' if ok else '>='} {level:g}"
-    return ok, f"{a.label} {ra.text()} vs {b.label} {rb.text()}; {verdict}", [a, b]
+    return ok, f"{la} {ra.text()} vs {lb} {rb.text()}; {verdict}"
 
 
 def _check_logrank(pool: list[Group], e: dict, op: str,
@@ -418,19 +425,28 @@ def _check_logrank(pool: list[Group], e: dict, op: str,
                 f"{level:g}"), [a, b]
 
 
-def _frontier_of(pool: list[Group], selector: dict, what: str) -> tuple[float, list[Group]]:
+def _completed(g: Group, solved: bool) -> stats.SolveRate:
+    """g's seeds solved were every unfinished run of it to end solved (True) or not (False)."""
+    m, r = g.counts["missing"], g.solved
+    return stats.wilson(r.k + (m if solved else 0), r.n + m, r.confidence)
+
+
+def _frontier_of(pool: list[Group], selector: dict, what: str,
+                 fill: bool | None = None) -> tuple[float, list[Group]]:
     sel = flatten(selector)
     matching = [g for g in pool
                 if all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
                 and numeric("task.levels", g.values.get("task.levels")) is not None]
-    # a frontier over a cut-short sweep would be capped at the largest finished table: refuse
+    # a frontier over a cut-short sweep would be capped at the largest finished table: refuse,
+    # unless `fill` says how every unfinished run ends (the bounds `_settled` tries)
     unfinished = [g.label for g in matching if g.mean is None or g.counts["missing"]]
-    if unfinished:
+    if unfinished and fill is None:
         raise ClaimOpen(f"{what} {sel}: unfinished runs at {', '.join(unfinished)}")
     found = matching
     if not found:
         raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
-    pts = [(numeric("task.levels", g.values["task.levels"]), g.solved) for g in found]
+    pts = [(numeric("task.levels", g.values["task.levels"]),
+            g.solved if fill is None else _completed(g, fill)) for g in found]
     return stats.frontier(pts) or 0.0, found
 
 
@@ -450,15 +466,85 @@ def _check_frontier(pool: list[Group], e: dict, op: str) -> tuple[bool, str, lis
     return OPS[op](fa, rhs), detail, used
 
 
+def _settled(pool: list[Group], e: dict, stat: str, op: str,
+             level: float) -> tuple[bool, str, list[Group]] | None:
+    """A claim with unfinished runs whose verdict no outcome of those runs can change: that
+    verdict, why, and the groups it read; else None. Solve-rate claims try every count of the
+    unfinished seeds solving (one Fisher or Wilson check per count); frontier claims the two
+    ends per row (every unfinished run solved, none), enough because a row's frontier only grows
+    as more of its seeds solve and the comparison is monotone in each frontier. Only groups with
+    one lr: with more, the unfinished runs could change which lr is reported. Means and log-rank
+    claims stay open."""
+    try:
+        if stat == "solved" and "margin" not in e:
+            return _settled_solved(pool, e, op, level)
+        if stat == "frontier" and op in OPS:
+            return _settled_frontier(pool, e, op)
+    except RecallLabError:  # ClaimOpen included: then the claim stays as it was
+        return None
+    return None
+
+
+def _settled_solved(pool: list[Group], e: dict, op: str,
+                    level: float) -> tuple[bool, str, list[Group]] | None:
+    groups = [_select(pool, e[s], s) for s in ("a", "b") if s in e]
+    if any(len(g.lrs) > 1 for g in groups):
+        return None
+    labels = [g.label for g in groups] + [None]
+    outcomes = set()
+    for extra in _counts([g.counts["missing"] for g in groups]):
+        rates = [stats.wilson(g.solved.k + x, g.solved.n + g.counts["missing"],
+                              g.solved.confidence) for g, x in zip(groups, extra, strict=True)]
+        if any(r.n == 0 for r in rates):
+            return None
+        rates.append(None)
+        outcomes.add(_solved_verdict(labels[0], rates[0], labels[1], rates[1], e, op,
+                                     level)[0])
+    if len(outcomes) != 1:
+        return None
+    return outcomes.pop(), "for every number of the unfinished seeds that could solve", groups
+
+
+def _settled_frontier(pool: list[Group], e: dict,
+                      op: str) -> tuple[bool, str, list[Group]] | None:
+    ends: dict[str, tuple[float, float]] = {}
+    read: list[Group] = []
+    for s in ("a", "b"):
+        if s in e:
+            (lo, used), (hi, _) = (_frontier_of(pool, e[s], s, fill) for fill in (False, True))
+            if any(len(g.lrs) > 1 for g in used):
+                return None
+            ends[s], read = (lo, hi), read + used
+    margin = float(e.get("margin", 0.0))
+    rhs = (ends["b"] if "b" in e else (float(e["value"]),) * 2)
+    outcomes = {OPS[op](fa, fb + margin) for fa in ends["a"] for fb in rhs}
+    if len(outcomes) != 1:
+        return None
+    rng = "frontier of {} between {:g} and {:g} whatever the unfinished runs give"
+    text = rng.format(flatten(e["a"]), *ends["a"])
+    if "b" in e:
+        text += ", of {} between {:g} and {:g}".format(flatten(e["b"]), *ends["b"])
+    return outcomes.pop(), text, read
+
+
+def _counts(missing: list[int]) -> list[tuple[int, ...]]:
+    """Every combination of how many of each group's unfinished seeds solve."""
+    combos: list[tuple[int, ...]] = [()]
+    for m in missing:
+        combos = [c + (x,) for c in combos for x in range(m + 1)]
+    return combos
+
+
 def check_expectations(groups: list[Group], expects: list[dict],
                        registry: dict | None = None) -> list[dict]:
     """One result per claim: {"claim", "ok", "verdict", "detail", "stat", "registered"}.
     `verdict` is "pass", "fail" (the numbers say no, or the claim cannot be evaluated: no such
     group, a bad key) or "open" (a run of its rows has not finished, so the seeds still to come
-    could turn it); `ok` is verdict == "pass". `stat` is "mean" (default: the
-    test mean, optionally + margin), "solved" (seeds solved; Wilson interval or Fisher test),
-    "frontier" (largest table solved in >= half the seeds) or "logrank" (steps to solve, unsolved
-    seeds censored: a solves sooner or later than b by the log-rank test)."""
+    could turn it; a claim no outcome of its unfinished runs can turn is passed or failed, and
+    its detail says "settled": `_settled`); `ok` is verdict == "pass". `stat` is "mean"
+    (default: the test mean, optionally + margin), "solved" (seeds solved; Wilson interval or
+    Fisher test), "frontier" (largest table solved in >= half the seeds) or "logrank" (steps to
+    solve, unsolved seeds censored: a solves sooner or later than b by the log-rank test)."""
     results = []
     for i, e in enumerate(expects):
         claim = e.get("claim") or f"expectation {i + 1}"
@@ -490,11 +576,19 @@ def check_expectations(groups: list[Group], expects: list[dict],
                 ok, detail, used = _check_mean(pool, e, op)
             missing = sum(g.counts["missing"] for g in used)
             verdict = "pass" if ok else "fail"
-            if missing:  # the unfinished seeds may still turn it either way
+            if missing:  # the unfinished seeds may still turn it, unless no outcome can
                 total = sum(len(g.runs) for g in used)
-                verdict, detail = "open", f"{detail}; {missing} of its {total} runs not finished"
+                detail = f"{detail}; {missing} of its {total} runs not finished"
+                settled = _settled(pool, e, stat, op, level)
+                verdict = "open" if settled is None else "pass" if settled[0] else "fail"
+                if settled is not None:
+                    ok, detail = settled[0], f"{detail}; settled: {settled[1]}"
         except ClaimOpen as exc:
+            settled = _settled(pool, e, stat, op, level)  # pool is set before anything raises
             ok, verdict, detail = False, "open", f"cannot check yet: {exc}"
+            if settled is not None:
+                ok, verdict, used = settled[0], "pass" if settled[0] else "fail", settled[2]
+                detail = f"{exc}; settled: {settled[1]}"
         except (RecallLabError, KeyError, TypeError, ValueError) as exc:
             ok, verdict, detail = False, "fail", f"cannot check: {exc}"
         done = [r for g in used for r in g.runs if r.status == "done"]
