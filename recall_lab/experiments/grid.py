@@ -21,8 +21,9 @@ tables override key by key) and a `[grid]` of axes over config fields named by d
     "train.batch_size" = [32, 16]
 
     [[exclude]]                          # drop every run matching all of these fields
-    "model.name" = "mamba"               # (a list matches any of its values)
-    "train.lr" = 3e-3
+    "model.name" = "mamba"               # (a list matches any of its values; a field inside
+    "train.lr" = 3e-3                    # a swept whole table, e.g. model.d_state under a
+                                         # linked "model" axis, matches where that table sets it)
 
     [reference]                          # optional: published numbers, drawn beside ours
     source = "joint-recall paper Table 1"          # by `recall-lab report` (keys: group labels)
@@ -200,10 +201,35 @@ def _set(tables: dict, path: str, value: Any) -> None:
     node[key] = value
 
 
+_ABSENT = object()
+
+
+def _swept_ancestor(path: str, names: list[str]) -> str | None:
+    """The swept axis that holds `path`: the path itself, or a whole-table axis above it
+    ("model" for model.name when rows are linked as whole model tables)."""
+    parts = path.split(".")
+    return next((".".join(parts[:i]) for i in range(len(parts), 0, -1)
+                 if ".".join(parts[:i]) in names), None)
+
+
+def _axis_value(values: dict[str, Any], path: str) -> Any:
+    """A run's value of `path`: an axis' value, or a field inside a whole-table axis' value
+    (absent when that table does not set it)."""
+    if path in values:
+        return values[path]
+    axis = _swept_ancestor(path, list(values))
+    node: Any = values.get(axis, _ABSENT) if axis else _ABSENT
+    for key in path[len(axis or path) + 1:].split("."):
+        if not isinstance(node, dict) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
+
+
 def _matches(values: dict[str, Any], rule: dict[str, Any]) -> bool:
     for path, want in rule.items():
-        have = values.get(path)
-        if not (have == want or (isinstance(want, list) and have in want)):
+        have = _axis_value(values, path)
+        if have is _ABSENT or not (have == want or (isinstance(want, list) and have in want)):
             return False
     return True
 
@@ -299,7 +325,7 @@ def expand(data: dict, name: str, source: Path | None = None) -> Experiment:
     for rule in rules:
         for path in rule:
             check_field(path, f"{where} [[exclude]]")
-            if path not in names:
+            if _swept_ancestor(path, names) is None:
                 raise RecallLabError(f"{where}: [[exclude]] names {path!r}, which is not swept")
 
     runs: list[Run] = []

@@ -56,6 +56,27 @@ def test_exclusions_drop_exactly_the_matching_runs(tiny):
                                            ("mamba+sw", 3e-3)])
 
 
+def test_exclusions_reach_inside_a_linked_whole_table_axis(tiny):
+    """Rows linked as whole model tables (each with its lr) are cut by fields inside the table;
+    a table that does not set the field is not matched, and the runs left keep their hashes."""
+    tiny["grid"] = {"train.seed": [0, 1]}
+    tiny["link"] = [{"model": [{"name": "mamba", "d_state": 1}, {"name": "mamba", "d_state": 4},
+                               {"name": "mamba+hax"}],
+                     "train.lr": [1e-3, 1e-3, 1e-2]},
+                    {"task.levels": [[[4, 4]], [[8, 8]]]}]
+    before = {r.name: r.hash for r in expand(tiny, "x").runs}
+    tiny["exclude"] = [{"model.name": "mamba", "model.d_state": 1, "task.levels": [[8, 8]]}]
+    runs = expand(tiny, "x").runs
+    got = {(r.config.model.name, r.config.model.d_state, r.config.task.levels[0][0])
+           for r in runs}
+    assert (("mamba", 1, 8) not in got and ("mamba", 1, 4) in got and ("mamba", 4, 8) in got
+            and len(runs) == len(before) - 2)
+    assert all(before[r.name] == r.hash for r in runs)
+    # mamba+hax's table sets no d_state: a rule on d_state alone leaves it in
+    tiny["exclude"] = [{"model.d_state": [1, 4]}]
+    assert {r.config.model.name for r in expand(tiny, "x").runs} == {"mamba+hax"}
+
+
 def test_hash_is_sha256_of_the_full_config_and_changes_with_any_value(tiny):
     tiny["grid"] = {"train.seed": [0]}
     run = expand(tiny, "x").runs[0]
