@@ -56,6 +56,7 @@ from recall_lab.experiments import stats
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, format_value, numeric
 from recall_lab.experiments.state import UNKNOWN, LayerState, common_state
+from recall_lab.models.archs import ARCH_TABLE, SSM_FIELDS
 
 SKIP_FIELDS = ("train.lr", "train.seed")
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
@@ -182,6 +183,15 @@ def group_fields(runs: list[RunRecord]) -> list[str]:
     return chosen
 
 
+def _read_fields(values: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """`values` with the SSM fields set to None where the run's model never reads them (a
+    transformer's or a contract mixer's d_state is the base config's, not the model's)."""
+    row = ARCH_TABLE.get(config.get("model.arch"))
+    if row is None or row.ssm:
+        return values
+    return {f: None if f in {f"model.{x}" for x in SSM_FIELDS} else v for f, v in values.items()}
+
+
 def group_label(values: dict[str, Any]) -> str:
     parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
              for f, v in values.items() if v is not None]  # None: a field the model lacks
@@ -231,7 +241,7 @@ def aggregate(runs: list[RunRecord], by: list[str] | None = None,
     for r in runs:
         key = tuple(_key(r.config.get(f)) for f in fields)
         if key not in groups:
-            values = {f: r.config.get(f) for f in fields}
+            values = _read_fields({f: r.config.get(f) for f in fields}, r.config)
             groups[key] = Group(key, values, group_label(values))
         groups[key].runs.append(r)
     for g in groups.values():

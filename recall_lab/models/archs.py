@@ -74,24 +74,29 @@ class ArchRow:
     """`blocks(cfg)`: the model's residual blocks; `activations(cfg, max_len)`: activation floats
     per token over all layers (the memory estimate); `takes_names`: model names ARCH, ARCH-2x,
     ARCH+PATTERN and ARCH+deci build it (a branch hybrid); `branch`: what `recall-lab models`
-    shows in its branch column when the config has no pattern."""
+    shows in its branch column when the config has no pattern; `ssm`: whether its blocks read
+    the SSM fields (`SSM_FIELDS`; a report leaves them out of a label where they are not read)."""
 
     blocks: Callable[[ModelConfig], list[nn.Module]]
     activations: Callable[[ModelConfig, int], int]
     takes_names: bool = False
     branch: str = "-"
+    ssm: bool = True
 
 
 ARCH_TABLE: dict[str, ArchRow] = {
     "mamba": ArchRow(_ssm_blocks, _ssm_activations(16), takes_names=True),
     "mamba2": ArchRow(_ssm_blocks, _ssm_activations(64), takes_names=True),
     "samba": ArchRow(_samba_blocks, _ssm_activations(16, units=3, keys=True), branch="swa"),
-    "transformer": ArchRow(_transformer_blocks, _attention_activations),
+    "transformer": ArchRow(_transformer_blocks, _attention_activations, ssm=False),
     # the estimate's state size for these stays 16 (what it assumed before the table)
     "mamba2-attn": ArchRow(_mamba2_attn_blocks, _ssm_activations(16)),
     "attamba": ArchRow(attamba_blocks, _ssm_activations(16)),
     # a contract mixer (models/mixer_block.py): what it keeps for its backward is unknown to the
     # lab; the estimate counts it as an attention layer's (a rough floor, not a measurement)
-    "mixer": ArchRow(mixer_blocks, _attention_activations),
+    "mixer": ArchRow(mixer_blocks, _attention_activations, ssm=False),
 }
+# the Mamba / Mamba2 mixer's fields (models/blocks.py `_mixer`): a transformer or a contract
+# mixer's blocks never read them, whatever the config holds
+SSM_FIELDS = ("d_state", "d_conv", "expand", "headdim")
 BRANCH_ARCHS = tuple(a for a, row in ARCH_TABLE.items() if row.takes_names)

@@ -151,8 +151,9 @@ def test_figures_lines_per_panel_and_frontier(zoo, monkeypatch, tmp_path):
     fixed, growing = plots.frontier_points(rep)
     assert fixed == {"mamba2": {state[("mamba2/1", 4)]: 4.0, state[("mamba2/4", 4)]: 8.0},
                      "deltanet": {state[("deltanet/4", 4)]: 0.0, state[("deltanet/1", 4)]: 4.0}}
-    # by row (the transformer's d_state is a grouping field), named by its family alone
-    assert growing == {"transformer / d_state=4": (8.0, "L", "transformer")}
+    # by row, named by its family alone; d_state is a grouping field, but a transformer never
+    # reads it, so its label leaves the base config's value out
+    assert growing == {"transformer": (8.0, "L", "transformer")}
     (ax,) = [ax for ax in figs["report-frontier.png"].axes if ax.get_visible()]
     drawn = {tuple(plots.to_rgb(ln.get_color())): (list(ln.get_xdata()), list(ln.get_ydata()))
              for ln in ax.get_lines() if ln.get_linestyle() == "-"}
@@ -170,16 +171,17 @@ def test_figures_lines_per_panel_and_frontier(zoo, monkeypatch, tmp_path):
         "| failed | state per layer (numbers) |")  # last: the other columns keep their places
     assert any(ln.startswith("| mamba2 | 4 | 4 | None |")
                and ln.endswith(f"| {state[('mamba2/4', 4)]:,.0f} |") for ln in lines)
-    assert any(ln.startswith("| transformer | 4 | 4 | None |") and ln.endswith("| grows as L |")
+    # the transformer's d_state reads None: its model never reads the base config's 4
+    assert any(ln.startswith("| transformer | 4 | None | None |") and ln.endswith("| grows as L |")
                for ln in lines)
     with open(tmp_path / "out" / "report.csv") as f:
         rows = {r["label"]: r for r in csv.DictReader(f)}
     assert float(rows["mamba2 / levels=4 / d_state=1"]["state_per_layer"]) == pytest.approx(
         state[("mamba2/1", 4)])
-    assert rows["transformer / levels=4 / d_state=4"]["state_per_layer"] == ""
-    assert rows["transformer / levels=4 / d_state=4"]["state_growth"] == "L"
+    assert rows["transformer / levels=4"]["state_per_layer"] == ""
+    assert rows["transformer / levels=4"]["state_growth"] == "L"
     data = json.loads((tmp_path / "out" / "report.json").read_text())
-    one = {g["label"]: g for g in data["groups"]}["deltanet / levels=8 / d_state=4 / num_heads=1"]
+    one = {g["label"]: g for g in data["groups"]}["deltanet / levels=8 / num_heads=1"]
     assert one["state_per_layer"] == pytest.approx(state[("deltanet/1", 8)])
     assert one["state_growth"] == "constant"
 
