@@ -237,10 +237,13 @@ def report_table(rep: dict):
     from rich.table import Table
 
     table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
+    # as report.md: only where some group has a fixed state, and last
+    state = any(row.get("state_per_layer") is not None for row in rep["rows"])
     for col in [*rep["by"], "best lr", "valid", "solved [95% CI]", "KM median steps [95% CI]",
                 "restricted mean steps", "steps to solve", "mean +/- std", "per seed", "seeds",
                 "missing", "failed",
-                *(["reference"] if rep["reference"].get("values") else [])]:
+                *(["reference"] if rep["reference"].get("values") else []),
+                *(["state per layer"] if state else [])]:
         table.add_column(col, justify="left" if col in rep["by"] else "right")
     for row in rep["rows"]:
         cells = [str(row[f]) for f in rep["by"]]
@@ -254,5 +257,7 @@ def report_table(rep: dict):
         if rep["reference"].get("values"):
             ref = row["reference"]
             cells.append("-" if ref is None else f"{ref:.4f}")
+        if state:
+            cells.append(row["state_text"])
         table.add_row(*cells)
     return table

@@ -228,3 +228,26 @@ def test_hax_counts_its_branch_slots_as_its_models_listing_does(zoo):
     assert growth == "constant" and got == layer_state.LayerState(numbers, "constant")
     assert numbers > state_numbers(build_model(cfg.model), cfg.model.max_len) / 2
     assert layer_state.run_state(None) == layer_state.UNKNOWN
+
+
+def test_terminal_table_has_the_state_column(zoo):
+    """`report`'s terminal table carries each group's state per layer as report.md does (last
+    column), with the count `recall-lab models` gives."""
+    from rich.console import Console
+
+    from recall_lab.commands.experiments import report_table
+
+    root, runs = zoo
+    rep = build_report([root])
+    console = Console(width=400, record=True, color_system=None)
+    console.print(report_table(rep))
+    rows = [[c.strip() for c in ln.replace("┃", "│").split("│")[1:-1]]
+            for ln in console.export_text().splitlines() if ln.count("│") + ln.count("┃") > 2]
+    head = next(r for r in rows if r[0] == "model.name")
+    assert head[-1] == "state per layer"
+    cfg = next(r.config for r in runs if r.config.model.name == "mamba2"
+               and r.config.model.d_state == 4)
+    numbers, _ = by_hand(cfg)
+    cells = [r for r in rows if r[0] == "mamba2" and r[head.index("model.d_state")] == "4"]
+    assert cells and all(r[-1] == f"{numbers:,.0f}" for r in cells)
+    assert all(r[-1] == "grows as L" for r in rows if r[0] == "transformer")
