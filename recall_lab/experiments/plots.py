@@ -264,7 +264,7 @@ def _axis_lines(rep: dict, pal: Palette, axis: str, point) -> list[Line]:
     meta: dict[tuple[str, str], tuple] = {}
     for g in rep["groups"]:
         y = point(g)
-        if y is None:
+        if y is None or g.values[axis] is None:  # None: a model without the field
             continue
         panel, order = _panel_of(pal, g, skip=axis)
         name = _label({f: v for f, v in g.values.items()
@@ -587,7 +587,8 @@ def report_figures(rep: dict, out: Path) -> list[Path]:
     paths = [plot_bars(rep, out / "report-bars.png", pal)]
     numeric_axes = []
     for axis in rep["by"]:
-        vals = [g.values[axis] for g in rep["groups"]]
+        # over the groups whose model has the field (a transformer has no d_state)
+        vals = [g.values[axis] for g in rep["groups"] if g.values[axis] is not None]
         nums = [numeric(axis, v) for v in vals]
         if None not in nums and len(set(nums)) > 1:
             numeric_axes.append(axis)

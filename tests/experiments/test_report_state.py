@@ -113,6 +113,11 @@ def test_figures_lines_per_panel_and_frontier(zoo, monkeypatch, tmp_path):
     names = {p.name for p in paths}
     assert {"report-solved-state.png", "report-frontier.png"} <= names
     assert (tmp_path / "out" / "report-solved-state.png").stat().st_size > 0
+    # against d_state: the Mamba2 rows only (the transformer and DeltaNet have no d_state), one
+    # line per table through states 1 and 4
+    fig = figs["report-solved-model_d_state.png"]
+    drawn = [ln for ax in fig.axes if ax.get_visible() for ln in ax.get_lines()]
+    assert drawn and all(list(ln.get_xdata()) == [1.0, 4.0] for ln in drawn)
     state = {(_row(r.config.model), r.config.task.levels[0][1]): by_hand(r.config)[0]
              for r in runs}
     pal = plots.palette(rep)
