@@ -189,7 +189,8 @@ def _read_fields(values: dict[str, Any], config: dict[str, Any]) -> dict[str, An
     row = ARCH_TABLE.get(config.get("model.arch"))
     if row is None or row.ssm:
         return values
-    return {f: None if f in {f"model.{x}" for x in SSM_FIELDS} else v for f, v in values.items()}
+    unread = {f"model.{x}" for x in SSM_FIELDS}
+    return {f: None if f in unread else v for f, v in values.items()}
 
 
 def group_label(values: dict[str, Any]) -> str:
@@ -435,10 +436,10 @@ def _check_logrank(pool: list[Group], e: dict, op: str,
                 f"{level:g}"), [a, b]
 
 
-def _completed(g: Group, solved: bool) -> stats.SolveRate:
-    """g's seeds solved were every unfinished run of it to end solved (True) or not (False)."""
-    m, r = g.counts["missing"], g.solved
-    return stats.wilson(r.k + (m if solved else 0), r.n + m, r.confidence)
+def _completed(g: Group, extra: int) -> stats.SolveRate:
+    """g's seeds solved were `extra` of its unfinished runs to end solved and the rest not."""
+    r = g.solved
+    return stats.wilson(r.k + extra, r.n + g.counts["missing"], r.confidence)
 
 
 def _frontier_of(pool: list[Group], selector: dict, what: str,
@@ -456,7 +457,8 @@ def _frontier_of(pool: list[Group], selector: dict, what: str,
     if not found:
         raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
     pts = [(numeric("task.levels", g.values["task.levels"]),
-            g.solved if fill is None else _completed(g, fill)) for g in found]
+            g.solved if fill is None else _completed(g, g.counts["missing"] if fill else 0))
+           for g in found]
     return stats.frontier(pts) or 0.0, found
 
 
@@ -503,8 +505,7 @@ def _settled_solved(pool: list[Group], e: dict, op: str,
     labels = [g.label for g in groups] + [None]
     outcomes = set()
     for extra in _counts([g.counts["missing"] for g in groups]):
-        rates = [stats.wilson(g.solved.k + x, g.solved.n + g.counts["missing"],
-                              g.solved.confidence) for g, x in zip(groups, extra, strict=True)]
+        rates = [_completed(g, x) for g, x in zip(groups, extra, strict=True)]
         if any(r.n == 0 for r in rates):
             return None
         rates.append(None)
