@@ -26,7 +26,8 @@ def environment_rows() -> list[tuple[str, str]]:
 
     rows = [("recall-lab", __version__), ("python", platform.python_version()),
             ("torch", torch.__version__), ("triton", version("triton")),
-            ("mamba-ssm", version("mamba-ssm"))]
+            ("mamba-ssm", version("mamba-ssm")),
+            ("flash-linear-attention", version("flash-linear-attention"))]
     if torch.cuda.is_available():
         dev = f"cuda: {torch.cuda.get_device_name(0)} (bf16 autocast: " \
               f"{torch.cuda.is_bf16_supported()})"
@@ -47,6 +48,8 @@ def environment_rows() -> list[tuple[str, str]]:
         rows.append(("attention backend", f"{default_backend(dev)} ({dev})"))
     except ImportError as exc:
         rows.append(("attention backend", f"unavailable ({exc})"))
+    from recall_lab.mixers import fla_kernels  # the zoo's mixers: linear-attn ... gla
+    rows.append(("zoo mixers (chunked)", fla_kernels.describe(torch.cuda.is_available())))
     return rows + self_check_rows()
 
 

@@ -60,7 +60,7 @@ from torch import Tensor
 from recall_lab import kernel_check
 from recall_lab.mixers._linear import feature_map
 
-__all__ = ["KERNELS", "kernel", "linear_attn", "delta_rule", "gla", "map_linear_attn",
+__all__ = ["KERNELS", "kernel", "describe", "linear_attn", "delta_rule", "gla", "map_linear_attn",
            "map_based", "map_delta_rule", "map_gla"]
 
 # op -> (module, function) in FLA 0.6 (fla-core)
@@ -92,6 +92,21 @@ def kernel(op: str) -> tuple[Callable[..., Any] | None, str]:
         return getattr(importlib.import_module(module), name), "ok"
     except Exception as exc:  # not installed, or a Triton / torch it cannot load: the torch form
         return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+
+
+def describe(cuda: bool) -> str:
+    """`recall-lab info`'s line: what the zoo's chunked mixers run here. On the CPU FLA is not
+    imported (nothing there depends on it); on CUDA each kernel is imported, not yet checked (the
+    self-check runs on a kernel's first call at the mixer's widths)."""
+    torch_form = "torch chunked form"
+    if not cuda:
+        return f"{torch_form} (FLA's kernels run on CUDA only)"
+    why = {op: kernel(op)[1] for op in KERNELS}
+    missing = {op: w for op, w in why.items() if w != "ok"}
+    if len(missing) == len(KERNELS):
+        return f"{torch_form} (FLA unavailable: {next(iter(missing.values()))})"
+    text = "FLA's kernels after their first-call self-checks (DeltaNet under 16-bit only)"
+    return text + "".join(f"; {op}: {torch_form} ({w})" for op, w in missing.items())
 
 
 def on_cuda(t: Tensor) -> bool:

@@ -169,3 +169,30 @@ def test_what_stays_on_the_torch_form(monkeypatch):
                          (GatedLinearAttention, {"num_heads": 2, "impl": "recurrent"})):
         _mixer(cls, options, torch.float32)(x)
     assert kernel_check.results() == {}
+
+
+def test_info_says_what_the_zoo_mixers_run(monkeypatch):
+    """`recall-lab info`'s zoo row: the torch chunked forms on the CPU without importing FLA; on
+    CUDA, FLA's kernels when they import, each op that does not import named with why."""
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    asked = []
+    monkeypatch.setattr(fla_kernels, "kernel", lambda op: asked.append(op) or (None, "no"))
+    r = CliRunner().invoke(app, ["info"])
+    assert r.exit_code == 0, r.output
+    assert "flash-linear-attention" in r.output
+    line = next(x for x in r.output.splitlines() if "zoo mixers" in x)
+    assert "torch chunked" in line and asked == []
+
+    monkeypatch.setattr(fla_kernels, "kernel", lambda op: (print, "ok"))
+    assert fla_kernels.describe(cuda=True).startswith("FLA")
+    why = "ModuleNotFoundError: No module named 'fla'"
+    monkeypatch.setattr(fla_kernels, "kernel", lambda op: (None, why))
+    text = fla_kernels.describe(cuda=True)
+    assert text.startswith("torch chunked") and why in text
+    monkeypatch.setattr(fla_kernels, "kernel",
+                        lambda op: (None, "ImportError: x") if op == "gla" else (print, "ok"))
+    text = fla_kernels.describe(cuda=True)
+    assert text.startswith("FLA") and "gla" in text and "ImportError: x" in text
