@@ -47,7 +47,9 @@ def register(app: GuardedApp) -> None:
                                      "happen to each and the tokens they train on; run nothing."),
         only: list[str] = typer.Option(None, "--only", help="Run only the grid's runs whose "
                                        "config has FIELD=VALUE (repeatable; e.g. "
-                                       "model.name=transformer); the rest are left as they are."),
+                                       "model.name=transformer): different fields must all "
+                                       "match, one field given twice matches either value; "
+                                       "the rest are left as they are."),
         replicate: Path = typer.Option(None, "--replicate", help="A TOML file of "
                                        "\\[\\[report.expect]] claims (comparisons an earlier "
                                        "report found): run their groups again at the lr the "

@@ -236,7 +236,9 @@ def _matches(values: dict[str, Any], rule: dict[str, Any]) -> bool:
 
 def parse_only(items: list[str] | None) -> dict[str, Any]:
     """`--only FIELD=VALUE` flags as {field: value}; a value is read as JSON where it parses
-    (numbers, lists such as task.levels=[[16,16]]), else as text (model.name=transformer)."""
+    (numbers, lists such as task.levels=[[16,16]]), else as text (model.name=transformer). A field
+    given more than once selects any of its values: {field: (value, value, ...)} (a tuple, which
+    JSON never yields, so a list value stays one value); different fields must all match."""
     out: dict[str, Any] = {}
     for item in items or []:
         field, sep, text = item.partition("=")
@@ -245,16 +247,25 @@ def parse_only(items: list[str] | None) -> dict[str, Any]:
                                  f"got {item!r}")
         check_field(field, "--only")
         try:
-            out[field] = json.loads(text)
+            value = json.loads(text)
         except ValueError:
-            out[field] = text
+            value = text
+        if field in out:
+            have = out[field]
+            value = (*(have if isinstance(have, tuple) else (have,)), value)
+        out[field] = value
     return out
 
 
 def selected(run: Run, only: dict[str, Any]) -> bool:
-    """Whether a run's full config has every field of `only` at its value."""
+    """Whether a run's full config has every field of `only` at its value (at one of them, for
+    a tuple of alternatives: `parse_only`)."""
     flat = flatten(run.config.to_json())
-    return all(json.dumps(flat.get(f), sort_keys=True) == json.dumps(v, sort_keys=True)
+
+    def same(a: Any, b: Any) -> bool:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+    return all(any(same(flat.get(f), w) for w in (v if isinstance(v, tuple) else (v,)))
                for f, v in only.items())
 
 

@@ -198,6 +198,23 @@ def test_only_runs_a_slice_and_the_rest_stay_pending(tmp_path, tiny):
         "task.levels": [[16, 16]], "train.lr": 3e-3}
 
 
+def test_only_repeated_on_one_field_is_an_or(tmp_path, tiny):
+    """--only: the same field given twice selects either value (an OR); different fields AND;
+    a list value (task.levels) stays one value, not alternatives."""
+    from recall_lab.experiments.engine import plan
+    from recall_lab.experiments.grid import parse_only
+
+    tiny["grid"] = {"model.name": ["mamba", "mamba+sw", "transformer"], "train.seed": [0, 1]}
+    exp = expand(tiny, "x")
+    rule = parse_only(["model.name=mamba", "model.name=transformer", "train.seed=1"])
+    assert rule == {"model.name": ("mamba", "transformer"), "train.seed": 1}
+    fresh = sorted(j.run.name for j in plan(exp, tmp_path, rule) if j.action == "fresh")
+    assert fresh == sorted(r.name for r in exp.runs if r.config.train.seed == 1
+                           and r.config.model.name in ("mamba", "transformer"))
+    assert parse_only(["task.levels=[[16,16]]", "task.levels=[[8,8]]"]) == {
+        "task.levels": ([[16, 16]], [[8, 8]])}
+
+
 def test_a_renamed_run_with_the_same_config_is_found_again(tmp_path, tiny):
     """A grid edit that renames runs without changing their configs (here: train.steps becomes
     a linked axis, so every name gains a `steps` part) finds the finished runs again by their
