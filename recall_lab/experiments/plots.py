@@ -531,12 +531,11 @@ def plot_solved_state(rep: dict, path: Path, pal: Palette | None = None) -> Path
                        rate=True, xscale=("log",), eng=True)
 
 
-def frontier_points(rep: dict) -> tuple[dict[str, dict[float, float]],
-                                          dict[str, tuple[float, str, str]]]:
-    """The frontier (largest table solved in >= half the seeds, `stats.frontier`; 0 when none
-    is) over the groups that sweep task.levels: per model family with a fixed state, per state
-    per layer; per row (its values less task.levels) whose state grows with the sequence, its
-    frontier, how the state grows and its family."""
+def _frontier_tables(rep: dict) -> tuple[dict[str, dict[float, list]],
+                                          dict[str, tuple[list, str, str]]]:
+    """Each group's (table size, seeds solved) over the groups that sweep task.levels: per model
+    family with a fixed state, per state per layer; per row (its values less task.levels) whose
+    state grows with the sequence, with how it grows and its family."""
     by_state: dict[str, dict[float, list]] = {}
     growing: dict[str, tuple[list, str, str]] = {}
     for g in rep["groups"]:
@@ -550,6 +549,15 @@ def frontier_points(rep: dict) -> tuple[dict[str, dict[float, float]],
             row = row_label(rep, g, "task.levels")
             growing.setdefault(row, ([], g.state.growth, _family(g)))[0].append(
                 (size, g.solved))
+    return by_state, growing
+
+
+def frontier_points(rep: dict) -> tuple[dict[str, dict[float, float]],
+                                          dict[str, tuple[float, str, str]]]:
+    """The frontier (largest table solved in >= half the seeds, `stats.frontier`; 0 when none
+    is): per model family with a fixed state, per state per layer; per row whose state grows
+    with the sequence, its frontier, how the state grows and its family (`_frontier_tables`)."""
+    by_state, growing = _frontier_tables(rep)
     fixed = {name: {x: stats.frontier(pts) or 0.0 for x, pts in xs.items()}
              for name, xs in by_state.items()}
     return fixed, {row: (stats.frontier(pts) or 0.0, growth, family)
@@ -558,11 +566,13 @@ def frontier_points(rep: dict) -> tuple[dict[str, dict[float, float]],
 
 def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     """The largest table solved in >= half the seeds against the state per layer in numbers,
-    one line per model family with a fixed state (in the family's hue); rows whose state grows
-    with the sequence as dashed lines at their frontier (in the row's colour)."""
+    one line per model family with a fixed state (in the family's hue), each point with a bar
+    over the frontiers its seeds' Wilson intervals allow (`stats.frontier_range`); rows whose
+    state grows with the sequence as dashed lines at their frontier (in the row's colour)."""
     pal = pal or palette(rep)
     fixed, growing = frontier_points(rep)
-    lines = [Line("", name, pal.model(name), ("fixed", sorted(pts.items())))
+    by_state, _ = _frontier_tables(rep)
+    lines = [Line("", name, pal.model(name), ("fixed", sorted(pts.items()), by_state[name]))
              for name, pts in fixed.items()]
     rows = {row: family for row, (_, _, family) in growing.items()}
     lines += [Line("", f"{_growing_name(rows, row)} ({_grows_text(growth)})", pal.row(row),
@@ -571,12 +581,16 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     def draw(ax, ln: Line):
         if ln.data[0] == "grows":
             return _draw_growing(ax, ln)
-        pts = ln.data[1]
+        pts, tables = ln.data[1], ln.data[2]
         (h,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=ln.colour)
+        ranges = [stats.frontier_range(tables[x]) for x, _ in pts]
+        ax.vlines([p[0] for p in pts], [r[0] for r in ranges], [r[1] for r in ranges],
+                  color=ln.colour, alpha=0.35, lw=4)
         return h
 
     return draw_panels(lines, draw, path,
-                       title="capacity frontier vs state per layer (0: no table solved)",
+                       title="capacity frontier vs state per layer (0: no table solved)\n"
+                             "bars: the frontiers the seeds' Wilson 95% intervals allow",
                        xlabel=STATE_LABEL,
                        ylabel="frontier: largest table solved\nin >= 50% of seeds",
                        xscale=("log",), eng=True)

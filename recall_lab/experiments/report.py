@@ -443,7 +443,7 @@ def _completed(g: Group, extra: int) -> stats.SolveRate:
 
 
 def _frontier_of(pool: list[Group], selector: dict, what: str,
-                 fill: bool | None = None) -> tuple[float, list[Group]]:
+                 fill: bool | None = None) -> tuple[float, list[Group], tuple[float, float]]:
     sel = flatten(selector)
     matching = [g for g in pool
                 if all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
@@ -459,22 +459,27 @@ def _frontier_of(pool: list[Group], selector: dict, what: str,
     pts = [(numeric("task.levels", g.values["task.levels"]),
             g.solved if fill is None else _completed(g, g.counts["missing"] if fill else 0))
            for g in found]
-    return stats.frontier(pts) or 0.0, found
+    return stats.frontier(pts) or 0.0, found, stats.frontier_range(pts)
 
 
 def _check_frontier(pool: list[Group], e: dict, op: str) -> tuple[bool, str, list[Group]]:
     """Frontier claims: the largest table (entries) solved in >= half the seeds, over the groups
     that `a` (and `b`) select across task.levels; 0 when none is."""
-    fa, used = _frontier_of(pool, e["a"], "a")
+    fa, used, range_a = _frontier_of(pool, e["a"], "a")
     margin = float(e.get("margin", 0.0))
+    ranges = f"a {range_a[0]:g}-{range_a[1]:g}"
     if "b" in e:
-        fb, used_b = _frontier_of(pool, e["b"], "b")
+        fb, used_b, range_b = _frontier_of(pool, e["b"], "b")
         used = used + used_b
         rhs, rhs_text = fb + margin, f"frontier of {flatten(e['b'])} {fb:g}"
+        ranges += f", b {range_b[0]:g}-{range_b[1]:g}"
     else:
         rhs, rhs_text = float(e["value"]) + margin, f"{float(e['value']):g}"
+    # the verdict reads the point frontiers (as declared); the ranges say how far one seed more
+    # or less at the 50% line could move them
     detail = (f"frontier of {flatten(e['a'])} {fa:g} {op} {rhs_text}"
-              + (f" + {margin:g}" if margin else ""))
+              + (f" + {margin:g}" if margin else "")
+              + f"; the seeds' Wilson intervals allow {ranges}")
     return OPS[op](fa, rhs), detail, used
 
 
@@ -522,7 +527,8 @@ def _settled_frontier(pool: list[Group], e: dict,
     read: list[Group] = []
     for s in ("a", "b"):
         if s in e:
-            (lo, used), (hi, _) = (_frontier_of(pool, e[s], s, fill) for fill in (False, True))
+            (lo, used, _), (hi, _, _) = (_frontier_of(pool, e[s], s, fill)
+                                         for fill in (False, True))
             if any(len(g.lrs) > 1 for g in used):
                 return None
             ends[s], read = (lo, hi), read + used

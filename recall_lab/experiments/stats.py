@@ -1,6 +1,7 @@
 """Statistics that fit recall runs, whose outcomes are bimodal (a run jumps to ~1.0 or stays on
 the plateau): seeds solved out of seeds run with a Wilson interval, Fisher's exact test between
-two solve rates, steps-to-solve per seed, survival curves, and the table-size frontier.
+two solve rates, steps-to-solve per seed, survival curves, and the table-size frontier with the
+range its seeds' intervals allow.
 
 Intervals and tests come from scipy.stats; this module only decides what is counted:
 - a run is *solved* when its test metric (the best checkpoint's) reaches `solve_at`
@@ -112,6 +113,19 @@ def frontier(points: list[tuple[float, SolveRate]], at_least: float = 0.5) -> fl
     None when no size reaches it."""
     ok = [size for size, r in points if r.n and r.k / r.n >= at_least]
     return max(ok) if ok else None
+
+
+def frontier_range(points: list[tuple[float, SolveRate]],
+                   at_least: float = 0.5) -> tuple[float, float]:
+    """The frontiers the seeds' sampling error allows: the largest table size whose Wilson
+    interval lies at or above `at_least` (its lower bound), and the largest whose interval reaches
+    it (its upper bound); 0 where none does. `frontier` lies between the two, since every
+    interval holds its rate; a frontier that turns on one seed shows as a wide range."""
+    def largest(bound: str) -> float:
+        ok = [size for size, r in points if r.n and getattr(r, bound) >= at_least]
+        return max(ok) if ok else 0
+
+    return largest("lo"), largest("hi")
 
 
 def fisher_power(p_a: float, p_b: float, n_a: int, n_b: int | None = None,

@@ -75,6 +75,13 @@ def test_steps_to_solve_survival_quantiles_frontier(tmp_path):
     w = stats.wilson
     assert stats.frontier([(4, w(10, 10)), (8, w(5, 10)), (16, w(4, 10)), (32, w(6, 10))]) == 32
     assert stats.frontier([(4, w(4, 10)), (8, w(0, 10))]) is None
+    # the range the seeds allow: the largest table whose Wilson interval lies at or above one
+    # half (10/10: [0.72, 1.00]), and the largest it reaches (4/10: [0.17, 0.69]; 0/10 tops at
+    # 0.28); the point frontier (6/10 at 8) lies between
+    pts = [(4, w(10, 10)), (8, w(6, 10)), (16, w(4, 10)), (32, w(0, 10))]
+    assert stats.frontier(pts) == 8 and stats.frontier_range(pts) == (4, 16)
+    assert stats.frontier_range([(4, w(4, 10)), (8, w(0, 10))]) == (0, 4)
+    assert stats.frontier_range([(4, w(0, 10))]) == (0, 0)
 
 
 # ---- the report ---------------------------------------------------------------------------------
@@ -134,6 +141,9 @@ def test_report_counts_seeds_solved_with_intervals_and_steps(table_sweep):
     assert [c["ok"] for c in checks] == [True, False, True], checks
     assert "p = 0.2" in checks[1]["detail"]
     assert "frontier" in checks[2]["detail"] and " 8 > " in checks[2]["detail"]
+    # at 3 seeds the intervals allow either frontier anywhere from 0 (3/3's lower bound 0.438
+    # is below one half) to 8 (1/3's upper bound 0.79 is above it)
+    assert checks[2]["detail"].endswith("the seeds' Wilson intervals allow a 0-8, b 0-8")
     # a higher threshold: mamba's 0.97 seed no longer counts
     rep = build_report([table_sweep], solve_at=0.98)
     assert {g.label: g.solved.k for g in rep["groups"]}["mamba / levels=8"] == 0
