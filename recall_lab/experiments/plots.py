@@ -40,20 +40,13 @@ from recall_lab import checkpoint as ck  # noqa: E402
 from recall_lab.analysis.plots import save_figure  # noqa: E402
 from recall_lab.experiments import stats  # noqa: E402
 from recall_lab.experiments.grid import format_value, numeric  # noqa: E402
+from recall_lab.experiments.report import group_label as _label  # noqa: E402
 
 MAX_LINES = 8  # lines per panel; more are split over further panels
 HUES = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]
 
 
 # ---- rows, panels and colours -------------------------------------------------------------------
-
-def _label(values: dict[str, Any]) -> str:
-    """A group's label from some of its values (as the report's group labels: the model name
-    bare, other fields as name=value; fields a model lacks left out)."""
-    parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
-             for f, v in values.items() if v is not None]
-    return " / ".join(parts) or "all"
-
 
 def facet_field(rep: dict) -> str | None:
     """The field the figures split into panels: `task.levels` when it varies (one panel per

@@ -688,6 +688,49 @@ def _slice_lines(rep: dict) -> list[str]:
     return lines
 
 
+def _by_table_lines(rep: dict) -> list[str]:
+    """report.md's pivot where the groups sweep task.levels over two or more tables: one line
+    per row (a group's values less task.levels), one column per table with its seeds solved, and
+    the row's frontier with the range its seeds' intervals allow (`stats.frontier_range`);
+    "open" while a table of the row has unfinished runs (as a frontier claim would be)."""
+    sized = [(g, numeric("task.levels", g.values.get("task.levels"))) for g in rep["groups"]]
+    sizes = sorted({size for _, size in sized if size is not None})
+    if len(sizes) < 2:
+        return []
+    rows: dict[str, dict[float, Group]] = {}
+    for g, size in sized:
+        if size is not None:
+            rest = {f: v for f, v in g.values.items() if f != "task.levels"}
+            rows.setdefault(group_label(rest), {})[size] = g
+    state = any(g.state.numbers is not None for g, _ in sized)
+    head = ["row", *(["state per layer"] if state else []), *(f"table {x:g}" for x in sizes),
+            "frontier [range]"]
+    lines = ["", "## Seeds solved by table", "",
+             "Seeds solved [Wilson 95%] per row and table (\"(N to run)\": unfinished runs; "
+             "\"-\": not in the grid). Frontier: the largest table solved in >= half the seeds; "
+             "in brackets, the frontiers the seeds' intervals allow (from the largest table "
+             "whose interval lies at or above one half to the largest it reaches); \"open\" "
+             "while a table of the row has unfinished runs.", "",
+             "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, by_size in rows.items():
+        texts = []
+        for x in sizes:
+            g = by_size.get(x)
+            missing = g.counts["missing"] if g else 0
+            texts.append("-" if g is None else "not yet run" if not g.solved.n
+                         else g.solved.text() + (f" ({missing} to run)" if missing else ""))
+        if any(g.counts["missing"] or not g.solved.n for g in by_size.values()):
+            front = "open"
+        else:
+            pts = [(x, g.solved) for x, g in by_size.items()]
+            lo, hi = stats.frontier_range(pts)
+            front = f"{stats.frontier(pts) or 0:g} [{lo:g}, {hi:g}]"
+        states = " / ".join(dict.fromkeys(g.state.text() for g in by_size.values()))
+        lines.append("| " + " | ".join([name, *([states] if state else []), *texts, front])
+                     + " |")
+    return lines
+
+
 def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
                  metric: str | None = None, experiment: dict | None = None,
                  solve_at: float | None = None) -> dict:
@@ -762,6 +805,7 @@ def _markdown(rep: dict) -> str:
         if state:
             cells.append(row["state_text"])
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += _by_table_lines(rep)
     lines += _slice_lines(rep)
     if rep["checks"]:
         lines += ["", "## Claims", ""]

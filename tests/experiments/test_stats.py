@@ -160,6 +160,31 @@ def test_report_files_carry_the_solve_rates(table_sweep, tmp_path):
     assert data["groups"][0]["solved"]["k"] == 2 and data["solve_at"] == 0.95
 
 
+def test_report_md_pivots_seeds_solved_by_table(table_sweep, tmp_path):
+    """report.md's table of seeds solved by row (a group's values less task.levels) and table,
+    with each row's frontier and the range its seeds' Wilson intervals allow."""
+    rep = build_report([table_sweep])
+    write_report(rep, tmp_path / "out", plots=False)
+    lines = (tmp_path / "out" / "report.md").read_text().splitlines()
+    i = lines.index("## Seeds solved by table")
+    start = next(j for j in range(i, len(lines)) if lines[j].startswith("| row"))
+    end = lines.index("", start)
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[start:end]]
+    del cells[1]  # the | --- | line
+    assert cells[0][0] == "row" and cells[0][-3:] == ["table 4", "table 8", "frontier [range]"]
+
+    def rate(k, n):
+        lo, hi = wilson_by_hand(k, n)
+        return f"{k}/{n} [{max(lo, 0):.2f}, {min(hi, 1):.2f}]"
+
+    rows = {c[0]: c for c in cells[1:]}
+    assert set(rows) == {"mamba", "mamba+hax"}
+    # mamba: 2/3 then 1/3, frontier 4; 2/3's interval [0.21, 0.94] reaches one half but no
+    # interval lies above it (3 seeds), 1/3's [0.06, 0.79] reaches it: range 0-8
+    assert rows["mamba"][-3:] == [rate(2, 3), rate(1, 3), "4 [0, 8]"]
+    assert rows["mamba+hax"][-3:] == [rate(3, 3), rate(3, 3), "8 [0, 8]"]
+
+
 def test_runs_frame_one_row_per_run(table_sweep):
     df = runs_frame([table_sweep])
     assert len(df) == 12
