@@ -162,6 +162,9 @@ def register(app: GuardedApp) -> None:
                             experiment=exp, solve_at=solve_at)
         rep, paths = result.data, result.paths
         console.print(report_table(rep))
+        pivot = by_table_table(rep)
+        if pivot is not None:
+            console.print(pivot)
         for c in rep["checks"]:
             mark = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]",
                     "open": "[yellow]OPEN[/]"}[c["verdict"]]
@@ -232,6 +235,25 @@ def register(app: GuardedApp) -> None:
         need = stats.seeds_for_power(rate_a, rate_b, target, level, max_seeds=200)
         console.print(f"seeds per arm for {target:.0%} power (one-sided): "
                       f"{need if need is not None else 'more than 200'}", highlight=False)
+
+
+def by_table_table(rep: dict):
+    """report.md's seeds solved by table, for the terminal; None where the groups do not sweep
+    two or more tables."""
+    from rich.table import Table
+
+    from recall_lab.experiments.report import BY_TABLE_NOTE, by_table
+
+    pivot = by_table(rep)
+    if pivot is None:
+        return None
+    head, rows = pivot
+    table = Table(title="seeds solved by table", caption=escape(BY_TABLE_NOTE))
+    for col in head:  # escaped: rich would take "[range]" for a style tag
+        table.add_column(escape(col), justify="left" if col == "row" else "right")
+    for row in rows:
+        table.add_row(*map(escape, row))
+    return table
 
 
 def report_table(rep: dict):

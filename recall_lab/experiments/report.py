@@ -688,15 +688,23 @@ def _slice_lines(rep: dict) -> list[str]:
     return lines
 
 
-def _by_table_lines(rep: dict) -> list[str]:
-    """report.md's pivot where the groups sweep task.levels over two or more tables: one line
-    per row (a group's values less task.levels), one column per table with its seeds solved, and
-    the row's frontier with the range its seeds' intervals allow (`stats.frontier_range`);
-    "open" while a table of the row has unfinished runs (as a frontier claim would be)."""
+BY_TABLE_NOTE = ("Seeds solved [Wilson 95%] per row and table (\"(N to run)\": unfinished runs; "
+                 "\"-\": not in the grid). Frontier: the largest table solved in >= half the "
+                 "seeds; in brackets, the frontiers the seeds' intervals allow (from the largest "
+                 "table whose interval lies at or above one half to the largest it reaches); "
+                 "\"open\" while a table of the row has unfinished runs.")
+
+
+def by_table(rep: dict) -> tuple[list[str], list[list[str]]] | None:
+    """Seeds solved by row and table, where the groups sweep task.levels over two or more
+    tables: the header and one line per row (a group's values less task.levels), one column per
+    table with its seeds solved, and the row's frontier with the range its seeds' intervals
+    allow (`stats.frontier_range`); "open" while a table of the row has unfinished runs (as a
+    frontier claim would be). None where there is no such sweep."""
     sized = [(g, numeric("task.levels", g.values.get("task.levels"))) for g in rep["groups"]]
     sizes = sorted({size for _, size in sized if size is not None})
     if len(sizes) < 2:
-        return []
+        return None
     rows: dict[str, dict[float, Group]] = {}
     for g, size in sized:
         if size is not None:
@@ -705,13 +713,7 @@ def _by_table_lines(rep: dict) -> list[str]:
     state = any(g.state.numbers is not None for g, _ in sized)
     head = ["row", *(["state per layer"] if state else []), *(f"table {x:g}" for x in sizes),
             "frontier [range]"]
-    lines = ["", "## Seeds solved by table", "",
-             "Seeds solved [Wilson 95%] per row and table (\"(N to run)\": unfinished runs; "
-             "\"-\": not in the grid). Frontier: the largest table solved in >= half the seeds; "
-             "in brackets, the frontiers the seeds' intervals allow (from the largest table "
-             "whose interval lies at or above one half to the largest it reaches); \"open\" "
-             "while a table of the row has unfinished runs.", "",
-             "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines = []
     for name, by_size in rows.items():
         texts = []
         for x in sizes:
@@ -726,9 +728,19 @@ def _by_table_lines(rep: dict) -> list[str]:
             lo, hi = stats.frontier_range(pts)
             front = f"{stats.frontier(pts) or 0:g} [{lo:g}, {hi:g}]"
         states = " / ".join(dict.fromkeys(g.state.text() for g in by_size.values()))
-        lines.append("| " + " | ".join([name, *([states] if state else []), *texts, front])
-                     + " |")
-    return lines
+        lines.append([name, *([states] if state else []), *texts, front])
+    return head, lines
+
+
+def _by_table_lines(rep: dict) -> list[str]:
+    """report.md's section of `by_table`."""
+    table = by_table(rep)
+    if table is None:
+        return []
+    head, rows = table
+    return ["", "## Seeds solved by table", "", BY_TABLE_NOTE, "",
+            "| " + " | ".join(head) + " |", "|" + " --- |" * len(head),
+            *("| " + " | ".join(row) + " |" for row in rows)]
 
 
 def build_report(dirs: list[str | Path], *, by: list[str] | None = None,

@@ -183,6 +183,14 @@ def test_report_md_pivots_seeds_solved_by_table(table_sweep, tmp_path):
     # interval lies above it (3 seeds), 1/3's [0.06, 0.79] reaches it: range 0-8
     assert rows["mamba"][-3:] == [rate(2, 3), rate(1, 3), "4 [0, 8]"]
     assert rows["mamba+hax"][-3:] == [rate(3, 3), rate(3, 3), "8 [0, 8]"]
+    # the terminal prints the same lines (piped: cells whole)
+    r = CliRunner().invoke(app, ["report", str(table_sweep), "--no-plots", "--out",
+                                 str(tmp_path / "cli")])
+    assert r.exit_code == 0, r.output
+    assert "seeds solved by table" in r.output and "frontier [range]" in r.output
+    out = r.output[r.output.index("seeds solved by table"):]
+    line = next(ln for ln in out.splitlines() if ln.strip("│┃ ").startswith("mamba+hax"))
+    assert [c.strip() for c in line.strip("│┃ ").split("│")][-1] == "8 [0, 8]"
 
 
 def test_runs_frame_one_row_per_run(table_sweep):
