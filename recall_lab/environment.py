@@ -11,6 +11,7 @@ import torch
 from recall_lab import kernel_check, ssm
 from recall_lab.attention import default_backend
 from recall_lab.attention.sparse import check_triton
+from recall_lab.mixers import fla_kernels
 from recall_lab.ssm import backend
 from recall_lab.version import __version__
 
@@ -48,7 +49,6 @@ def environment_rows() -> list[tuple[str, str]]:
         rows.append(("attention backend", f"{default_backend(dev)} ({dev})"))
     except ImportError as exc:
         rows.append(("attention backend", f"unavailable ({exc})"))
-    from recall_lab.mixers import fla_kernels  # the zoo's mixers: linear-attn ... gla
     rows.append(("zoo mixers (chunked)", fla_kernels.describe(torch.cuda.is_available())))
     return rows + self_check_rows()
 

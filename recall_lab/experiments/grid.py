@@ -169,6 +169,14 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def group_label(values: dict[str, Any]) -> str:
+    """A group's label in reports and figures: the model name bare, other fields as
+    name=value, fields a model lacks (None) left out."""
+    parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
+             for f, v in values.items() if v is not None]
+    return " / ".join(parts) or "all"
+
+
 def run_label(values: dict[str, Any]) -> str:
     """mamba+hax-lr0.001-s0-d_state8: each swept value with a short prefix, filesystem-safe."""
     parts = []

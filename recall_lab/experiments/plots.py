@@ -39,8 +39,7 @@ from matplotlib.ticker import (  # noqa: E402
 from recall_lab import checkpoint as ck  # noqa: E402
 from recall_lab.analysis.plots import save_figure  # noqa: E402
 from recall_lab.experiments import stats  # noqa: E402
-from recall_lab.experiments.grid import format_value, numeric  # noqa: E402
-from recall_lab.experiments.report import group_label as _label  # noqa: E402
+from recall_lab.experiments.grid import format_value, group_label, numeric  # noqa: E402
 
 MAX_LINES = 8  # lines per panel; more are split over further panels
 HUES = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]
@@ -68,7 +67,7 @@ def facet_field(rep: dict) -> str | None:
 
 def row_label(rep: dict, g, facet: str | None = None) -> str:
     """A group's row: its values less the facet field."""
-    return _label({f: v for f, v in g.values.items() if f != facet})
+    return group_label({f: v for f, v in g.values.items() if f != facet})
 
 
 def panel_label(field: str | None, value: Any) -> str:
@@ -116,8 +115,8 @@ def palette(rep: dict) -> Palette:
     for g in rep["groups"]:
         values = {f: v for f, v in g.values.items() if f != facet}
         hue = (format_value(g.values["model.name"]) if "model.name" in g.values
-               else _label(values))
-        by_hue.setdefault(hue, {})[_label(values)] = values
+               else group_label(values))
+        by_hue.setdefault(hue, {})[group_label(values)] = values
     rows: dict[str, tuple] = {}
     hues: dict[str, tuple] = {}
     for i, (hue, members) in enumerate(by_hue.items()):
@@ -260,7 +259,7 @@ def _axis_lines(rep: dict, pal: Palette, axis: str, point) -> list[Line]:
         if y is None or g.values[axis] is None:  # None: a model without the field
             continue
         panel, order = _panel_of(pal, g, skip=axis)
-        name = _label({f: v for f, v in g.values.items()
+        name = group_label({f: v for f, v in g.values.items()
                        if f != axis and (f != pal.facet or pal.facet == axis)})
         if name == "all":
             name = rep["metric"]

@@ -54,7 +54,7 @@ from recall_lab.config import run_tables
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.engine import INDEX
-from recall_lab.experiments.grid import flatten, format_value, numeric
+from recall_lab.experiments.grid import flatten, format_value, group_label, numeric
 from recall_lab.experiments.state import UNKNOWN, LayerState, common_state
 from recall_lab.models.archs import ARCH_TABLE, SSM_FIELDS
 
@@ -191,12 +191,6 @@ def _read_fields(values: dict[str, Any], config: dict[str, Any]) -> dict[str, An
         return values
     unread = {f"model.{x}" for x in SSM_FIELDS}
     return {f: None if f in unread else v for f, v in values.items()}
-
-
-def group_label(values: dict[str, Any]) -> str:
-    parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
-             for f, v in values.items() if v is not None]  # None: a field the model lacks
-    return " / ".join(parts) or "all"
 
 
 def _mean_std(xs: list[float]) -> tuple[float | None, float | None]:
