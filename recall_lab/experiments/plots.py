@@ -188,6 +188,8 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
             ax.xaxis.set_major_locator(LogLocator(base=2))  # ...), no minor labels: within a
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
             ax.xaxis.set_minor_formatter(NullFormatter())  # decade they overlap
+            # slanted: across 2^9 to 2^17 (HAX's slots) 32,768 and 131,072 ran into each other
+            ax.tick_params(axis="x", labelrotation=30)
         elif eng:  # 160k, not 160000 (long tick labels run into each other)
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     for ax in flat[n:]:
