@@ -546,12 +546,13 @@ def _frontier_tables(rep: dict) -> tuple[dict[str, dict[float, list]],
     return by_state, growing
 
 
-def frontier_points(rep: dict) -> tuple[dict[str, dict[float, float]],
-                                          dict[str, tuple[float, str, str]]]:
+def frontier_points(rep: dict, tables: tuple | None = None
+                    ) -> tuple[dict[str, dict[float, float]], dict[str, tuple[float, str, str]]]:
     """The frontier (largest table solved in >= half the seeds, `stats.frontier`; 0 when none
     is): per model family with a fixed state, per state per layer; per row whose state grows
-    with the sequence, its frontier, how the state grows and its family (`_frontier_tables`)."""
-    by_state, growing = _frontier_tables(rep)
+    with the sequence, its frontier, how the state grows and its family (from `tables`, the
+    `_frontier_tables` of `rep`, when the caller has them)."""
+    by_state, growing = tables or _frontier_tables(rep)
     fixed = {name: {x: stats.frontier(pts) or 0.0 for x, pts in xs.items()}
              for name, xs in by_state.items()}
     return fixed, {row: (stats.frontier(pts) or 0.0, growth, family)
@@ -564,8 +565,9 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     over the frontiers its seeds' Wilson intervals allow (`stats.frontier_range`); rows whose
     state grows with the sequence as dashed lines at their frontier (in the row's colour)."""
     pal = pal or palette(rep)
-    fixed, growing = frontier_points(rep)
-    by_state, _ = _frontier_tables(rep)
+    tables = _frontier_tables(rep)
+    fixed, growing = frontier_points(rep, tables)
+    by_state = tables[0]
     lines = [Line("", name, pal.model(name), ("fixed", sorted(pts.items()), by_state[name]))
              for name, pts in fixed.items()]
     rows = {row: family for row, (_, _, family) in growing.items()}
