@@ -15,24 +15,30 @@ work runs in child processes of the same Python, each with a time budget) does, 
 2. ``probe``: imports torch, the carried packages, the whole command line and the device benches,
    builds the native CPU kernels where a C compiler is there (or says that none is), then asks
    torch for CUDA (the first CUDA call) and names the device;
-3. ``tests``: ``pytest -m cuda tests/gpu`` (junit XML: pass / fail / skip per test and the
-   properties the tests record; the zoo mixers on FLA's kernels, ``test_gpu_zoo``, run last: the
-   first call of each FLA kernel autotunes, compiling every Triton config, so where the part's
-   budget runs out it is their results that are cut, and ``--budget tests=600`` gives them room);
+3. ``tests``: ``pytest -m cuda tests/gpu`` without the zoo file (junit XML: pass / fail / skip
+   per test and the properties the tests record);
 4. ``attention``, ``ssm``, ``train``: ``recall-lab bench NAME --device cuda`` (``--quick``
-   unless ``--full``), one process each.
+   unless ``--full``), one process each;
+5. ``zoo``: the zoo mixers on FLA's kernels (``tests/gpu/test_gpu_zoo.py``), last, with a longer
+   limit per test: the first call of each FLA kernel autotunes, compiling every Triton config
+   (on an H200 the first case failed under a 60 s limit and passed under 120 s), so its time is
+   the least predictable.
+   ``--parts zoo --budget zoo=500`` runs it alone (after wheels and probe) in a second call.
 
 A part that runs past its budget is stopped (SIGINT, then SIGKILL) and reported as such, and the
-check goes on; the budgets (`BUDGETS`) add up to six minutes. ``--no-cuda`` is the dry run of a
+check goes on; the budgets (`BUDGETS`) add up to nine minutes, inside one 10-minute call. pytest
+runs with ``-v``: where a tests part is stopped before pytest writes its junit XML, the outcomes
+of the tests that finished are read from its log (:func:`log_results`) and the test running at
+the cut is recorded as "cut". ``--no-cuda`` is the dry run of a
 machine without a GPU (`make gpu-check-dryrun`): the same parts, where the tests must all skip
 for want of CUDA and each bench must stop with the one-line "CUDA is not available" error, so
 everything up to the first CUDA call is shown to work.
 
 Under ``--out DIR`` (refused if it holds an earlier check, unless ``--force``): ``gpu-check.json``
 (`{"machine", "parts", "tests", "bench"}`, rewritten after every part), ``summary.txt`` (what
-:func:`summary_lines` prints), ``junit.xml``, ``setup.log``, ``tests.log``, ``bench.log``. Exit
-0 only when every test ran without failing (in the dry run: when every part did what it should);
-a bench that fails is reported, not fatal.
+:func:`summary_lines` prints), ``junit.xml``, ``junit-zoo.xml``, ``setup.log``, ``tests.log``,
+``bench.log``. Exit 0 only when every test ran without failing or being cut (in the dry run:
+when every part did what it should); a bench that fails is reported, not fatal.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,10 +63,27 @@ PATHS = {"test_gpu_attention": "triton sparse attention", "test_gpu_ssm": "ssm s
 # `max_rel_err`, and how many `self_check` verdicts passed (failed ones are listed)
 ROW_PROPERTIES = ("max_rel_err", "self_check")
 DEVICE_BENCHES = ("attention", "ssm", "train")
-# seconds per part; together six minutes (--budget PART=SECONDS changes one)
-BUDGETS = {"wheels": 30, "probe": 60, "tests": 120, "attention": 50, "ssm": 40, "train": 60}
-TEST_TIMEOUT_S = 60  # per test, where pytest-timeout is installed
-FILES = ("gpu-check.json", "summary.txt", "junit.xml", "setup.log", "tests.log", "bench.log")
+# seconds per part, in the order they run; together nine minutes, so that the whole check fits
+# one 10-minute call of a lent machine (--budget PART=SECONDS changes one). Sized from the first
+# run on an H200 (docs/results/gpu): wheels 1 s, probe 14 s, attention 44 s, ssm 8 s; train ran
+# past 60 s, and the zoo's first case failed under a 60 s limit (autotuning, most likely)
+BUDGETS = {"wheels": 20, "probe": 40, "tests": 120, "attention": 60, "ssm": 30, "train": 120,
+           "zoo": 150}
+# the test parts: pytest's arguments, its junit file and the limit per test (pytest-timeout,
+# where installed)
+TEST_PARTS = {
+    "tests": (["tests/gpu", "--ignore=tests/gpu/test_gpu_zoo.py"], "junit.xml", 60),
+    "zoo": (["tests/gpu/test_gpu_zoo.py"], "junit-zoo.xml", 180),
+}
+OPTIONAL_PARTS = ("tests", *DEVICE_BENCHES, "zoo")  # what --parts chooses from
+FILES = ("gpu-check.json", "summary.txt", "junit.xml", "junit-zoo.xml", "setup.log", "tests.log",
+         "bench.log")
+# `pytest -v` prints a test's node id, then its outcome on the same line when it ends
+LOG_LINE = re.compile(r"^(?:\S+/)?(?P<stem>\w+)\.py::(?P<name>\S+)"
+                      r"(?: (?P<word>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b)?")
+LOG_OUTCOMES = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "failed",
+                "SKIPPED": "skipped", "XFAIL": "skipped"}
+FROM_LOG = "read from the log: the part was stopped before pytest wrote its report"
 NO_CUDA_LINE = "CUDA is not available"  # recall_lab.device's error for --device cuda
 
 
@@ -76,6 +100,8 @@ def junit_results(xml_text: str) -> list[dict]:
     failed, skipped), message, properties."""
     cases = []
     for case in ET.fromstring(xml_text).iter("testcase"):
+        if case.get("name") is None:  # the nameless entry a KeyboardInterrupt leaves
+            continue
         outcome, message = "passed", ""
         for tag in ("failure", "error", "skipped"):
             node = case.find(tag)
@@ -89,6 +115,26 @@ def junit_results(xml_text: str) -> list[dict]:
                       "message": message, "properties": props})
     return cases
 
+
+
+def log_results(text: str) -> list[dict]:
+    """The tests a `pytest -v` log shows, for a part stopped before pytest wrote its junit XML:
+    each finished test with its outcome, and the test that was running at the cut (the last
+    node id with no outcome after it) as outcome "cut". Messages, skip reasons
+    and properties are in the report that was not written, so they are left empty."""
+    cases, running = [], None
+    for line in text.splitlines():
+        m = LOG_LINE.match(line.strip())
+        if not m:
+            continue
+        case = {"id": f"{m['stem']}::{m['name']}", "path": m["stem"], "properties": {}}
+        if m["word"] is None:  # started, not ended (yet): only the last such one was cut
+            running = case | {"outcome": "cut", "message": "running when the part's budget "
+                              "ran out"}
+        else:
+            cases.append(case | {"outcome": LOG_OUTCOMES[m["word"]], "message": FROM_LOG})
+            running = None if running and running["id"] == case["id"] else running
+    return cases + ([running] if running else [])
 
 def _ms(row: dict) -> str:
     t = row.get("time_s")
@@ -117,18 +163,21 @@ def summary_lines(result: dict) -> list[str]:
         mine = [t for t in tests if t["path"] == stem]
         failed = [t for t in mine if t["outcome"] == "failed"]
         passed = sum(t["outcome"] == "passed" for t in mine)
-        verdict = "FAIL" if failed else ("PASS" if passed else "SKIP")
+        cut = [t for t in mine if t["outcome"] == "cut"]
+        verdict = "FAIL" if failed else "CUT" if cut else ("PASS" if passed else "SKIP")
         errs = [float(t["properties"]["max_rel_err"]) for t in mine
                 if "max_rel_err" in t["properties"]]
         checks = [(t["id"], t["properties"]["self_check"]) for t in mine
                   if "self_check" in t["properties"]]
         bad = [(i, c) for i, c in checks if c != "passed"]
         lines.append(f"  {verdict:4} {label}: {passed} passed, {len(failed)} failed, "
-                     f"{len(mine) - passed - len(failed)} skipped"
+                     f"{len(mine) - passed - len(failed) - len(cut)} skipped"
+                     + (f", {len(cut)} cut at the part's budget (the rest not reached)"
+                        if cut else "")
                      + (f"; largest max rel err {max(errs):.1e}" if errs else "")
                      + (f"; self-checks {len(checks) - len(bad)} of {len(checks)} passed"
                         if checks else ""))
-        lines += [f"         {t['id']}: {t['message']}" for t in failed[:3]]
+        lines += [f"         {t['id']}: {t['message']}" for t in failed[:3] + cut[:1]]
         lines += [f"         {i}: self-check {c}"[:200] for i, c in bad[:3]]
     for t in tests:
         for name, value in t["properties"].items():
@@ -207,9 +256,10 @@ class Check:
     written under `out` after every part."""
 
     def __init__(self, out: Path, wheels: Path | None, site: Path, cuda: bool, full: bool,
-                 budgets: dict[str, float]):
+                 budgets: dict[str, float], parts: tuple[str, ...] = OPTIONAL_PARTS):
         self.out, self.wheels, self.site, self.cuda, self.full = out, wheels, site, cuda, full
-        self.budgets = budgets
+        self.budgets, self.parts = budgets, parts
+        self.grace_s = 15.0  # from SIGINT to SIGKILL: time for pytest to write its report
         self.result: dict = {"machine": {}, "parts": [], "tests": [], "bench": {},
                              "dry_run": not cuda, "budgets_s": budgets}
         paths = [str(site), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
@@ -235,7 +285,7 @@ class Check:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGINT)  # pytest still writes its junit XML
                 try:
-                    proc.wait(timeout=15)
+                    proc.wait(timeout=self.grace_s)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
@@ -280,21 +330,34 @@ class Check:
             row["status"], row["note"] = "failed", "torch sees no CUDA device (a CPU torch?)"
         return row["status"] == "ok"
 
-    def tests(self) -> None:
-        xml = self.out / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rA", "-p",
-               "no:cacheprovider", "tests/gpu", f"--junitxml={xml}", "-o", "junit_logging=no"]
+    def tests(self, name: str = "tests") -> None:
+        """A tests part (`TEST_PARTS`): its outcomes from pytest's junit XML, or, where the part
+        was stopped before pytest wrote it, from the `-v` log (the running test is "cut")."""
+        args, junit, per_test = TEST_PARTS[name]
+        xml = self.out / junit
+        cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-rA", "-p",
+               "no:cacheprovider", *args, f"--junitxml={xml}", "-o", "junit_logging=no"]
         if _has_module("pytest_timeout"):
-            cmd.append(f"--timeout={TEST_TIMEOUT_S}")
-        row = self.part("tests", cmd, "tests.log")
-        self.result["tests"] = junit_results(xml.read_text()) if xml.exists() else []
-        counts = {o: sum(t["outcome"] == o for t in self.result["tests"])
-                  for o in ("passed", "failed", "skipped")}
-        row["note"] = ", ".join(f"{n} {o}" for o, n in counts.items())
+            cmd.append(f"--timeout={per_test}")
+        log = self.out / "tests.log"
+        before = log.stat().st_size if log.exists() else 0
+        row = self.part(name, cmd, "tests.log")
+        with open(log) as fh:
+            fh.seek(before)
+            from_log = log_results(fh.read())
+        mine = junit_results(xml.read_text()) if xml.exists() else from_log
+        if xml.exists() and row["status"] == "timed out":  # pytest's report omits the cut test
+            mine += [t for t in from_log if t["outcome"] == "cut"]
+        self.result["tests"] += mine
+        counts = {o: sum(t["outcome"] == o for t in mine)
+                  for o in ("passed", "failed", "skipped", "cut")}
+        row["note"] = ", ".join(f"{n} {o}" for o, n in counts.items() if n or o != "cut")
+        if not xml.exists() and mine:
+            row["note"] += " (read from the log)"
         if row["status"] == "failed" and counts["failed"]:
             row["status"] = "tests failed"
         if not self.cuda:  # the dry run: every test collected, every one skipped for want of CUDA
-            ok = counts["skipped"] > 0 and counts["skipped"] == len(self.result["tests"])
+            ok = counts["skipped"] > 0 and counts["skipped"] == len(mine)
             row["status"] = "ok (all skipped: no CUDA)" if ok else "failed"
 
     def bench(self, name: str) -> None:
@@ -322,7 +385,10 @@ class Check:
             return all(p["status"].startswith(("ok", "none carried"))
                        for p in self.result["parts"])
         tests = self.result["tests"]
-        return bool(tests) and not any(t["outcome"] == "failed" for t in tests) and any(
+        stopped = any(p["name"] in TEST_PARTS and p["status"] == "timed out"
+                      for p in self.result["parts"])
+        return bool(tests) and not stopped and not any(
+            t["outcome"] in ("failed", "cut") for t in tests) and any(
             t["outcome"] == "passed" for t in tests)
 
     def run(self) -> int:
@@ -335,10 +401,8 @@ class Check:
                 print(f"error: part {self.result['parts'][-1]['name']} failed; see "
                       f"{self.out / 'setup.log'}", file=sys.stderr)
                 return 1
-        self.tests()
-        self.save()
-        for name in DEVICE_BENCHES:
-            self.bench(name)
+        for name in self.parts:
+            self.tests(name) if name in TEST_PARTS else self.bench(name)
             self.save()
         print("\n".join(summary_lines(self.result)))
         print(f"written to {self.out}/ ({', '.join(f for f in FILES if (self.out / f).exists())})")
@@ -385,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--budget", action="append", default=[], metavar="PART=SECONDS")
     r.add_argument("--budget-scale", type=float, default=1.0, metavar="X",
                    help="every budget times X (the dry run on a small shared CPU)")
+    r.add_argument("--parts", default=",".join(OPTIONAL_PARTS), metavar="LIST",
+                   help="the parts to run after wheels and probe, comma-separated, in the "
+                        f"check's order (default: {','.join(OPTIONAL_PARTS)})")
     r.add_argument("--force", action="store_true", help="write over an earlier check in --out")
     p = sub.add_parser("probe")  # the `probe` part, in a child process
     p.add_argument("--json", type=Path, required=True)
@@ -407,6 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    chosen = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in OPTIONAL_PARTS]
+    if unknown or not chosen:
+        print(f"error: --parts takes a comma-separated list of {', '.join(OPTIONAL_PARTS)}, "
+              f"got {args.parts!r}", file=sys.stderr)
+        return 2
+    parts = tuple(x for x in OPTIONAL_PARTS if x in chosen)
     out = args.out or ROOT / "runs" / time.strftime("gpu-check-%Y%m%d-%H%M%S", time.gmtime())
     if out.exists() and not out.is_dir():
         print(f"error: --out {out} is a file, not a folder", file=sys.stderr)
@@ -422,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="recall-lab-gpu-site-") as tmp:
         site = args.site or Path(tmp)
         wheels = None if args.no_wheels else args.wheels
-        return Check(out.resolve(), wheels, site, not args.no_cuda, args.full, budgets).run()
+        return Check(out.resolve(), wheels, site, not args.no_cuda, args.full, budgets,
+                     parts).run()
 
 
 if __name__ == "__main__":
