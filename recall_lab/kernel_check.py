@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["KernelCheckWarning", "checked", "compare", "results", "describe"]
+__all__ = ["KernelCheckWarning", "checked", "compare", "errors", "results", "describe"]
 
 _RESULTS: dict[str, dict] = {}
 
@@ -48,6 +48,14 @@ def compare(fast: Callable[..., Tensor], ref: Callable[..., Tensor], inputs: dic
     """Largest relative error (see ``_rel_err``) between ``fast(**inputs)`` and
     ``ref(**inputs)``, over the output and the gradient of every floating input, for one shared
     random output gradient."""
+    return max(errors(fast, ref, inputs, seed).values())
+
+
+def errors(fast: Callable[..., Tensor], ref: Callable[..., Tensor], inputs: dict[str, Tensor],
+           seed: int = 0) -> dict[str, float]:
+    """:func:`compare`'s relative errors one by one: "out", then "d<name>" for the gradient of
+    each floating input. A check that returns them lets its verdict name the tensor that is off
+    (on the H200, FLA's ELU linear attention failed in bf16 and the verdict could not say where)."""
     def run(fn: Callable[..., Tensor]) -> list[Tensor]:
         leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point())
                   for k, v in inputs.items()}
@@ -59,7 +67,8 @@ def compare(fast: Callable[..., Tensor], ref: Callable[..., Tensor], inputs: dic
         return [out] + [torch.zeros_like(v) if g is None else g
                         for v, g in zip(diff, grads, strict=True)]
 
-    return max(_rel_err(a, b) for a, b in zip(run(fast), run(ref), strict=True))
+    names = ["out"] + [f"d{n}" for n, v in inputs.items() if v.is_floating_point()]
+    return {n: _rel_err(a, b) for n, a, b in zip(names, run(fast), run(ref), strict=True)}
 
 
 @contextlib.contextmanager
@@ -75,22 +84,32 @@ def _plain_autograd():
         yield
 
 
-def checked(name: str, check: Callable[[], float], tol: float, fallback: str) -> bool:
+def checked(name: str, check: Callable[[], float | dict[str, float]], tol: float,
+            fallback: str) -> bool:
     """Whether kernel `name` may run: its first call in this process runs `check()` (the
-    kernel's relative error against the torch backend on one small case, see :func:`compare`);
-    an error above `tol`, a non-finite one or an exception marks it failed and warns once, naming
+    kernel's relative error against the torch backend on one small case, see :func:`compare`,
+    or each tensor's, see :func:`errors`: then the verdict's "worst" names the largest); an
+    error above `tol`, a non-finite one or an exception marks it failed and warns once, naming
     `fallback`. Later calls return the recorded verdict without checking again."""
     if name not in _RESULTS:
+        worst = None
         try:
             with _plain_autograd():
-                err, reason = float(check()), None
+                got = check()
+            if isinstance(got, dict):  # NaN first: max() would skip past it
+                worst = next((n for n, e in got.items() if not math.isfinite(e)),
+                             max(got, key=got.get))
+                got = got[worst]
+            err, reason = float(got), None
         except Exception as exc:  # a kernel that cannot run at all is a failed check too
             err, reason = None, (f"{type(exc).__name__}: {exc}".splitlines() or ["?"])[0][:200]
         ok = err is not None and math.isfinite(err) and err <= tol
         _RESULTS[name] = {"ok": ok, "max_rel_err": err, "tol": tol, "fallback": fallback,
-                          "error": reason}
+                          "error": reason, "worst": worst}
         if not ok:
-            why = reason or f"max relative error {err:.3g} > {tol:g} against the torch backend"
+            where = f" (in {worst})" if worst else ""
+            why = reason or (f"max relative error {err:.3g}{where} > {tol:g} against the torch "
+                             "backend")
             warnings.warn(f"{name} failed its self-check ({why}); using {fallback} instead",
                           KernelCheckWarning, stacklevel=3)
     return _RESULTS[name]["ok"]
@@ -109,6 +128,7 @@ def describe() -> list[tuple[str, str]]:
             rows.append((name, f"self-check passed (max rel err {r['max_rel_err']:.1e} <= "
                                f"{r['tol']:g})"))
         else:
-            why = r["error"] or f"max rel err {r['max_rel_err']:.3g} > {r['tol']:g}"
+            where = f" in {r['worst']}" if r.get("worst") else ""
+            why = r["error"] or f"max rel err {r['max_rel_err']:.3g}{where} > {r['tol']:g}"
             rows.append((name, f"self-check FAILED ({why}): using {r['fallback']}"))
     return rows

@@ -69,6 +69,27 @@ def test_compare_sees_gradients_not_only_outputs():
     assert same == 0.0 and grad_only > 0.1
 
 
+def test_errors_name_the_tensor_that_is_off_and_the_verdict_keeps_it():
+    x = {"a": torch.randn(4, 3), "b": torch.randn(4, 3), "i": torch.arange(3)}
+    errs = kernel_check.errors(lambda a, b, i: a * b, lambda a, b, i: a * b + (b - b.detach()), x)
+    assert list(errs) == ["out", "da", "db"]  # no gradient entry for the integer input
+    assert errs["out"] == errs["da"] == 0.0 and errs["db"] > 0.1
+    assert kernel_check.compare(lambda a, b, i: a * b, lambda a, b, i: a * b + (b - b.detach()),
+                                x) == errs["db"]
+    with pytest.warns(kernel_check.KernelCheckWarning, match=r"0\.5 \(in dv\) > 0\.001"):
+        assert not kernel_check.checked("per tensor", lambda: {"out": 1e-6, "dv": 0.5, "dq": 0.2},
+                                        1e-3, fallback="torch")
+    verdict = kernel_check.results()["per tensor"]
+    assert verdict["worst"] == "dv" and verdict["max_rel_err"] == 0.5
+    assert ("per tensor", "self-check FAILED (max rel err 0.5 in dv > 0.001): using torch") \
+        in kernel_check.describe()
+    with pytest.warns(kernel_check.KernelCheckWarning, match=r"\(in dk\)"):  # NaN beats 0.5
+        assert not kernel_check.checked("nan grad", lambda: {"out": 0.5, "dk": float("nan")},
+                                        1e-3, fallback="torch")
+    assert kernel_check.checked("fine", lambda: {"out": 1e-6, "dv": 2e-6}, 1e-3, "torch")
+    assert kernel_check.results()["fine"]["worst"] == "dv"
+
+
 @needs_interpreter
 def test_wrong_triton_kernel_falls_back_to_torch(monkeypatch):
     from recall_lab.attention import triton_sparse

@@ -319,9 +319,9 @@ def check_triton(device: torch.device | str = "cuda") -> bool:
     """Whether ``auto`` may dispatch to the Triton kernels on `device`: on the first call in the
     process, :data:`TRITON_CHECK` runs :func:`_triton_case` through ``triton`` and ``torch``
     (output and every gradient) and records the verdict (recall_lab/kernel_check.py)."""
-    def check() -> float:
+    def check() -> dict[str, float]:
         qkv, idx = _triton_case(device)
-        return kernel_check.compare(
+        return kernel_check.errors(
             lambda **t: sparse_attention(**t, idx=idx, backend="triton"),
             lambda **t: sparse_attention(**t, idx=idx, backend="torch"), qkv)
 

@@ -222,11 +222,11 @@ def check(op: str, heads: int, dk: int, dv: int, dtype: torch.dtype,
           device: torch.device | str, chunked: Callable[..., Tensor]) -> bool:
     """Whether `op` may run FLA's kernel at these widths and dtype: checked on the first call in
     the process against the torch chunked form `chunked` (module docstring)."""
-    def check_once() -> float:
+    def check_once() -> dict[str, float]:
         fn, mapping, ref = kernel(op)[0], _MAPS[op], _reference(op, chunked)
         wide = torch.promote_types(dtype, torch.float32)  # the reference's precision
         inputs = _case(op, heads, dk, dv, dtype, torch.device(device))
-        return kernel_check.compare(
+        return kernel_check.errors(
             lambda **t: mapping(fn, **t),
             lambda **t: ref(**{n: x.to(wide) for n, x in t.items()}), inputs)
 

@@ -115,8 +115,8 @@ def check_mamba(op: str, device: torch.device | str = "cuda") -> bool:
     the process against the torch implementation (module docstring)."""
     name = MAMBA_SCAN if op == "selective_scan" else MAMBA_SSD
 
-    def check() -> float:
-        return kernel_check.compare(*_check_case(op, device))
+    def check() -> dict[str, float]:
+        return kernel_check.errors(*_check_case(op, device))
 
     return kernel_check.checked(name, check, _MAMBA_TOL, fallback="the torch implementation")
 

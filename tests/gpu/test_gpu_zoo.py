@@ -110,7 +110,8 @@ def test_zoo_mixer_on_fla_equals_its_torch_chunked_form(case, dtype, monkeypatch
     got = _run(cls, options, x, cotangent, autocast)
     (name, verdict), = kernel_check.results().items()
     record_property("self_check", "passed" if verdict["ok"] else
-                    f"FAILED: {verdict['error'] or verdict['max_rel_err']}")
+                    f"FAILED: {verdict['error'] or verdict['max_rel_err']}"
+                    + (f" in {verdict['worst']}" if verdict.get("worst") else ""))
     if not verdict["ok"] and HOPPER_TRITON in (verdict["error"] or ""):
         pytest.xfail(f"{name}: {verdict['error']}")
     assert verdict["ok"], f"{name} failed its self-check: {verdict}"
