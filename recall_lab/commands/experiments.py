@@ -118,8 +118,9 @@ def register(app: GuardedApp) -> None:
         finally:
             monitor.close()
         c = index["counts"]
+        left = f", {c['left']} left outside --only" if c.get("left") else ""
         console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
-                      f"({c['skipped']} were already), {c['failed']} failed; "
+                      f"({c['skipped']} were already{left}), {c['failed']} failed; "
                       f"index {out / exp.name / 'sweep.json'}", highlight=False)
         tm = index.get("timing")
         if tm and tm["overhead_per_run_s"] is not None:

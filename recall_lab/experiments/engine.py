@@ -462,8 +462,11 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         if todo:
             index["timing"] = sweep_timing(time.perf_counter() - started, results, workers)
         statuses = [e["status"] for e in entries.values()]
+        # "left": unfinished runs outside --only's slice, so "skipped" counts only finished ones
+        actions = [j.action for j in jobs]
         index["counts"] = {"runs": len(jobs), "ran": len(todo),
-                           "skipped": len(jobs) - len(todo), "done": statuses.count("done"),
+                           "skipped": actions.count("skip"), "left": actions.count("left"),
+                           "done": statuses.count("done"),
                            "failed": statuses.count("failed")}
         ck.write_json(folder / INDEX, index)
         return index

@@ -43,7 +43,7 @@ def test_skip_resume_and_add_one_value(tmp_path, tiny):
 
     rec = Recorder()
     index = run_sweep(exp, tmp_path, workers=2, monitor=rec)
-    assert index["counts"] == {"runs": 2, "ran": 2, "skipped": 0, "done": 2, "failed": 0}
+    assert index["counts"] == {"runs": 2, "ran": 2, "skipped": 0, "left": 0, "done": 2, "failed": 0}
     assert sorted(rec.todo) == sorted(r.name for r in exp.runs)
     assert json.loads((folder / ck.SUMMARY).read_text())["resumed_from"] == 3
     # the resumed run equals one trained without interruption
@@ -69,7 +69,7 @@ def test_skip_resume_and_add_one_value(tmp_path, tiny):
     index = run_sweep(bigger, tmp_path, workers=1, monitor=rec)
     new = sorted(r.name for r in bigger.runs if r.config.train.seed == 1)
     assert sorted(rec.todo) == new and sorted(n for n, _ in rec.ended) == new
-    assert index["counts"] == {"runs": 4, "ran": 2, "skipped": 2, "done": 4, "failed": 0}
+    assert index["counts"] == {"runs": 4, "ran": 2, "skipped": 2, "left": 0, "done": 4, "failed": 0}
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
 
 
@@ -98,8 +98,8 @@ def test_ray_engine_gives_the_local_summaries(tmp_path, tiny):
     exp = expand(tiny, "x")
     local = run_sweep(exp, tmp_path / "local", workers=2)
     ray = run_sweep(exp, tmp_path / "ray", workers=2, engine="ray")
-    assert local["counts"] == ray["counts"] == {"runs": 2, "ran": 2, "skipped": 0, "done": 2,
-                                                "failed": 0}
+    assert local["counts"] == ray["counts"] == {"runs": 2, "ran": 2, "skipped": 0, "left": 0,
+                                                "done": 2, "failed": 0}
     for run in exp.runs:
         a = _summary(tmp_path / "local" / "tiny" / run.name)
         b = _summary(tmp_path / "ray" / "tiny" / run.name)
@@ -182,7 +182,9 @@ def test_only_runs_a_slice_and_the_rest_stay_pending(tmp_path, tiny):
     assert sorted(rec.todo) == sw
     status = {e["name"]: e["status"] for e in index["runs"]}
     assert status == {r.name: "done" if r.name in sw else "pending" for r in exp.runs}
-    assert index["counts"]["ran"] == 2 and index["counts"]["done"] == 2
+    # the two unfinished runs outside the slice are "left", not counted as already done
+    assert index["counts"] == {"runs": 4, "ran": 2, "skipped": 0, "left": 2, "done": 2,
+                               "failed": 0}
     rec = Recorder()
     run_sweep(exp, tmp_path, monitor=rec)
     assert sorted(rec.todo) == sorted(r.name for r in exp.runs if r.name not in sw)
@@ -243,7 +245,7 @@ def test_a_renamed_run_with_the_same_config_is_found_again(tmp_path, tiny):
     rec = Recorder()
     index = run_sweep(edited, tmp_path, monitor=rec)
     assert rec.todo == [changed.name]
-    assert index["counts"] == {"runs": 2, "ran": 1, "skipped": 1, "done": 2, "failed": 0}
+    assert index["counts"] == {"runs": 2, "ran": 1, "skipped": 1, "left": 0, "done": 2, "failed": 0}
     folder = tmp_path / "tiny" / kept.name
     assert (folder / ck.MODEL).read_bytes() == weights[kept.hash]
     old_kept = next(r.name for r in exp.runs if r.hash == kept.hash)
