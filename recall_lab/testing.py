@@ -39,11 +39,13 @@ from recall_lab.mixers.contract import (
     build_mixer,
     has_step,
     mixer_label,
-    probe_mixer,
+    one_line,
 )
 from recall_lab.mixers.registry import resolve_mixer
-from recall_lab.models.decode import decode, state_text
+from recall_lab.mixers.state import cache_parts, declared_grows, declared_state
+from recall_lab.models.decode import decode
 from recall_lab.models.registry import build_model, is_builtin_model, mixer_models, model_config
+from recall_lab.models.state import state_count
 from recall_lab.train import train_run
 
 # Relative tolerances (times 1 + the largest output) of a comparison that must be exact up to
@@ -72,6 +74,19 @@ class Check:
         return asdict(self)
 
 
+class UserCodeError(Exception):
+    """An exception raised inside the code under test, with the call and input that raised it:
+    the row it happens in fails with both (`guarded`), and no other row is affected."""
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(f"{one_line(exc)} (in {where})")
+        self.where, self.exc = where, exc
+
+
+def _shape(x: Tensor) -> str:
+    return f"a {tuple(x.shape)} input"
+
+
 # ---- subjects -----------------------------------------------------------------------------------
 
 @dataclass
@@ -90,19 +105,32 @@ class MixerSubject:
 
     def run(self, module: nn.Module, x: Tensor, seed: int) -> Tensor:
         torch.manual_seed(seed)
-        return module(x)
+        try:
+            y = module(x)
+        except Exception as exc:
+            raise UserCodeError(f"forward on {_shape(x)}", exc) from exc
+        if not isinstance(y, Tensor) or y.shape != x.shape:
+            got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+            raise UserCodeError(f"forward on {_shape(x)}", TypeError(
+                f"returned {got}; the contract maps (B, L, D) to (B, L, D)"))
+        return y
 
     def decode(self, module: nn.Module, x: Tensor) -> Tensor | None:
         if not has_step(module):
             return None
-        cache = module.allocate_cache(x.shape[0], x.shape[1])
-        out = []
-        for t in range(x.shape[1]):
-            y = module.step(x[:, t], cache)
-            if isinstance(y, tuple):
-                y, cache = y
-            out.append(y)
-        return torch.stack(out, 1)
+        where = f"allocate_cache({x.shape[0]}, {x.shape[1]})"
+        try:
+            cache = module.allocate_cache(x.shape[0], x.shape[1])
+            out = []
+            for t in range(x.shape[1]):
+                where = f"step at position {t} of {_shape(x)}"
+                y = module.step(x[:, t], cache)
+                if isinstance(y, tuple):
+                    y, cache = y
+                out.append(y)
+            return torch.stack(out, 1)
+        except Exception as exc:
+            raise UserCodeError(where, exc) from exc
 
 
 @dataclass
@@ -122,7 +150,10 @@ class ModelSubject:
 
     def run(self, module: nn.Module, x: Tensor, seed: int) -> Tensor:
         torch.manual_seed(seed)  # the same hash planes / KS samples for every call
-        return module(x).logits
+        try:
+            return module(x).logits
+        except Exception as exc:
+            raise UserCodeError(f"forward on {_shape(x)}", exc) from exc
 
     def decode(self, module: nn.Module, x: Tensor) -> Tensor | None:
         return decode(module, x)
@@ -290,8 +321,8 @@ def check_decode(subject: Subject, length: int = 30) -> Check:
         par = subject.run(module, x, 0)
         stepped = subject.decode(module, x)
     if stepped is None:
-        return Check("decode = parallel", None, "no step", "decodes by recomputing the prefix "
-                     "(exact by construction; state grows as L)")
+        return Check("decode = parallel", None, "no step", "the lab decodes it by recomputing the "
+                     "prefix (exact by construction; decode memory grows as L)")
     gap = (stepped - par).abs().max().item()
     tol = _tol(dtype, par)
     ok = gap <= tol
@@ -299,10 +330,92 @@ def check_decode(subject: Subject, length: int = 30) -> Check:
                  f"{_dtype(dtype)})", "" if ok else "step disagrees with forward")
 
 
+def check_forward(subject: Subject, length: int = 5) -> Check:
+    """One forward on a small input: a finite output of the input's shape."""
+    module, dtype = build(subject, torch.float32)
+    x = subject.inputs(2, length, torch.Generator().manual_seed(0), dtype)
+    with torch.no_grad():
+        y = subject.run(module, x, 0)
+    ok = bool(torch.isfinite(y).all())
+    return Check("forward", ok, f"{tuple(y.shape)} from {tuple(x.shape)}",
+                 "" if ok else "NaN or inf in the output of a normal input")
+
+
+def guarded(name: str, fn: Callable[[], Check], correctness: bool = True) -> Check:
+    """The row `fn` makes; an exception from the code under test fails that row alone, with its
+    type, message and the call and input that raised it (never a traceback)."""
+    try:
+        return fn()
+    except UserCodeError as exc:
+        return Check(name, False, f"raised {one_line(exc.exc)}", f"in {exc.where}",
+                     correctness)
+    except RecallLabError as exc:  # the lab's own one-line verdict on the user's code
+        return Check(name, False, str(exc), "", correctness)
+    except Exception as exc:  # raised outside a call we wrap (a constructor, the harness's
+        # own use of its output): still this row's failure
+        return Check(name, False, f"raised {one_line(exc)}", "", correctness)
+
+
 def correctness(subject: Subject) -> list[Check]:
-    """Every correctness row for one subject."""
-    return [check_causal(subject), check_padding(subject), check_finite_gradients(subject),
-            check_deterministic(subject), check_decode(subject)]
+    """Every correctness row for one subject, each failing alone (`guarded`)."""
+    rows = (("forward", check_forward), ("causality", check_causal),
+            ("padding and length", check_padding),
+            ("finite outputs and gradients", check_finite_gradients),
+            ("same seed, same output", check_deterministic), ("decode = parallel", check_decode))
+    return [guarded(name, lambda f=f: f(subject)) for name, f in rows]
+
+
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+def check_state(subject: Subject, length: int = 128, strict: bool = False) -> Check:
+    """The state under the lab's convention (recall_lab/mixers/state.py), per sequence at
+    length `length`: measured from the decode cache after one step where there is one (the
+    recurrent part and the convolution caches apart), and a mixer's own
+    `state_size(sequence_length=)` beside it. A declared count that differs from the measured
+    recurrent part is a finding (`strict`: a failure); a declared count that changes with the
+    length is "grows with L"; neither a cache nor a declaration: "unknown"."""
+    torch.manual_seed(0)
+    module = subject.factory().float().eval()
+    if isinstance(subject, ModelSubject):
+        count = state_count(module, length)
+        conv = "" if count.conv is None else f"; conv caches {_count(count.conv.numbers)}"
+        return Check("state", None, count.text() + conv, f"per sequence at L={length}, "
+                     f"{count.source}", correctness=False)
+    declared = declared_state(module, length)
+    if has_step(module):
+        x = subject.inputs(1, 1, torch.Generator().manual_seed(0), torch.float32)
+        try:
+            cache = module.allocate_cache(1, length)
+            y = module.step(x[:, 0], cache)
+            cache = y[1] if isinstance(y, tuple) else cache
+        except Exception as exc:
+            raise UserCodeError(f"allocate_cache(1, {length}) and one step", exc) from exc
+        parts = cache_parts(cache)
+        rec, conv = parts["recurrent"], parts["conv"]
+        measured = (f"measured {_count(rec.numbers)} ({rec.nbytes:,} B) + conv caches "
+                    f"{_count(conv.numbers)}")
+        if declared is None:
+            return Check("state", None, measured, f"per sequence at L={length}; no state_size",
+                         correctness=False)
+        if declared == rec.numbers:
+            return Check("state", True, f"declared {_count(declared)} = {measured}",
+                         f"per sequence at L={length}", correctness=False)
+        ratio = declared / rec.numbers if rec.numbers else float("inf")
+        return Check("state", False if strict else None,
+                     f"declared {_count(declared)} != {measured}",
+                     f"FINDING: state_size is {ratio:.2f}x the recurrent state the step cache "
+                     f"carries (at L={length}){'' if strict else '; --strict-state fails it'}",
+                     correctness=strict)
+    if declared is None:
+        return Check("state", None, "unknown", "no state_size and no step", correctness=False)
+    if declared_grows(module, length):
+        return Check("state", None, f"grows with L: declared {_count(declared)} at L={length}",
+                     f"state_size(sequence_length=) changes with the length (probed at {length} "
+                     f"and {2 * length})", correctness=False)
+    return Check("state", None, f"declared {_count(declared)}", f"per sequence at L={length} "
+                 "(no step: not measured)", correctness=False)
 
 
 # ---- measurements -------------------------------------------------------------------------------
@@ -348,8 +461,8 @@ def tokens_per_second(model: nn.Module, batch: int = 8, length: int = 128, reps:
 
 
 def measurements(model: dict[str, Any], vocab: int = 40, length: int = 128) -> list[Check]:
-    """Parameters, state size and forward + backward speed of a 2-layer, hidden-64 model beside
-    the lab's `mamba` at the same shape, in this process."""
+    """Parameters and forward + backward speed of a 2-layer, hidden-64 model beside the lab's
+    `mamba` at the same shape, in this process."""
     fields = dict(model)
     name = fields.pop("name")
     torch.manual_seed(0)
@@ -360,8 +473,6 @@ def measurements(model: dict[str, Any], vocab: int = 40, length: int = 128) -> l
     return [
         Check("parameters", None, f"{m.n_params():,}", "2 layers, hidden 64, with embedding "
               "and head", correctness=False),
-        Check("state", None, state_text(m, length), "numbers per sequence over both layers",
-              correctness=False),
         Check("speed", None, f"{ours:,.0f} tokens/s ({ours / ref:.2f}x mamba's {ref:,.0f})",
               f"forward + backward, batch 8 x {length} tokens, "
               f"{torch.get_num_threads()} thread(s)", correctness=False),
@@ -397,8 +508,9 @@ def resolve_target(target: str, kwargs: dict[str, Any] | None = None) -> Target:
         return Target(target, {"name": target}, ModelSubject(factory))
     path = resolve_mixer(target)
     kwargs = dict(kwargs or {})
-    # a bad path, signature, kwargs or output ends here, in one line
-    probe_mixer(build_mixer(path, 16, 0, kwargs), path, 16)
+    # a bad path, a constructor that rejects its arguments: one line here (exit 2); what its
+    # forward does is for the rows (`check_forward` first)
+    build_mixer(path, 16, 0, kwargs)
     label = target if ":" not in target and "." not in target else mixer_label(path)
     return Target(label, {"name": label, "mixer": path, "mixer_kwargs": kwargs or None},
                   MixerSubject(lambda: build_mixer(path, 16, 0, kwargs)), {"path": path})
@@ -409,28 +521,41 @@ def _dtype(dtype: torch.dtype) -> str:
 
 
 def run_checks(target: Target, learning: bool = True, work: Path | None = None,
-               speed: bool = True) -> list[Check]:
-    """Every row for one target: correctness, then the learning gate (in `work`, a scratch
-    folder) and the measurements. A DeciMamba model keeps context chosen from the whole
-    context, so it is causal from SEP on only: its causality rows say so instead of failing."""
+               speed: bool = True, strict_state: bool = False) -> list[Check]:
+    """Every row for one target: correctness, the state, then the learning gate (in `work`, a
+    scratch folder) and the measurements. Each row fails alone: an exception in the code under
+    test is that row's failure (`guarded`), and every other row still runs. A DeciMamba model
+    keeps context chosen from the whole context, so it is causal from SEP on only: its
+    causality rows say so instead of failing."""
     rows = []
-    if "deci" in target.name and isinstance(target.subject, ModelSubject):
+    subject = target.subject
+    if "deci" in target.name and isinstance(subject, ModelSubject):
         rows += [Check("causality", None, "from SEP on", "DeciMamba chooses the kept context "
                        "from the whole context; the lab's tests check it from SEP on"),
                  Check("padding and length", None, "from SEP on", "as causality")]
-        rows += [check_finite_gradients(target.subject), check_deterministic(target.subject)]
+        rows += [guarded("finite outputs and gradients",
+                         lambda: check_finite_gradients(subject)),
+                 guarded("same seed, same output", lambda: check_deterministic(subject))]
     else:
-        rows += correctness(target.subject)
+        rows += correctness(subject)
+    rows.append(guarded("state", lambda: check_state(subject, strict=strict_state),
+                        correctness=strict_state))
     if learning:
         with tempfile.TemporaryDirectory(dir=work) as tmp:
-            rows.append(learning_gate(target.model, Path(tmp) / "gate"))
+            rows.append(guarded("learning gate",
+                                lambda: learning_gate(target.model, Path(tmp) / "gate"),
+                                correctness=False))
     if speed:
-        rows += measurements(target.model)
+        try:
+            rows += measurements(target.model)
+        except Exception as exc:
+            rows.append(Check("speed", None, f"not measured: {one_line(exc)}", "",
+                              correctness=False))
     return rows
 
 
 __all__ = ["Check", "GATE_STEPS", "GATE_TASK", "GATE_THRESHOLD", "MixerSubject", "ModelSubject",
-           "Target", "build", "check_causal", "check_decode", "check_deterministic",
-           "check_finite_gradients", "check_padding", "correctness", "future_leak",
-           "learning_gate", "length_leak", "measurements", "resolve_target", "run_checks",
-           "tokens_per_second"]
+           "Target", "UserCodeError", "build", "check_causal", "check_decode",
+           "check_deterministic", "check_finite_gradients", "check_forward", "check_padding",
+           "check_state", "correctness", "future_leak", "guarded", "learning_gate",
+           "length_leak", "measurements", "resolve_target", "run_checks", "tokens_per_second"]

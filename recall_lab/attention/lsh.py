@@ -156,6 +156,8 @@ class LSHDecoder(Decoder):
     ring. Constant in L (bins x n x (d + dv) per head). Planes as the pattern's (eval: seeded)."""
 
     growth = "constant"
+    # the hash planes are the same for every sequence (seeded): no state (mixers/state.py)
+    state_parts = {"planes": "fixed"}
 
     def __init__(self, pattern: LSHPattern) -> None:
         super().__init__()

@@ -25,12 +25,17 @@ def register(app: GuardedApp) -> None:
                                       "gate (about a minute of one core)."),
         speed: bool = typer.Option(True, "--speed/--no-speed", help="Time forward + backward "
                                    "beside the lab's mamba."),
+        strict_state: bool = typer.Option(False, "--strict-state", help="Fail (exit 1) when a "
+                                          "mixer's state_size differs from the recurrent state "
+                                          "its step cache carries (else a finding)."),
         force: bool = typer.Option(False, help="Overwrite --json if it exists."),
     ) -> int:
-        """Check a mixer or model with the lab's generic harness: causality, padding and
-        length, finite gradients, determinism and decode = parallel (exit 1 if one fails),
-        then the learning gate (small MQAR within a fixed budget), parameters, state size and
-        speed. One row per check with its measured value."""
+        """Check a mixer or model with the lab's generic harness: forward, causality, padding
+        and length, finite gradients, determinism and decode = parallel (exit 1 if one
+        fails), the state (declared state_size against the measured decode cache), then the
+        learning gate (small MQAR within a fixed budget), parameters and speed. One row per
+        check with its measured value; an exception in the code under test fails its own row
+        only. Exit 2 when the mixer cannot be built at all."""
         from rich.table import Table
 
         from recall_lab.checkpoint import write_json
@@ -45,7 +50,7 @@ def register(app: GuardedApp) -> None:
         console.print(f"checking {escape(subject.name)}"
                       + (f" ({escape(subject.info['path'])})" if "path" in subject.info else ""),
                       highlight=False)
-        rows = run_checks(subject, learning=learning, speed=speed)
+        rows = run_checks(subject, learning=learning, speed=speed, strict_state=strict_state)
         table = Table(title=escape(f"recall-lab check {subject.name}"))
         for col in ("check", "result", "value", "detail"):
             table.add_column(col)

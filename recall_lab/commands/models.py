@@ -169,22 +169,35 @@ def register(app: GuardedApp) -> None:
     ) -> None:
         """List the named models (the joint-recall paper's rows, the other mechanisms' rows and
         the mixers of the `recall_lab.mixers` entry points) with their parameter counts, their
-        state in numbers per sequence and their decode-state sizes (constant bytes per
-        sequence, or how they grow with the length L)."""
+        state per sequence (recurrent state in numbers, convolution caches apart) and their
+        decode-state sizes (constant bytes per sequence, or how they grow with the length L).
+        A plug-in that cannot be built gets one line under the table saying why."""
         from rich.table import Table
 
-        from recall_lab.models.registry import listed_models, listing_row
+        from recall_lab.models.registry import listed_models, listing_row, unlisted_plugin
 
         spec, name = resolve_task(task)
         table = Table(title=escape(f"models (vocabulary of {name or task}: "
                                           f"{spec.vocab().size})"))
-        for col in ("name", "backbone", "branch", "d_model", "k", "params", "state",
-                    "decode state"):
+        rows, unlisted = [], []
+        for mname in listed_models():
+            try:
+                rows.append(listing_row(mname, spec.vocab().size))
+            except RecallLabError as exc:  # a plug-in's failure stays on its own line
+                unlisted.append((mname, *unlisted_plugin(mname, exc)))
+        for col in rows[0] if rows else ("name",):
             table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
                              else "right")
-        for mname in listed_models():
-            table.add_row(*listing_row(mname, spec.vocab().size).values())
+        for row in rows:
+            table.add_row(*(escape(v) for v in row.values()))
         console.print(table)
+        console.print("state: recurrent state per sequence in numbers (models/state.py: "
+                      "'(declared)' where a mixer's own state_size stands in); conv: the short "
+                      "convolutions' caches, kernel - 1 columns per channel", highlight=False,
+                      markup=False)
+        for mname, kind, why in unlisted:
+            console.print(f"{mname}: {'needs ' if kind == 'needs' else 'not loaded: '}{why}",
+                          highlight=False, markup=False)
 
     @app.command()
     def info() -> None:

@@ -1,12 +1,16 @@
-"""A report group's state per layer in numbers: the count `recall-lab models` shows in its
-"state" column (`models/decode.py` `state_numbers`: a contract mixer's own `state_size`, else
-the numbers of the decode cache after one step, i.e. the recurrent state, the short
-convolutions' windows and a branch's key/value slots), for one sequence at the run's length
-(`model.max_len`, fixed from its training task), divided by `model.n_layers`.
+"""A report group's state per layer in numbers, under the lab's one convention
+(`models/state.py` `state_count`, the count `recall-lab models` shows): the **recurrent state**
+(what carries information across the sequence, as zoology counts it) for one sequence at the
+run's length (`model.max_len`, fixed from its training task), divided by `model.n_layers`; the
+**convolution caches** (kernel - 1 columns per channel) apart, in `conv`. Figures against state
+plot the recurrent state; tables show both.
 
-None where the state grows with the sequence (`state_growth` is not "constant": attention's KV
-cache, a mixer without `step`, Attamba's chunk ends; `growth` says how) or cannot be known (a run
-without its config, a model that cannot be built here: growth None).
+`numbers` is None where the state grows with the sequence (attention's KV cache, a mixer whose
+declared `state_size` changes with the length, Attamba's chunk ends; `growth` says how) or
+cannot be known (a mixer with neither `step` nor `state_size`, a run without its config, a
+model that cannot be built here: growth None). `source` says where the count comes from:
+"measured" (the decode cache), "declared" (a mixer's own `state_size`), "grows with L" or
+"unknown".
 
 The model is rebuilt from the run's config as written (config.json / the sweep index) by the run
 layer, on the CPU, without weights; once per distinct model and task. This module loads torch
@@ -22,15 +26,17 @@ from dataclasses import dataclass
 import torch
 
 from generators.errors import RecallLabError
-from recall_lab.models.decode import state_growth, state_numbers
 from recall_lab.models.registry import build_model
+from recall_lab.models.state import state_count
 from recall_lab.runs import run_config_from_json
 
 
 @dataclass(frozen=True)
 class LayerState:
-    numbers: float | None  # per layer; None: grows with the sequence, or unknown
+    numbers: float | None  # recurrent state per layer; None: grows with the sequence, or unknown
     growth: str | None  # "constant", "L/P" or "L"; None: unknown
+    conv: float | None = None  # convolution caches per layer (None where numbers is)
+    source: str = "unknown"  # models/state.py SOURCES
 
     @property
     def grows(self) -> bool:
@@ -40,9 +46,16 @@ class LayerState:
         """report.md's cell: "1,056" (a fraction where layers differ: the mean over them),
         "grows as L", or "-" when unknown."""
         if self.numbers is not None:
-            n = self.numbers
-            return f"{n:,.0f}" if n == int(n) else f"{n:,.1f}"
+            return _number(self.numbers) + (" (declared)" if self.source == "declared" else "")
         return f"grows as {self.growth}" if self.grows else "-"
+
+    def conv_text(self) -> str:
+        """The convolution caches' cell: "390", or "-" where the state is not fixed."""
+        return "-" if self.conv is None else _number(self.conv)
+
+
+def _number(n: float) -> str:
+    return f"{n:,.0f}" if n == int(n) else f"{n:,.1f}"
 
 
 UNKNOWN = LayerState(None, None)
@@ -71,13 +84,14 @@ def _measure(tables: dict, where: str) -> LayerState:
         # from it, so that a notebook's training after a report is seeded as without one
         with torch.random.fork_rng(devices=[]):
             model = build_model(cfg)
-            growth = state_growth(model)
-            # a mixer's state_size counts even where it grows ("N at L=..." in `recall-lab
-            # models`): a number at one length is no fixed state
-            numbers = state_numbers(model, cfg.max_len or 2048) if growth == "constant" else None
+            count = state_count(model, cfg.max_len or 2048)
     except RecallLabError:  # e.g. a plug-in mixer not installed here: the report goes on
         return UNKNOWN
-    return LayerState(None if numbers is None else numbers / cfg.n_layers, growth)
+    n = cfg.n_layers
+    if count.recurrent is None:
+        return LayerState(None, count.growth, None, count.source)
+    return LayerState(count.recurrent.numbers / n, count.growth, count.conv.numbers / n,
+                      count.source)
 
 
 def common_state(configs: Iterable[dict | None]) -> LayerState:

@@ -42,8 +42,8 @@ class MultiHeadAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.out_proj(y.transpose(1, 2).reshape(x.shape))
 
-    def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:
-        return 2 * self.d_model * sequence_length * batch_size  # the key/value cache
+    def state_size(self, sequence_length: int = 2048) -> int:
+        return 2 * self.d_model * sequence_length  # the key/value cache
 
     def allocate_cache(self, batch_size: int, max_len: int) -> KVCache:
         p = self.Wqkv.weight

@@ -158,11 +158,11 @@ class Based(nn.Module):
                 o = linear_attn_chunked(fq, fk, v, self.chunk_size, raw=(q, k))
         return self.out_proj(merge_heads(o[..., :-1] / (o[..., -1:] + self.eps)))
 
-    def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:
+    def state_size(self, sequence_length: int = 2048) -> int:
         if self.kind == "sliding":
-            return batch_size * 2 * self.window * self.d_model
+            return 2 * self.window * self.d_model
         f = feature_dim_expanded("taylor", self.feature_dim)
-        return batch_size * self.heads * f * (self.head_v + 1)
+        return self.heads * f * (self.head_v + 1)
 
     def allocate_cache(self, batch_size: int, max_len: int) -> BasedCache:
         p = self.qkv.weight

@@ -1,21 +1,25 @@
-"""The mixer contract (version 1): how any sequence mixer enters the lab.
+"""The mixer contract (version 2): how any sequence mixer enters the lab.
 
 It is zoology's contract on purpose, so a mixer written for zoology runs here unchanged:
 
 - built as ``Mixer(d_model=..., layer_idx=..., **kwargs)`` (a class whose signature has no
-  ``layer_idx`` and no ``**kwargs`` is built without it);
+  ``layer_idx`` and no ``**kwargs`` is built without it). A class built with ``hidden_size``
+  and no ``d_model`` (FLA's layers) is given ``hidden_size=d_model``, and the first element of a
+  tuple its forward returns is its output (`HiddenSizeLayer`);
 - ``forward(x)`` maps ``(B, L, D)`` to ``(B, L, D)`` and is strictly causal: output i depends on
   inputs 0..i only, never on the padded length of its batch;
-- optional ``state_size(batch_size=1, sequence_length=L)``: numbers of recurrent state for
-  ``batch_size`` sequences of length L (called with keywords);
+- optional ``state_size(sequence_length=L)``: numbers of recurrent state for one sequence of
+  length L, called by keyword exactly as zoology's ``_compute_state_size`` calls it (version 1
+  also passed ``batch_size``, which most of zoology's mixers do not take; a mixer that accepts
+  it keeps working). `mixers/state.py` holds the convention it is compared with;
 - optional ``allocate_cache(batch_size, max_len)`` and ``step(x_t, cache)``: decoding, one token
   ``x_t (B, D) -> y_t (B, D)``, the cache updated in place (a ``(y_t, cache)`` pair is accepted
-  too). Without them the lab decodes by recomputing the prefix, exactly, with state growing as L.
+  too). Without them the lab decodes by recomputing the prefix, exactly.
 
 A mixer is named by an import path, ``pkg.module:Class`` or ``pkg.module.Class``, or by a name a
 package publishes in the ``recall_lab.mixers`` entry-point group (`registry.py`). A path that
 does not import, a class that rejects its arguments or a module that is not a torch module ends
-in one `RecallLabError` line.
+in one `RecallLabError` line that names the cause (a missing constructor argument by name).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
 from typing import Any
 
@@ -31,7 +36,16 @@ from torch import nn
 
 from generators.errors import RecallLabError
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and every line of its message (pydantic's
+    ValidationError names the field on its second line), without pydantic's help links."""
+    # pydantic's "[type=..., input_value=..., input_type=...]" tails repeat the inputs
+    lines = [re.sub(r"\s*\[type=.*$", "", ln).strip() for ln in str(exc).splitlines()
+             if ln.strip() and "errors.pydantic.dev" not in ln]
+    return f"{type(exc).__name__}: {'; '.join(lines)}" if lines else type(exc).__name__
 
 
 def split_path(path: str) -> tuple[str, str]:
@@ -61,7 +75,7 @@ def _import(module: str, path: str):
                              f"(ModuleNotFoundError: {exc})") from None
     except Exception as exc:  # the user's module raised while importing
         raise RecallLabError(f"mixer {path!r}: module {module} does not import "
-                             f"({type(exc).__name__}: {exc})") from None
+                             f"({one_line(exc)})") from None
 
 
 def load_mixer_class(path: str) -> Any:
@@ -77,12 +91,56 @@ def load_mixer_class(path: str) -> Any:
     return obj
 
 
-def _takes(cls: Any, name: str) -> bool:
+def _params(cls: Any) -> list[inspect.Parameter] | None:
     try:
-        params = inspect.signature(cls).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: pass everything
+        return list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+
+
+def _takes(cls: Any, name: str) -> bool:
+    params = _params(cls)
+    if params is None:  # pass everything
         return True
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _hidden_size_class(cls: Any) -> bool:
+    """Built with ``hidden_size`` and no ``d_model`` (FLA's layers)."""
+    params = _params(cls)
+    names = {p.name for p in params or ()}
+    return "hidden_size" in names and "d_model" not in names
+
+
+def required_kwargs(cls: Any) -> list[str]:
+    """Constructor arguments without a default that the lab does not give (beyond d_model /
+    hidden_size and layer_idx): what a plug-in needs from ``--mixer-kwargs`` (zoology's Hyena
+    and BaseConv need ``l_max``)."""
+    given = {"self", "d_model", "hidden_size", "layer_idx"}
+    return [p.name for p in _params(cls) or ()
+            if p.default is p.empty and p.name not in given
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+class HiddenSizeLayer(nn.Module):
+    """A layer built with ``hidden_size`` whose forward may return a tuple (FLA's layers return
+    ``(o, attentions, past_key_values)``): the first element is the mixer's output. Its
+    ``state_size``, where the layer has one, is the layer's."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+        if callable(getattr(layer, "state_size", None)):
+            self.state_size = layer.state_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.layer(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _needs_gpu(cls: Any) -> bool:
+    return (getattr(cls, "__module__", "") or "").split(".")[0] == "fla" and \
+        not torch.cuda.is_available()
 
 
 def build_mixer(path: str, d_model: int, layer_idx: int = 0,
@@ -93,18 +151,23 @@ def build_mixer(path: str, d_model: int, layer_idx: int = 0,
     if _takes(cls, "layer_idx"):
         kwargs["layer_idx"] = layer_idx
     name = getattr(cls, "__name__", path)
+    if _needs_gpu(cls):
+        raise RecallLabError(f"mixer {path!r}: FLA's layers run their Triton kernels on a GPU "
+                             "only, and this machine has none (the lab's zoo mixers run here: "
+                             "see `recall-lab models`)")
+    size = "hidden_size" if _hidden_size_class(cls) else "d_model"
     try:
-        mixer = cls(d_model=d_model, **kwargs)
+        mixer = cls(**{size: d_model}, **kwargs)
     except RecallLabError:
         raise
     except Exception as exc:  # wrong signature, rejected kwargs, the user's own checks
-        raise RecallLabError(f"mixer {path!r}: {name}(d_model={d_model}, "
+        raise RecallLabError(f"mixer {path!r}: {name}({size}={d_model}, "
                              f"{', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) failed: "
-                             f"{type(exc).__name__}: {exc}") from None
+                             f"{one_line(exc)}") from None
     if not isinstance(mixer, nn.Module):
         raise RecallLabError(f"mixer {path!r}: {name}(...) returned a "
                              f"{type(mixer).__name__}, not a torch.nn.Module")
-    return mixer
+    return HiddenSizeLayer(mixer) if size == "hidden_size" else mixer
 
 
 def mixer_label(path: str) -> str:
@@ -115,20 +178,6 @@ def mixer_label(path: str) -> str:
 def has_step(mixer: nn.Module) -> bool:
     return callable(getattr(mixer, "allocate_cache", None)) and callable(
         getattr(mixer, "step", None))
-
-
-def state_numbers(mixer: nn.Module, sequence_length: int) -> int | None:
-    """The mixer's own count of state numbers per sequence (`state_size`), or None."""
-    fn = getattr(mixer, "state_size", None)
-    if not callable(fn):
-        return None
-    try:
-        n = fn(batch_size=1, sequence_length=sequence_length)
-    except Exception as exc:
-        raise RecallLabError(f"mixer {type(mixer).__name__}: state_size(batch_size=1, "
-                             f"sequence_length={sequence_length}) failed: "
-                             f"{type(exc).__name__}: {exc}") from None
-    return int(n)
 
 
 def probe_mixer(mixer: nn.Module, path: str, d_model: int) -> None:
@@ -146,7 +195,7 @@ def probe_mixer(mixer: nn.Module, path: str, d_model: int) -> None:
         mixer.train(was)
     except Exception as exc:
         raise RecallLabError(f"mixer {path!r}: forward on a (2, 5, {d_model}) input failed: "
-                             f"{type(exc).__name__}: {exc}") from None
+                             f"{one_line(exc)}") from None
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise RecallLabError(f"mixer {path!r}: forward returned {got} for a (2, 5, {d_model}) "

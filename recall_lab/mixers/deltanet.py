@@ -193,9 +193,10 @@ class DeltaNet(nn.Module):
                 o = delta_rule_chunked(q, k, v, beta, g, self.chunk_size)
         return self.out_proj(self._output(o.transpose(1, 2), x))
 
-    def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:
-        conv = 0 if self.conv is None else self.conv.conv1d.weight.shape[0] * (self.conv.kernel - 1)
-        return batch_size * (self.num_heads * self.head_k * self.head_v + conv)
+    def state_size(self, sequence_length: int = 2048) -> int:
+        # recurrent state only, as zoology counts it; the short convolution's window is the
+        # convolution cache, counted apart (mixers/state.py)
+        return self.num_heads * self.head_k * self.head_v
 
     def allocate_cache(self, batch_size: int, max_len: int) -> DeltaCache:
         p = self.qkv.weight

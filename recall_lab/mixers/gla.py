@@ -164,9 +164,9 @@ class GatedLinearAttention(nn.Module):
                 o = gla_chunked(q, k, v, g, self.chunk_size)
         return self._output(o.transpose(1, 2), x)
 
-    def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:
-        conv = 0 if self.conv is None else self.conv.conv1d.weight.shape[0] * (self.conv.kernel - 1)
-        return batch_size * (self.num_heads * self.head_k * self.head_v + conv)
+    def state_size(self, sequence_length: int = 2048) -> int:
+        # recurrent state only; the short convolution's window is counted apart
+        return self.num_heads * self.head_k * self.head_v
 
     def allocate_cache(self, batch_size: int, max_len: int) -> GLACache:
         p = self.qkv.weight

@@ -127,9 +127,10 @@ class Hyena(nn.Module):
         y = x2 * (conv(v, h) + self.bias[:, None] * v)
         return self.out_proj(y.transpose(1, 2))
 
-    def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:
-        window = 3 * self.d_model * (self.short.kernel - 1)
-        return batch_size * (self.d_model * sequence_length + window)
+    def state_size(self, sequence_length: int = 2048) -> int:
+        # the long convolution's input history, as zoology counts it (the short convolution's
+        # window is the convolution cache, counted apart: mixers/state.py)
+        return self.d_model * sequence_length
 
     def allocate_cache(self, batch_size: int, max_len: int) -> HyenaCache:
         p = self.in_proj.weight

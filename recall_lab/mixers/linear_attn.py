@@ -161,10 +161,9 @@ class LinearAttention(nn.Module):
                                         raw=(q, k) if self.map == "taylor" else None)
         return self.out_proj(merge_heads(self._finish(o)))
 
-    def state_size(self, batch_size: int = 1, sequence_length: int = 2048) -> int:
-        per_head = self.features * (self.head_v + int(self.normalize))
-        conv = 0 if self.conv is None else self.conv.conv1d.weight.shape[0] * (self.conv.kernel - 1)
-        return batch_size * (self.num_heads * per_head + conv)
+    def state_size(self, sequence_length: int = 2048) -> int:
+        # the state and its normaliser; the short convolution's window is counted apart
+        return self.num_heads * self.features * (self.head_v + int(self.normalize))
 
     def allocate_cache(self, batch_size: int, max_len: int) -> LinearAttentionCache:
         p = self.qkv.weight

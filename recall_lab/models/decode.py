@@ -13,7 +13,8 @@ DeciMamba Sec. 4); the inquiry is then stepped as usual. `decode(model, ids, n_p
 and returns the logits the parallel forward gives (zeros where DeciMamba dropped the token).
 
 `state_growth(model)`: how the decode state grows with the context length L ("constant", "L/P"
-or "L"), from the blocks' decoders; `cache.nbytes()` its size now.
+or "L"), from the blocks' decoders; `cache.nbytes()` its size now. The state convention's count
+(recurrent state and convolution caches apart) is `models/state.py`'s `state_count`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from recall_lab.attention.decode import GROWTH_ORDER, make_decoder, tensor_bytes
 from recall_lab.models.decimation import decimated_prefill
 from recall_lab.models.layers import CausalSelfAttention
-from recall_lab.models.mixer_block import MixerBlock, mixer_state_numbers
+from recall_lab.models.mixer_block import MixerBlock
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _one_step_cache(model: nn.Module) -> DecodeCache:
+def one_step_cache(model: nn.Module) -> DecodeCache:
     """A cache for one sequence after one step (every buffer is allocated by then)."""
     was = model.training
     model.eval()
@@ -126,29 +127,6 @@ def _one_step_cache(model: nn.Module) -> DecodeCache:
 
 
 @torch.no_grad()
-def state_numbers(model: nn.Module, sequence_length: int) -> int | None:
-    """Numbers of recurrent state per sequence at `sequence_length`: a contract mixer model's
-    `state_size` sum when each of its mixers has one, else the decode cache's numbers when they
-    do not grow with L, else None (the state grows with L; `state_growth` says how)."""
-    own = mixer_state_numbers(model, sequence_length)
-    if own is not None:
-        return own
-    if state_growth(model) != "constant":
-        return None
-    return tensor_bytes(_one_step_cache(model).blocks, count=True)
-
-
-def state_text(model: nn.Module, sequence_length: int) -> str:
-    """The state column of `recall-lab models` and `recall-lab check`: numbers per sequence
-    (`state_numbers`), "at L=..." when they grow with L, "grows as ..." when only the growth is
-    known, "unknown" when neither is."""
-    numbers, growth = state_numbers(model, sequence_length), state_growth(model)
-    if numbers is None:
-        return "unknown" if growth == "constant" else f"grows as {growth}"
-    return f"{numbers:,}" + ("" if growth == "constant" else f" at L={sequence_length}")
-
-
-@torch.no_grad()
 def decode_state(model: nn.Module) -> str:
     """What `recall-lab models` shows: the decode state's bytes for one sequence when they do
     not depend on L (measured after one step; every buffer is allocated by then), else how it
@@ -156,8 +134,8 @@ def decode_state(model: nn.Module) -> str:
     growth = state_growth(model)
     if growth != "constant":
         return f"grows as {growth}"
-    return f"const {_size(_one_step_cache(model).nbytes())}"
+    return f"const {_size(one_step_cache(model).nbytes())}"
 
 
-__all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state", "prefill",
-           "state_growth", "state_numbers", "state_text", "step"]
+__all__ = ["DecodeCache", "allocate_cache", "decode", "decode_prompted", "decode_state",
+           "one_step_cache", "prefill", "state_growth", "step"]

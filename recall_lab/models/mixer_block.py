@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from generators.errors import RecallLabError
 from recall_lab.attention.decode import tensor_bytes
 from recall_lab.config import ModelConfig
-from recall_lab.mixers.contract import build_mixer, has_step, probe_mixer, state_numbers
+from recall_lab.mixers.contract import build_mixer, has_step, probe_mixer
 from recall_lab.models.blocks import MLPBlock
 from recall_lab.ssm import RMSNorm
 
@@ -88,11 +88,3 @@ class MixerBlock(nn.Module):
 
 def mixer_blocks(cfg: ModelConfig) -> list[nn.Module]:
     return [MixerBlock(cfg, layer=i) for i in range(cfg.n_layers)]
-
-
-def mixer_state_numbers(model: nn.Module, sequence_length: int) -> int | None:
-    """Numbers of state per sequence over a model's contract mixers, from each one's
-    `state_size`; None when any mixer lacks it."""
-    counts = [state_numbers(b.mixer, sequence_length) for b in model.modules()
-              if isinstance(b, MixerBlock)]
-    return None if not counts or None in counts else sum(counts)

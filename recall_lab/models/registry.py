@@ -29,10 +29,11 @@ from __future__ import annotations
 from generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
-from recall_lab.mixers import named_mixers, resolve_mixer
+from recall_lab.mixers import load_mixer_class, named_mixers, required_kwargs, resolve_mixer
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
-from recall_lab.models.decode import decode_state, state_text
+from recall_lab.models.decode import decode_state
 from recall_lab.models.lm import RecallLM
+from recall_lab.models.state import state_count
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
 PAPER_MODELS: tuple[str, ...] = tuple(
@@ -245,15 +246,31 @@ def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
 
 def listing_row(name: str, vocab_size: int) -> dict:
     """One row of `recall-lab models`: name, backbone, branch, d_model, k (the attention budget,
-    Attamba's chunk size P or DeciMamba's L_base), the parameter count and the decode state
-    (bytes per sequence when constant in L, else how it grows; models/decode.py), and the
-    state in numbers per sequence (a mixer's `state_size`, else the constant decode state's)."""
+    Attamba's chunk size P or DeciMamba's L_base), the parameter count, the state per sequence
+    under the lab's convention (models/state.py: recurrent state, then the convolution caches
+    apart) and the decode state (bytes per sequence when constant in L, else how it grows;
+    models/decode.py)."""
     m = build_model(name, vocab_size)
     c = m.config
     k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
     if c.decimation is not None:
         k = f"L_base={c.decimation.L_base}"
+    count = state_count(m, c.max_len or 2048)
     return {"name": name, "backbone": c.arch, "branch": c.pattern or ARCH_TABLE[c.arch].branch,
             "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}",
-            "state": state_text(m, c.max_len or 2048),
+            "state": count.text(), "conv": count.conv_text(),
             "decode state": decode_state(m)}
+
+
+def unlisted_plugin(name: str, exc: RecallLabError) -> tuple[str, str]:
+    """A plug-in mixer that `listing_row` could not build: ("needs", what) when its constructor
+    has arguments without a default that only `--mixer-kwargs` can give (zoology's Hyena needs
+    l_max), else ("broken", why)."""
+    try:
+        needs = required_kwargs(load_mixer_class(resolve_mixer(name)))
+    except RecallLabError:
+        needs = []
+    if needs:
+        return "needs", (f"{', '.join(needs)} (give them with --mixer-kwargs or "
+                         "[model.mixer_kwargs])")
+    return "broken", str(exc)

@@ -68,9 +68,9 @@ class SSMParams:
 
 @dataclass
 class MixerState:
-    """Recurrent state for `step`: the last d_conv conv inputs and the SSM state."""
+    """Recurrent state for `step`: the last d_conv - 1 conv inputs and the SSM state."""
 
-    conv: Tensor  # [b, conv_channels, d_conv]
+    conv: Tensor  # [b, conv_channels, d_conv - 1]
     ssm: Tensor  # Mamba [b, d_inner, n]; Mamba2 [b, h, p, n]
 
 
@@ -113,12 +113,13 @@ def _conv_silu(x: Tensor, conv: nn.Conv1d, reset: Tensor | None, native_ok: bool
 
 
 def _conv_step(state: Tensor, x_t: Tensor, weight: Tensor, bias: Tensor | None):
-    """One conv step: shift x_t [b, c] into state [b, c, k]; return (output [b, c], new state)."""
-    state = torch.cat([state[:, :, 1:], x_t.unsqueeze(-1)], dim=-1)
-    out = (state * weight.squeeze(1)).sum(-1)
+    """One conv step: the window is state [b, c, k - 1] (the previous k - 1 inputs, the state
+    convention's convolution cache) and x_t [b, c]; return (output [b, c], new state)."""
+    window = torch.cat([state, x_t.unsqueeze(-1)], dim=-1)
+    out = (window * weight.squeeze(1)).sum(-1)
     if bias is not None:
         out = out + bias
-    return out, state
+    return out, window[:, :, 1:]
 
 
 def _fp(t: Tensor) -> Tensor:
@@ -254,7 +255,7 @@ class MambaMixer(nn.Module):
         device = device or p.device
         dtype = dtype or p.dtype
         return MixerState(
-            conv=torch.zeros(batch, self.d_inner, self.d_conv, device=device, dtype=dtype),
+            conv=torch.zeros(batch, self.d_inner, self.d_conv - 1, device=device, dtype=dtype),
             ssm=torch.zeros(batch, self.d_inner, self.d_state, device=device, dtype=dtype),
         )
 
@@ -389,7 +390,7 @@ class Mamba2Mixer(nn.Module):
         device = device or p.device
         dtype = dtype or p.dtype
         return MixerState(
-            conv=torch.zeros(batch, self.conv_dim, self.d_conv, device=device, dtype=dtype),
+            conv=torch.zeros(batch, self.conv_dim, self.d_conv - 1, device=device, dtype=dtype),
             ssm=torch.zeros(batch, self.nheads, self.headdim, self.d_state, device=device,
                             dtype=dtype),
         )

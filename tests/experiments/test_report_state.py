@@ -16,8 +16,8 @@ from recall_lab.experiments import plots
 from recall_lab.experiments import state as layer_state
 from recall_lab.experiments.grid import expand
 from recall_lab.experiments.report import build_report, write_report
-from recall_lab.models.decode import state_growth, state_numbers
 from recall_lab.models.registry import build_model
+from recall_lab.models.state import state_count
 from recall_lab.runs import run_config_from_json
 
 ROWS = [{"name": "transformer"}, {"name": "mamba2", "d_state": 1},
@@ -68,12 +68,16 @@ def zoo(tmp_path_factory):
 
 
 def by_hand(cfg) -> tuple[float | None, str]:
-    """The count `recall-lab models` shows, for one sequence at the run's length, per layer."""
-    model = build_model(cfg.model)
-    growth = state_growth(model)
-    if growth != "constant":
-        return None, growth
-    return state_numbers(model, cfg.model.max_len) / cfg.model.n_layers, growth
+    """The recurrent state per layer, from the papers' formulas (not from the code under
+    test): Mamba2 `expand * d_model * d_state`; DeltaNet `heads * d_k * d_v` with d_k = d_v =
+    d_model / heads; attention's KV cache grows with L."""
+    m = cfg.model
+    if m.name == "transformer":
+        return None, "L"
+    if m.name == "mamba2":
+        return float(m.expand * m.d_model * m.d_state), "constant"
+    heads = m.mixer_kwargs["num_heads"]
+    return float(heads * (m.d_model // heads) ** 2), "constant"
 
 
 def test_state_per_layer_is_the_models_count_over_the_layers(zoo):
@@ -221,17 +225,19 @@ def test_one_build_per_model_and_task_and_torch_left_as_found(zoo, monkeypatch):
 
 
 def test_hax_counts_its_branch_slots_as_its_models_listing_does(zoo):
-    """mamba2+hax: its decode state does not grow with L (`state_growth` "constant"), and its
-    count holds the branch's key and value slots beside the SSM state, as `recall-lab models`
-    shows it; the report follows that count."""
+    """mamba2+hax: its decode state does not grow with L, and its recurrent state holds the
+    branch's key and value slots beside the SSM state, as `recall-lab models` shows it: the
+    report follows that count."""
     _, runs = zoo
     cfg = next(r.config for r in runs if r.config.model.name == "mamba2")
     hax = cfg.to_json()
     hax["model"] = {**hax["model"], "name": "mamba2+hax", "pattern": "hax"}
     got = layer_state.run_state(hax)
-    numbers, growth = by_hand(run_config_from_json(hax, "hax"))
-    assert growth == "constant" and got == layer_state.LayerState(numbers, "constant")
-    assert numbers > state_numbers(build_model(cfg.model), cfg.model.max_len) / 2
+    model = build_model(run_config_from_json(hax, "hax").model)
+    count = state_count(model, cfg.model.max_len)
+    assert got == layer_state.LayerState(count.per_layer(), "constant",
+                                         count.per_layer("conv"), "measured")
+    assert got.numbers > by_hand(cfg)[0]  # more than the SSM state alone
     assert layer_state.run_state(None) == layer_state.UNKNOWN
 
 

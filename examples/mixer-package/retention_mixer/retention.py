@@ -28,8 +28,8 @@ class Retention(nn.Module):
         scores = torch.einsum("bthd,bshd->bhts", q, k) * decay
         return self.out_proj(torch.einsum("bhts,bshd->bthd", scores, v).flatten(-2))
 
-    def state_size(self, batch_size=1, sequence_length=2048):
-        return batch_size * self.heads * self.dk * self.dk  # one dk x dk matrix per head
+    def state_size(self, sequence_length=2048):  # called by keyword, as zoology calls it
+        return self.heads * self.dk * self.dk  # one dk x dk matrix per head
 
     def allocate_cache(self, batch_size, max_len):
         return {"S": self.qkv.weight.new_zeros(batch_size, self.heads, self.dk, self.dk)}

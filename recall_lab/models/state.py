@@ -1,0 +1,136 @@
+"""A whole model's state under the lab's one convention (recall_lab/mixers/state.py): the
+recurrent state and the convolution caches, per sequence, in numbers and bytes. `recall-lab
+models`, `recall-lab check`, `report`, its figures and `place` all read `state_count`.
+
+Block by block:
+
+- a contract mixer with `allocate_cache` / `step`: **measured** from its decode cache after one
+  step (every buffer is allocated by then), split by `cache_parts`; its own `state_size`, where
+  it has one, is kept beside as `declared` (`recall-lab check` compares the two);
+- a contract mixer without `step`: its `state_size(sequence_length=...)` probed at L and 2L:
+  the same count is **declared** state, a count that changes is **grows with L** (zoology's
+  Hyena and MHA); without `state_size` the state is **unknown** (never "L": the lab's exact
+  prefix-recompute decoding grows as L, but that says nothing of the mixer);
+- any other block (SSM, hybrid branch, attention, MLP, Attamba): measured from its decode cache
+  when its decoders are constant in L, else it **grows** as they say (attention's KV cache "L",
+  Attamba's chunk ends "L/P").
+
+The model's count is the sum over blocks; one unknown block makes it unknown, one growing block
+makes it grow; "declared" where some block was counted from a declaration only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recall_lab.attention.decode import GROWTH_ORDER
+from recall_lab.mixers.contract import has_step
+from recall_lab.mixers.state import Part, cache_parts, declared_grows, declared_state
+from recall_lab.models.decode import one_step_cache, state_growth
+from recall_lab.models.mixer_block import MixerBlock, MixerCache
+
+# Where a count comes from, weakest last: a model's source is its weakest block's.
+SOURCES = ("measured", "declared", "grows with L", "unknown")
+
+
+@dataclass(frozen=True)
+class StateCount:
+    """A model's state per sequence at `sequence_length`. `recurrent` and `conv` are None when
+    the state grows with L or is unknown (`source` says which; `growth` how it grows)."""
+
+    recurrent: Part | None
+    conv: Part | None
+    source: str
+    growth: str | None  # "constant", "L/P", "L"; None: unknown
+    declared: int | None  # the contract mixers' own `state_size` sum, where all have one
+    sequence_length: int
+    n_layers: int
+
+    @property
+    def fixed(self) -> bool:
+        return self.recurrent is not None
+
+    def per_layer(self, part: str = "recurrent") -> float | None:
+        p = self.recurrent if part == "recurrent" else self.conv
+        return None if p is None else p.numbers / self.n_layers
+
+    def text(self) -> str:
+        """The state column of `recall-lab models`: recurrent numbers per sequence, "(declared)"
+        where a mixer's own count stands in, "grows as L", or "unknown"."""
+        if self.recurrent is not None:
+            return f"{self.recurrent.numbers:,}" + (" (declared)" if self.source == "declared"
+                                                    else "")
+        if self.source == "grows with L":
+            return "grows as " + (self.growth or "L")
+        return "unknown"
+
+    def conv_text(self) -> str:
+        return "-" if self.conv is None else f"{self.conv.numbers:,}"
+
+
+@dataclass(frozen=True)
+class _Block:
+    source: str
+    recurrent: Part = Part()
+    conv: Part = Part()
+    growth: str = "constant"
+    declared: int | None = None
+
+
+def _param_bytes(module: nn.Module) -> int:
+    p = next(module.parameters(), None)
+    return 4 if p is None else p.element_size()
+
+
+def _mixer_block(block: MixerBlock, cache, length: int) -> _Block:
+    mixer = block.mixer
+    if has_step(mixer) and block.growth != "constant":  # its cache's size follows max_len
+        return _Block("grows with L", growth=block.growth, declared=declared_state(mixer, length))
+    if has_step(mixer):
+        parts = cache_parts(cache.state if isinstance(cache, MixerCache) else cache)
+        return _Block("measured", parts["recurrent"], parts["conv"],
+                      declared=declared_state(mixer, length))
+    grows = declared_grows(mixer, length)
+    if grows is None:
+        return _Block("unknown", growth="")
+    declared = declared_state(mixer, length)
+    if grows:
+        return _Block("grows with L", growth="L", declared=declared)
+    return _Block("declared", Part(declared, declared * _param_bytes(mixer)), declared=declared)
+
+
+def _block(block: nn.Module, cache, length: int) -> _Block:
+    if isinstance(block, MixerBlock):
+        return _mixer_block(block, cache, length)
+    growth = state_growth(block)
+    if growth != "constant":
+        return _Block("grows with L", growth=growth)
+    parts = cache_parts(cache)
+    return _Block("measured", parts["recurrent"], parts["conv"])
+
+
+@torch.no_grad()
+def state_count(model: nn.Module, sequence_length: int) -> StateCount:
+    """The model's state per sequence at `sequence_length` (see the module docstring). A
+    mixer's `state_size` that raises ends in one `RecallLabError` line."""
+    cache = one_step_cache(model)
+    blocks = [_block(b, c, sequence_length)
+              for b, c in zip(model.blocks, cache.blocks, strict=True)]
+    source = max((b.source for b in blocks), key=SOURCES.index)
+    mixers = [b for b, m in zip(blocks, model.blocks, strict=True) if isinstance(m, MixerBlock)]
+    declared = (sum(b.declared for b in mixers)
+                if mixers and all(b.declared is not None for b in mixers) else None)
+    n_layers = getattr(getattr(model, "config", None), "n_layers", None) or len(blocks)
+    if source in ("grows with L", "unknown"):
+        growth = (None if source == "unknown" else
+                  max((b.growth for b in blocks), key=GROWTH_ORDER.index))
+        return StateCount(None, None, source, growth, declared, sequence_length, n_layers)
+    recurrent = sum((b.recurrent for b in blocks), Part())
+    conv = sum((b.conv for b in blocks), Part())
+    return StateCount(recurrent, conv, source, "constant", declared, sequence_length, n_layers)
+
+
+__all__ = ["SOURCES", "StateCount", "state_count"]

@@ -1,0 +1,203 @@
+"""The lab's one state convention (recall_lab/mixers/state.py, models/state.py), checked three
+ways for every built-in model and zoo mixer: the count the reports use (`state_count`, which
+`recall-lab models`, `report` and the figures read) equals the recurrent part measured from the
+decode cache and a per-family formula written here from the papers, never computed by the code
+under test:
+
+- Mamba (S6) and Mamba2 (SSD): ``expand * d_model * d_state`` per layer (the hidden state h of
+  Mamba's Eq. 2a, one N-vector per channel); the short convolution apart, ``kernel - 1``
+  columns per channel (Mamba: the d_inner channels; Mamba2: x, B and C, d_inner + 2 d_state);
+- a key-index branch (the joint-recall paper's hybrid): its key and value slots, keys of the SSM
+  state size and values of d_inner, plus LSH's running sums of q and k (the causal centre) and
+  KS's running sum of q and slot scores;
+- attention layers with a window: window keys and values of d_model;
+- linear attention and Based's Taylor layers: heads x feature dim x (d_v + 1) (state and
+  normaliser); Based's sliding layers 2 x window x d_model; DeltaNet, Gated DeltaNet and GLA:
+  heads x d_k x d_v (zoology's count), their q/k/v convolutions apart;
+- attention's KV cache, Hyena's long convolution and SE-Attn with memory grow with L.
+
+A stand-in with zoology's exact signature whose `state_size` overstates 4x (zoology's RWKV-7
+was 4x too large at d_model 128, zoology issue 34) is flagged by `recall-lab check`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from recall_lab.models.decode import one_step_cache
+from recall_lab.models.registry import build_model, listed_models
+from recall_lab.models.state import state_count
+from recall_lab.testing import MixerSubject, check_state
+
+D, E, K, CONV, H_BITS = 64, 2, 64, 4, 8  # the lab's defaults: d_model, expand, k, d_conv, lsh bits
+D_STATE = {"mamba": 16, "mamba2": 64}  # each backbone's default d_state (docs/models.md)
+L = 64
+
+
+def ssm(arch: str, d_model: int = D) -> tuple[int, int]:
+    """(recurrent, conv) of one Mamba / Mamba2 layer."""
+    n, inner = D_STATE[arch], E * d_model
+    channels = inner if arch == "mamba" else inner + 2 * n  # Mamba2 convolves x, B and C
+    return inner * n, (CONV - 1) * channels
+
+
+def slots(n: int, arch: str) -> int:
+    """n key-value slots of the hybrid branch: keys of the SSM state size, values of d_inner."""
+    return n * (D_STATE[arch] + E * D)
+
+
+def lsh(budget: int, arch: str) -> int:
+    return 2**H_BITS * budget * (D_STATE[arch] + E * D) + 2 * D_STATE[arch]  # + sums of q, k
+
+
+def ks(n: int, arch: str) -> int:
+    return slots(n, arch) + D_STATE[arch] + n  # + the running sum of q, the slots' scores
+
+
+BRANCH = {"": lambda a: 0, "+sw": lambda a: slots(K, a), "+d": lambda a: slots(K, a),
+          "+sw+d": lambda a: 2 * slots(K // 2, a), "+a": lambda a: 2 * slots(K // 2, a),
+          "+lsh": lambda a: lsh(K, a), "+ks": lambda a: ks(K, a),
+          "+hax": lambda a: lsh(K // 2, a) + ks(K // 2, a),
+          "+seattn-nomem": lambda a: slots(K // 2, a),  # one chunk of k/2, no memory
+          "+deci": lambda a: 0}
+
+
+def formula(name: str) -> tuple[int, int] | str:
+    """(recurrent, conv) per sequence over the whole model, or how it grows."""
+    for arch in ("mamba2", "mamba"):
+        if name.startswith(arch) and name[len(arch):] in BRANCH:
+            rec, conv = ssm(arch)
+            return 2 * (rec + BRANCH[name[len(arch):]](arch)), 2 * conv
+        if name == f"{arch}-2x":
+            rec, conv = ssm(arch, 2 * D)
+            return 2 * rec, 2 * conv
+    window = K * 2 * D  # a window of k keys and values of d_model
+    fixed = {
+        "samba": (2 * ssm("mamba")[0] + 2 * window, 2 * ssm("mamba")[1]),
+        "transformer+sw": (2 * window, 0),
+        "mamba2-attn-sw": (2 * ssm("mamba2")[0] + window, 2 * ssm("mamba2")[1]),
+        # 4 heads of 16 x 16 (d_k = d_v = d_model / heads); q, k, v convolved
+        "deltanet": (2 * 4 * 16 * 16, 2 * (CONV - 1) * 3 * D),
+        "gated-deltanet": (2 * 4 * 16 * 16, 2 * (CONV - 1) * 3 * D),
+        # 4 heads, d_k = d_model / 2 / heads = 8, d_v = 16; q, k (d_model / 2 each), v convolved
+        "gla": (2 * 4 * 8 * 16, 2 * (CONV - 1) * (D // 2 + D // 2 + D)),
+        # one head, ELU feature dim 16, d_v 64, with its normaliser; q, k (16 each), v convolved
+        "linear-attn": (2 * 16 * (D + 1), 2 * (CONV - 1) * (16 + 16 + D)),
+        # a sliding layer (window 4) and a Taylor layer: 1 + 16 + 16^2 features, d_v 64 + 1
+        "based": (2 * 4 * D + (1 + 16 + 16**2) * (D + 1), 0),
+    }
+    if name in fixed:
+        return fixed[name]
+    growing = {"attamba": "L/P", "mamba+attamba": "L/P"}
+    return growing.get(name, "L")
+
+
+GROWS = {"transformer", "mamba+seattn", "mamba+seattn-random", "mamba+seattn-landmark",
+         "mamba2+seattn", "mamba2+seattn-random", "mamba2+seattn-landmark", "mamba2-attn",
+         "mamba2-attn-se", "attamba", "mamba+attamba", "mamba+oracle", "mamba2+oracle",
+         "hyena", "mha"}
+
+
+def measured(model: nn.Module) -> tuple[int, int]:
+    """The decode cache after one step, by hand: float tensors under a name with "conv" are
+    the convolution caches; LSH's hash planes (the same for every sequence) and integer
+    bookkeeping (slot positions, counts) are not state; every other float tensor is."""
+    rec = conv = 0
+    stack = [(b, False) for b in one_step_cache(model).blocks]
+    seen = set()
+    while stack:
+        obj, in_conv = stack.pop()
+        if id(obj) in seen or isinstance(obj, nn.Module):
+            continue
+        seen.add(id(obj))
+        if torch.is_tensor(obj):
+            if obj.is_floating_point():
+                if in_conv:
+                    conv += obj.numel()
+                else:
+                    rec += obj.numel()
+            continue
+        items = (obj.items() if isinstance(obj, dict) else enumerate(obj)
+                 if isinstance(obj, (list, tuple)) else vars(obj).items()
+                 if hasattr(obj, "__dict__") else ())
+        for key, value in items:
+            if key == "planes":
+                continue
+            stack.append((value, in_conv or "conv" in str(key)))
+    return rec, conv
+
+
+# the lab's models (the tests' own registered stand-in, tests/registry_extras.py, aside)
+MODELS = [n for n in listed_models() if not n.startswith("test-")]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_count_the_reports_use_is_the_cache_and_the_papers_formula(name):
+    model = build_model(name, 40, max_len=L)
+    got = state_count(model, L)
+    want = formula(name)
+    if isinstance(want, str):
+        assert name in GROWS
+        assert (got.recurrent, got.source, got.growth) == (None, "grows with L", want)
+        return
+    assert name not in GROWS
+    assert got.source == "measured" and got.growth == "constant"
+    assert (got.recurrent.numbers, got.conv.numbers) == want
+    assert measured(model) == want
+    assert got.recurrent.nbytes == 4 * want[0]  # float32 here
+    assert got.per_layer() == want[0] / 2
+
+
+def test_every_listed_model_has_a_formula():
+    """A new built-in model needs its row here (else `formula` would call it growing)."""
+    for name in MODELS:
+        assert (name in GROWS) == isinstance(formula(name), str), name
+
+
+@pytest.mark.parametrize("name", ["deltanet", "gated-deltanet", "gla", "linear-attn", "based",
+                                  "hyena", "mha"])
+def test_each_zoo_mixers_state_size_is_its_recurrent_state(name):
+    """zoology's count (`state_size(sequence_length=)`) of every zoo mixer equals what its step
+    cache carries (the recurrent part), layer by layer: `check`'s state row passes (Hyena's
+    history and attention's KV cache at the length both are taken at)."""
+    model = build_model(name, 40, max_len=L)
+    for layer, block in enumerate(model.blocks):
+        row = check_state(MixerSubject(lambda b=block: b.mixer, d_model=D), length=L)
+        assert row.passed is True, (layer, row)
+
+
+class Overstated(nn.Module):
+    """zoology's signatures: `state_size(self, sequence_length)` with no batch_size, here 4x
+    the state its step carries (as zoology's RWKV-7 once was)."""
+
+    def __init__(self, d_model: int, layer_idx: int = None) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.decay = nn.Parameter(torch.full((d_model,), 0.9))
+
+    def forward(self, x):
+        out, h = [], torch.zeros_like(x[:, 0])
+        for t in range(x.shape[1]):
+            h = self.decay * h + x[:, t]
+            out.append(h)
+        return torch.stack(out, 1)
+
+    def state_size(self, sequence_length: int):
+        return 4 * self.d_model
+
+    def allocate_cache(self, batch_size, max_len):
+        return {"h": self.decay.new_zeros(batch_size, self.d_model)}
+
+    def step(self, x_t, cache):
+        cache["h"] = self.decay * cache["h"] + x_t
+        return cache["h"]
+
+
+def test_an_overstated_state_size_is_a_finding_and_fails_when_strict():
+    subject = MixerSubject(lambda: Overstated(16))
+    row = check_state(subject)
+    assert row.passed is None and not row.correctness
+    assert "declared 64 != measured 16" in row.value and "4.00x" in row.detail
+    strict = check_state(subject, strict=True)
+    assert strict.passed is False and strict.correctness
