@@ -183,7 +183,7 @@ def register(app: GuardedApp) -> None:
         for mname in listed_models():
             try:
                 rows.append(listing_row(mname, spec.vocab().size))
-            except RecallLabError as exc:  # a plug-in's failure stays on its own line
+            except Exception as exc:  # a plug-in's failure stays on its own line
                 unlisted.append((mname, *unlisted_plugin(mname, exc)))
         for col in rows[0] if rows else ("name",):
             table.add_column(col, justify="left" if col in ("name", "backbone", "branch")

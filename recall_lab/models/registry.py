@@ -30,6 +30,7 @@ from generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.mixers import load_mixer_class, named_mixers, required_kwargs, resolve_mixer
+from recall_lab.mixers.contract import one_line
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
 from recall_lab.models.decode import decode_state
 from recall_lab.models.lm import RecallLM
@@ -262,7 +263,7 @@ def listing_row(name: str, vocab_size: int) -> dict:
             "decode state": decode_state(m)}
 
 
-def unlisted_plugin(name: str, exc: RecallLabError) -> tuple[str, str]:
+def unlisted_plugin(name: str, exc: Exception) -> tuple[str, str]:
     """A plug-in mixer that `listing_row` could not build: ("needs", what) when its constructor
     has arguments without a default that only `--mixer-kwargs` can give (zoology's Hyena needs
     l_max), else ("broken", why)."""
@@ -273,4 +274,4 @@ def unlisted_plugin(name: str, exc: RecallLabError) -> tuple[str, str]:
     if needs:
         return "needs", (f"{', '.join(needs)} (give them with --mixer-kwargs or "
                          "[model.mixer_kwargs])")
-    return "broken", str(exc)
+    return "broken", str(exc) if isinstance(exc, RecallLabError) else one_line(exc)

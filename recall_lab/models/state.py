@@ -29,7 +29,7 @@ from torch import nn
 from recall_lab.attention.decode import GROWTH_ORDER
 from recall_lab.mixers.contract import has_step
 from recall_lab.mixers.state import Part, cache_parts, declared_grows, declared_state
-from recall_lab.models.decode import one_step_cache, state_growth
+from recall_lab.models.decode import allocate_cache, one_step_cache, state_growth
 from recall_lab.models.mixer_block import MixerBlock, MixerCache
 
 # Where a count comes from, weakest last: a model's source is its weakest block's.
@@ -116,7 +116,12 @@ def _block(block: nn.Module, cache, length: int) -> _Block:
 def state_count(model: nn.Module, sequence_length: int) -> StateCount:
     """The model's state per sequence at `sequence_length` (see the module docstring). A
     mixer's `state_size` that raises ends in one `RecallLabError` line."""
-    cache = one_step_cache(model)
+    try:
+        cache = one_step_cache(model)
+    except Exception:  # noqa: BLE001  a user's mixer without `step` recomputed at length 1
+        # (zoology's BigBIRD raises there): its count is declared anyway, and the contract
+        # mixers with `step` allocate their caches whole
+        cache = allocate_cache(model, 1, 1)
     blocks = [_block(b, c, sequence_length)
               for b, c in zip(model.blocks, cache.blocks, strict=True)]
     source = max((b.source for b in blocks), key=SOURCES.index)
