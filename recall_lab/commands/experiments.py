@@ -268,7 +268,7 @@ def report_table(rep: dict):
                 "restricted mean steps", "steps to solve", "mean +/- std", "per seed", "seeds",
                 "missing", "failed",
                 *(["reference"] if rep["reference"].get("values") else []),
-                *(["state per layer"] if state else [])]:
+                *(["recurrent state per layer", "conv per layer"] if state else [])]:
         table.add_column(col, justify="left" if col in rep["by"] else "right")
     for row in rep["rows"]:
         cells = [str(row[f]) for f in rep["by"]]
@@ -283,6 +283,6 @@ def report_table(rep: dict):
             ref = row["reference"]
             cells.append("-" if ref is None else f"{ref:.4f}")
         if state:
-            cells.append(row["state_text"])
+            cells += [row["state_text"], row["conv_text"]]
         table.add_row(*cells)
     return table

@@ -3,7 +3,8 @@ the metric against each numeric grouping field with a std band, the validation c
 runs each group's best lr selected, and the solve-rate figures: seeds solved against each numeric
 field (Wilson 95% band), survival (the Kaplan-Meier fraction of seeds solved against training
 samples, with its 95% band), the learning-rate window (solve rate against lr), and against the
-state per layer in numbers (experiments/state.py: `recall-lab models`' count over the layers)
+recurrent state per layer in numbers (experiments/state.py: `recall-lab models`' count over the
+layers; the short convolutions' caches are not on the axis):
 the seeds solved (one line per model family through its state sizes, one panel per table) and
 the frontier (largest table solved in >= half the seeds); rows whose state grows with the
 sequence (attention) are dashed lines at their value in both.
@@ -416,8 +417,8 @@ def plot_window(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 # ---- against state ------------------------------------------------------------------------------
 
 # three short lines: the panels of a 2 x 2 figure are 3.3 inches wide
-STATE_LABEL = ("state per layer, numbers, as\n`recall-lab models` counts: recurrent\n"
-               "state + short-convolution windows")
+STATE_LABEL = ("recurrent state per layer (numbers,\nas `recall-lab models` counts; short-\n"
+               "convolution caches not included)")
 
 
 def _family(g) -> str:

@@ -12,10 +12,10 @@ are left out of the label. In each group the lr with the best mean validation me
 finished seeds is chosen (highest accuracy, lowest loss), and the test metric at that lr is reported
 as mean and sample standard deviation (n - 1) over seeds, with the number of seeds, and the group's
 unfinished (`missing`) and `failed` runs. The validation metric of a run is its best checkpoint's
-(`summary.json` "valid"), the test metric that checkpoint's on the test set. Each group's state
-per layer in numbers (experiments/state.py: `recall-lab models`' count over the layers, from its
-runs' configs; none where it grows with the sequence) is a column of the tables and the x axis of
-the figures against state.
+(`summary.json` "valid"), the test metric that checkpoint's on the test set. Each group's recurrent
+state per layer in numbers (experiments/state.py: `recall-lab models`' count over the layers,
+from its runs' configs; none where it grows with the sequence) is a column of the tables and the
+x axis of the figures against state; the convolution caches are a column beside it.
 
 Claims (`[[report.expect]]` in the experiment file), checked by `report --check`:
 
@@ -655,7 +655,8 @@ def table_rows(fields: list[str], groups: list[Group], reference: dict,
                      "steps_median": None if q is None else q[1],
                      "solve_steps": g.solve_steps, **c, "reference": ref.get(g.label),
                      "state_per_layer": g.state.numbers, "state_growth": g.state.growth,
-                     "state_text": g.state.text(),
+                     "state_text": g.state.text(), "conv_per_layer": g.state.conv,
+                     "conv_text": g.state.conv_text(), "state_source": g.state.source,
                      "km_text": "-" if g.survival is None else g.survival.median_text(),
                      "rmst_text": "-" if g.survival is None else g.survival.rmst_text(),
                      **{f"km_{k}": getattr(g.survival, k, None)
@@ -705,7 +706,8 @@ def by_table(rep: dict) -> tuple[list[str], list[list[str]]] | None:
             rest = {f: v for f, v in g.values.items() if f != "task.levels"}
             rows.setdefault(group_label(rest), {})[size] = g
     state = any(g.state.numbers is not None for g, _ in sized)
-    head = ["row", *(["state per layer"] if state else []), *(f"table {x:g}" for x in sizes),
+    head = ["row", *(["recurrent state per layer"] if state else []),
+            *(f"table {x:g}" for x in sizes),
             "frontier [range]"]
     lines = []
     for name, by_size in rows.items():
@@ -782,7 +784,7 @@ def _markdown(rep: dict) -> str:
     if ref.get("values"):
         head.append(f"reference ({ref.get('source', 'reference')})")
     if state:
-        head.append("state per layer (numbers)")
+        head += ["recurrent state per layer (numbers)", "conv caches per layer"]
     lines = [f"# Report: {', '.join(e for e in rep['experiments'] if e) or 'runs'}", "",
              f"{rep['runs']} runs; grouped by {', '.join(fields) or 'nothing'}; best lr per "
              f"group by the mean validation metric. At that lr: seeds solved ({metric} "
@@ -794,10 +796,13 @@ def _markdown(rep: dict) -> str:
              "its log-log 95% interval, and the restricted mean steps to solve up to the last "
              "step followed, with a 95% interval; "
              f"{metric} as mean +/- sample std over seeds."
-             + (" State per layer: the numbers of recurrent state (with the short "
-                "convolutions' windows and a branch's key slots) per sequence, as `recall-lab "
-                "models` counts them, divided by the layers; 'grows as L' where the state grows "
-                "with the sequence." if state else ""), "",
+             + (" Recurrent state per layer: the numbers that carry information across the "
+                "whole sequence (an SSM's expand x d_model x d_state, a linear-attention or "
+                "delta-rule state with its normaliser, a window's or a sparse branch's key and "
+                "value slots), per sequence, as `recall-lab models` counts them, divided by "
+                "the layers; 'grows as L' where the state grows with the sequence. The short "
+                "convolutions' caches (kernel - 1 columns per channel) are counted apart."
+                if state else ""), "",
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rep["rows"]:
         cells = [row[f] for f in fields]
@@ -809,7 +814,7 @@ def _markdown(rep: dict) -> str:
         if ref.get("values"):
             cells.append(_num(row["reference"]))
         if state:
-            cells.append(row["state_text"])
+            cells += [row["state_text"], row["conv_text"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += _by_table_lines(rep)
     lines += _slice_lines(rep)
@@ -866,7 +871,8 @@ def _csv(rep: dict) -> str:
     cols = [*rep["by"], "label", "best_lr", "valid", "solved_k", "solved_n", "solved_lo",
             "solved_hi", "steps_median", "solve_steps", "mean", "std", "per_seed", "seeds",
             "missing", "failed", "reference", "km_median", "km_median_lo", "km_median_hi",
-            "km_rmst", "km_rmst_lo", "km_rmst_hi", "state_per_layer", "state_growth"]
+            "km_rmst", "km_rmst_lo", "km_rmst_hi", "state_per_layer", "state_growth",
+            "conv_per_layer", "state_source"]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rep["rows"]:
@@ -901,6 +907,7 @@ def _json(rep: dict) -> dict:
                        "solve_steps": g.solve_steps,
                        "survival": _survival(g.survival),
                        "state_per_layer": g.state.numbers, "state_growth": g.state.growth,
+                       "conv_per_layer": g.state.conv, "state_source": g.state.source,
                        "selected": [r.name for r in g.selected],
                        "per_seed": [r.metric(rep["metric"]) for r in g.selected],
                        **({"slices": sl} if (sl := slice_means(g, rep["metric"])) else {}),

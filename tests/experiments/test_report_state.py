@@ -177,12 +177,14 @@ def test_figures_lines_per_panel_and_frontier(zoo, monkeypatch, tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     lines = md.splitlines()
     assert next(ln for ln in lines if ln.startswith("| model.name |")).endswith(
-        "| failed | state per layer (numbers) |")  # last: the other columns keep their places
+        "| failed | recurrent state per layer (numbers) | conv caches per layer |")  # last: the
+    # other columns keep their places; Mamba2's conv cache: 3 columns of x, B and C (32 + 2 x 4)
     assert any(ln.startswith("| mamba2 | 4 | 4 | None |")
-               and ln.endswith(f"| {state[('mamba2/4', 4)]:,.0f} |") for ln in lines)
-    # the transformer's d_state reads None: its model never reads the base config's 4
-    assert any(ln.startswith("| transformer | 4 | None | None |") and ln.endswith("| grows as L |")
+               and ln.endswith(f"| {state[('mamba2/4', 4)]:,.0f} | {3 * (32 + 2 * 4)} |")
                for ln in lines)
+    # the transformer's d_state reads None: its model never reads the base config's 4
+    assert any(ln.startswith("| transformer | 4 | None | None |")
+               and ln.endswith("| grows as L | - |") for ln in lines)
     with open(tmp_path / "out" / "report.csv") as f:
         rows = {r["label"]: r for r in csv.DictReader(f)}
     assert float(rows["mamba2 / levels=4 / d_state=1"]["state_per_layer"]) == pytest.approx(
@@ -255,10 +257,10 @@ def test_terminal_table_has_the_state_column(zoo):
     rows = [[c.strip() for c in ln.replace("┃", "│").split("│")[1:-1]]
             for ln in console.export_text().splitlines() if ln.count("│") + ln.count("┃") > 2]
     head = next(r for r in rows if r[0] == "model.name")
-    assert head[-1] == "state per layer"
+    assert head[-2:] == ["recurrent state per layer", "conv per layer"]
     cfg = next(r.config for r in runs if r.config.model.name == "mamba2"
                and r.config.model.d_state == 4)
     numbers, _ = by_hand(cfg)
     cells = [r for r in rows if r[0] == "mamba2" and r[head.index("model.d_state")] == "4"]
-    assert cells and all(r[-1] == f"{numbers:,.0f}" for r in cells)
-    assert all(r[-1] == "grows as L" for r in rows if r[0] == "transformer")
+    assert cells and all(r[-2] == f"{numbers:,.0f}" for r in cells)
+    assert all(r[-2] == "grows as L" for r in rows if r[0] == "transformer")
