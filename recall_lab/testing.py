@@ -96,6 +96,10 @@ class MixerSubject:
     factory: Callable[[], nn.Module]
     d_model: int = 16
     kind: str = "mixer"
+    # None: float64 where the mixer runs in it; float32 for a mixer that casts to float32
+    # inside (zoology's H3 runs its SSM kernel in complex64), whose rounding a float64
+    # tolerance would take for a leak (`recall-lab check --dtype float32`)
+    dtype: torch.dtype | None = None
 
     def inputs(self, b: int, length: int, g: torch.Generator, dtype: torch.dtype) -> Tensor:
         return torch.randn(b, length, self.d_model, generator=g, dtype=torch.float64).to(dtype)
@@ -164,8 +168,9 @@ Subject = MixerSubject | ModelSubject
 
 def build(subject: Subject, dtype: torch.dtype | None = None, seed: int = 0
           ) -> tuple[nn.Module, torch.dtype]:
-    """The subject's module in eval mode, in float64 when it runs there (`dtype` None), else in
-    float32; returns the dtype used."""
+    """The subject's module in eval mode, in float64 when it runs there (`dtype` None and the
+    subject names none), else in float32; returns the dtype used."""
+    dtype = dtype if dtype is not None else getattr(subject, "dtype", None)
     torch.manual_seed(seed)
     module = subject.factory()
     if dtype is not None:
@@ -491,9 +496,11 @@ class Target:
     info: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_target(target: str, kwargs: dict[str, Any] | None = None) -> Target:
+def resolve_target(target: str, kwargs: dict[str, Any] | None = None,
+                   dtype: torch.dtype | None = None) -> Target:
     """A built-in model name, a mixer name or an import path -> what to check. A mixer is
-    checked alone (its outputs); a built-in model as a whole (its logits)."""
+    checked alone (its outputs), in `dtype` when given (see `MixerSubject.dtype`); a built-in
+    model as a whole (its logits)."""
     if is_builtin_model(target) and target not in mixer_models():
         if kwargs:
             raise RecallLabError("--kwargs is for a mixer; a built-in model takes none")
@@ -513,7 +520,8 @@ def resolve_target(target: str, kwargs: dict[str, Any] | None = None) -> Target:
     build_mixer(path, 16, 0, kwargs)
     label = target if ":" not in target and "." not in target else mixer_label(path)
     return Target(label, {"name": label, "mixer": path, "mixer_kwargs": kwargs or None},
-                  MixerSubject(lambda: build_mixer(path, 16, 0, kwargs)), {"path": path})
+                  MixerSubject(lambda: build_mixer(path, 16, 0, kwargs), dtype=dtype),
+                  {"path": path})
 
 
 def _dtype(dtype: torch.dtype) -> str:

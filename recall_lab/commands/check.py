@@ -7,13 +7,44 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import read_toml
+
+
+def _audit(package: str, kwargs_file: Path | None, out: Path | None, learning: bool,
+           speed: bool, force: bool) -> int:
+    """`check --all`: the field audit (recall_lab/experiments/audit.py)."""
+    import shlex
+    import sys
+
+    from recall_lab.checkpoint import write_json
+    from recall_lab.experiments.audit import audit, audit_markdown
+    from recall_lab.runs import refuse_overwrite
+
+    spec = read_toml(kwargs_file) if kwargs_file is not None else {}
+    if out is not None:
+        for name in ("audit.md", "audit.json"):
+            refuse_overwrite(out / name, force)
+    rows = audit(package, spec, learning=learning, speed=speed,
+                 progress=lambda p: console.print(f"checking {p}", markup=False,
+                                                  highlight=False))
+    meta = {**spec.get("source", {}), "package": package,
+            "command": "recall-lab " + shlex.join(sys.argv[1:])}
+    text = audit_markdown(rows, meta)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "audit.md").write_text(text)
+        write_json(out / "audit.json", {**meta, "mixers": [r.to_json() for r in rows]})
+        console.print(f"written to {out / 'audit.md'} and {out / 'audit.json'}", markup=False)
+    return 1 if any(r.failed() for r in rows) else 0
 
 
 def register(app: GuardedApp) -> None:
     @app.command()
     def check(
-        target: str = typer.Argument(..., help="A mixer (import path pkg.module:Class, or a "
+        target: str = typer.Argument(None, help="A mixer (import path pkg.module:Class, or a "
                                      "name from `recall-lab models`) or a built-in model."),
         kwargs: str = typer.Option(None, "--kwargs", help="The mixer's keyword arguments as a "
                                    "JSON object."),
@@ -25,10 +56,23 @@ def register(app: GuardedApp) -> None:
                                       "gate (about a minute of one core)."),
         speed: bool = typer.Option(True, "--speed/--no-speed", help="Time forward + backward "
                                    "beside the lab's mamba."),
+        dtype: str = typer.Option(None, "--dtype", help="Compare a mixer's outputs in float32 "
+                                  "(tolerance 1e-4) instead of float64, for a mixer that casts "
+                                  "to float32 inside (its rounding is no leak)."),
         strict_state: bool = typer.Option(False, "--strict-state", help="Fail (exit 1) when a "
                                           "mixer's state_size differs from the recurrent state "
                                           "its step cache carries (else a finding)."),
-        force: bool = typer.Option(False, help="Overwrite --json if it exists."),
+        all_in: str = typer.Option(None, "--all", help="Audit every mixer of a package (a "
+                                   "module name such as zoology.mixers, or its folder): each "
+                                   "class that declares state_size, checked unchanged; one "
+                                   "table (docs/mixers.md, 'Field audit')."),
+        kwargs_file: Path = typer.Option(None, "--kwargs-file", help="With --all: a TOML "
+                                         "file of each mixer's kwargs, the paper's formula of "
+                                         "its state and the lab's count of the same family."),
+        out: Path = typer.Option(None, "--out", help="With --all: write audit.md and "
+                                 "audit.json into this folder."),
+        force: bool = typer.Option(False, help="Overwrite --json (or --out's audit files) if "
+                                   "it exists."),
     ) -> int:
         """Check a mixer or model with the lab's generic harness: forward, causality, padding
         and length, finite gradients, determinism and decode = parallel (exit 1 if one
@@ -36,6 +80,7 @@ def register(app: GuardedApp) -> None:
         learning gate (small MQAR within a fixed budget), parameters and speed. One row per
         check with its measured value; an exception in the code under test fails its own row
         only. Exit 2 when the mixer cannot be built at all."""
+        import torch
         from rich.table import Table
 
         from recall_lab.checkpoint import write_json
@@ -44,9 +89,16 @@ def register(app: GuardedApp) -> None:
         from recall_lab.testing import resolve_target, run_checks
 
         set_threads(1)
+        if all_in is not None:
+            return _audit(all_in, kwargs_file, out, learning, speed, force)
+        if target is None:
+            raise RecallLabError("give a mixer or model to check, or --all PACKAGE")
         if json_out is not None:
             refuse_overwrite(json_out, force)
-        subject = resolve_target(target, mixer_kwargs_json(kwargs, "--kwargs"))
+        if dtype not in (None, "float32", "float64"):
+            raise RecallLabError(f"--dtype {dtype}: float32 or float64")
+        subject = resolve_target(target, mixer_kwargs_json(kwargs, "--kwargs"),
+                                 None if dtype is None else getattr(torch, dtype))
         console.print(f"checking {escape(subject.name)}"
                       + (f" ({escape(subject.info['path'])})" if "path" in subject.info else ""),
                       highlight=False)

@@ -10,7 +10,7 @@ import torch
 from generators.errors import RecallLabError
 from recall_lab.mixers._linear import feature_map, rope
 from recall_lab.mixers.based import Based, window_attention_chunked, window_attention_recurrent
-from tests.mixers.zoo_forms import cache_numbers, fla_naive, forms_agree
+from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 
 
 @pytest.mark.parametrize("options", [
@@ -72,7 +72,7 @@ def test_taylor_layer_matches_fla_naive_parallel_based():
 @pytest.mark.parametrize("layer_idx", [0, 1])
 def test_state_size_counts_the_decode_cache(layer_idx):
     m = Based(16, layer_idx=layer_idx, feature_dim=4, window=8)
-    assert m.state_size(batch_size=3, sequence_length=50) == cache_numbers(m.allocate_cache(3, 50))
+    assert m.state_size(sequence_length=50) == recurrent(m.allocate_cache(1, 50))
 
 
 @pytest.mark.parametrize("options", [{"layers": "linear"}, {"layers": ["conv"]}, {"layers": []},

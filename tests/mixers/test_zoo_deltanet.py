@@ -15,7 +15,7 @@ from recall_lab.mixers.deltanet import (
     delta_rule_chunked,
     delta_rule_recurrent,
 )
-from tests.mixers.zoo_forms import cache_numbers, fla_naive, forms_agree
+from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 
 
 @pytest.mark.parametrize("cls", [DeltaNet, GatedDeltaNet])
@@ -67,8 +67,9 @@ def test_strong_decay_stays_finite_in_the_chunked_form():
 @pytest.mark.parametrize("cls", [DeltaNet, GatedDeltaNet])
 def test_state_size_counts_the_decode_cache(cls):
     m = cls(16, num_heads=4)
-    assert m.state_size(batch_size=3, sequence_length=50) == cache_numbers(m.allocate_cache(3, 50))
-    assert cls(16, num_heads=4, conv_size=0).state_size(batch_size=1) == 4 * 4 * 4  # h d_k d_v
+    assert m.state_size(sequence_length=50) == recurrent(m.allocate_cache(1, 50))
+    assert m.state_size() == 4 * 4 * 4  # h d_k d_v; the convolution's window is apart
+    assert cls(16, num_heads=4, conv_size=0).state_size() == 4 * 4 * 4
 
 
 def test_gated_deltanet_decay_is_data_dependent_and_in_0_1():

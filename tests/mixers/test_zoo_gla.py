@@ -8,7 +8,7 @@ import torch
 
 from generators.errors import RecallLabError
 from recall_lab.mixers.gla import GatedLinearAttention, gla_chunked, gla_recurrent
-from tests.mixers.zoo_forms import cache_numbers, fla_naive, forms_agree
+from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 
 
 @pytest.mark.parametrize("options", [{"chunk_size": 8, "num_heads": 2},
@@ -46,7 +46,7 @@ def test_strong_decay_stays_finite_in_the_chunked_form():
 
 def test_state_size_counts_the_decode_cache():
     m = GatedLinearAttention(16, num_heads=2)
-    assert m.state_size(batch_size=3, sequence_length=50) == cache_numbers(m.allocate_cache(3, 50))
+    assert m.state_size(sequence_length=50) == recurrent(m.allocate_cache(1, 50))
     assert GatedLinearAttention(16, num_heads=2, conv_size=0).state_size() == 2 * 4 * 8
 
 

@@ -9,7 +9,7 @@ import torch
 
 from generators.errors import RecallLabError
 from recall_lab.mixers.hyena import Hyena, causal_conv_direct, causal_conv_fft
-from tests.mixers.zoo_forms import cache_numbers, forms_agree
+from tests.mixers.zoo_forms import forms_agree, recurrent
 
 
 @pytest.mark.parametrize("options", [{"l_max": 64}, {"l_max": 16, "filter_order": 8}])
@@ -37,7 +37,7 @@ def test_filter_is_a_function_of_position_only():
 def test_state_grows_with_length_and_counts_the_cache():
     m = Hyena(8)
     assert m.state_size(sequence_length=100) - m.state_size(sequence_length=50) == 8 * 50
-    assert m.state_size(batch_size=2, sequence_length=30) == cache_numbers(m.allocate_cache(2, 30))
+    assert m.state_size(sequence_length=30) == recurrent(m.allocate_cache(1, 30))
 
 
 def test_decoding_past_the_cache_is_one_clear_error():

@@ -14,7 +14,7 @@ from recall_lab.mixers.linear_attn import (
     linear_attn_chunked,
     linear_attn_recurrent,
 )
-from tests.mixers.zoo_forms import cache_numbers, fla_naive, forms_agree
+from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 
 
 @pytest.mark.parametrize("options", [
@@ -72,9 +72,9 @@ def test_taylor_loop_matches_fla_naive_parallel_based():
                                      {"feature_map": "identity", "conv_size": 0}])
 def test_state_size_counts_the_decode_cache(options):
     m = LinearAttention(16, num_heads=2, **options)
-    assert m.state_size(batch_size=3, sequence_length=50) == cache_numbers(m.allocate_cache(3, 50))
+    assert m.state_size(sequence_length=50) == recurrent(m.allocate_cache(1, 50))
     f = 1 + 3 + 9 if options["feature_map"] == "taylor" else 16
-    assert m.state_size(batch_size=1) >= 2 * f * 8  # two heads of f x d_v
+    assert m.state_size() >= 2 * f * 8  # two heads of f x d_v
 
 
 @pytest.mark.parametrize("options", [{"feature_map": "softmax"}, {"num_heads": 3},
