@@ -66,12 +66,15 @@ ROOT = gpu_check.ROOT
 PIECES = ("workers", "check", "frontier64", "zoology")
 # each piece's share of the time left when it starts (with the pieces after it); the time a
 # piece does not use goes on to the next ones
-SHARES = {"workers": 0.2, "check": 0.35, "frontier64": 0.35, "zoology": 0.1}
+SHARES = {"workers": 0.3, "check": 0.35, "frontier64": 0.25, "zoology": 0.1}
 WORKERS = (1, 4, 8, 16)
 WORKERS_EXPERIMENT = "experiments/gpu-workers.toml"
 FRONTIER_EXPERIMENT = "experiments/zoo-frontier-64.toml"
 ZOOLOGY_GLOB = "experiments/zoology-fig2-gpu*.toml"
 DEFAULT_WORKERS = 8  # the training pieces' workers when no workers table was measured
+# the zoo tests that passed or skipped on the first GPU check (an H200) are not run again; the
+# failed one is (its reason was not recorded), and those that never finished
+ZOO_DONE_LOG = "docs/results/gpu/2026-11-27-h200/zoo-rerun.log"
 ZOO_PER_TEST_S = 300.0  # per zoo test: FLA's first-call autotuning (over 60 s on the H200)
 SETUP_BUDGETS = {"wheels": 20.0, "probe": 60.0}
 PACK_RESERVE_S = 20.0  # kept back from the pieces for the last pack
@@ -81,8 +84,17 @@ RUN_FILES = ("config.json", "summary.json", "metrics.jsonl")
 SWEEP_FILES = ("sweep.json", "claims.json")
 RESUME_FILE = "resume.safetensors"  # a run folder with it (and no summary) can resume
 TICK_S = 2.0
-# the ELU bf16 probe's grid: value widths around the failing 17 (16 + the normaliser's column)
-PROBE_WIDTHS = (16, 17, 18, 32, 33)
+# the ELU bf16 probe (elu_probe), most telling first, as (length, features, last value column,
+# V, dtype): the failing case (V = 17: 16 values and the normaliser's column of ones), then one
+# ingredient changed at a time, then float32 controls. Each new padded width autotunes once.
+PROBE_WIDTHS = (16, 18, 32, 33)
+PROBE_CASES = (
+    (300, "elu", "ones", 17, "bfloat16"), (100, "elu", "ones", 17, "bfloat16"),
+    (300, "elu", "random", 17, "bfloat16"), (300, "identity", "ones", 17, "bfloat16"),
+    *((300, "elu", "ones", v, "bfloat16") for v in PROBE_WIDTHS),
+    (300, "identity", "random", 16, "bfloat16"),
+    (300, "elu", "ones", 17, "float32"), (300, "elu", "ones", 16, "float32"),
+)
 
 
 def log(out: Path | None, line: str) -> None:
@@ -367,6 +379,10 @@ class Campaign:
         t0 = time.perf_counter()
         notes = []
         done = finished_zoo_tests(self.data / "check")
+        before = set()
+        if self.args.zoo_done_log:
+            before = passed_in_log(ROOT / self.args.zoo_done_log) - done
+            done |= before
         zoo_total = self.args.zoo_tests
         if zoo_total and len(done) >= zoo_total:
             notes.append(f"zoo: all {len(done)} tests finished in earlier leases")
@@ -379,10 +395,11 @@ class Campaign:
             self.check.save()
             zoo = self.check.result["parts"][-1]
             notes.append(f"zoo: {zoo['status']} in {zoo['wall_s']:.0f} s ({zoo.get('note')}; "
-                         f"{len(done)} finished earlier, not rerun)")
+                         f"not rerun: {len(done) - len(before)} finished in earlier leases, "
+                         f"{len(before)} passed or skipped in {self.args.zoo_done_log or '-'})")
         probe_json = self.data / "check" / "elu-probe.json"
         earlier = json.loads(probe_json.read_text()) if probe_json.is_file() else {}
-        if earlier.get("cases"):
+        if len(earlier.get("cases") or []) >= len(PROBE_CASES):
             notes.append("elu probe: done in an earlier lease")
         else:
             left = budget - (time.perf_counter() - t0)
@@ -481,6 +498,14 @@ def finished_zoo_tests(check_dir: Path) -> set[str]:
         done |= {t["id"] for t in tests if t.get("path") == "test_gpu_zoo"
                  and t.get("outcome") in ("passed", "failed", "skipped")}
     return done
+
+
+def passed_in_log(path: Path) -> set[str]:
+    """The zoo tests a `pytest -v` log shows passed or skipped (gpu_check.log_results)."""
+    if not path.is_file():
+        return set()
+    return {t["id"] for t in gpu_check.log_results(path.read_text())
+            if t["path"] == "test_gpu_zoo" and t["outcome"] in ("passed", "skipped")}
 
 
 def pack(out: Path, work: Path) -> dict:
@@ -641,12 +666,15 @@ def _drop_axes(data: dict, table: str, fields: set[str]) -> None:
         data[table] = [t for t in kept if t]
 
 
-def elu_probe(cuda: bool) -> dict:
+def elu_probe(cuda: bool, save=None, cases=None, device: str = "cuda", kernel=None) -> dict:
     """Narrow the H200's failure of FLA's chunk_linear_attn in bf16 at (H=4, K=16, V=17): the
     mapping's relative errors against the lab's torch chunked form in float32 (output and each
-    gradient), over value widths around 17 (PROBE_WIDTHS), positive (elu + 1) and signed
-    (identity) features, the last value column ones (the normaliser's) or random, in bf16 and
-    float32, at 100 tokens (the self-check's length) and 300 (the test's)."""
+    gradient: kernel_check.errors), case by case (`PROBE_CASES`): the mixer's case at the test's
+    length (300 tokens) and the self-check's (100); then one ingredient changed at a time: the
+    last value column random instead of the normaliser's ones, signed (identity) features
+    instead of positive (elu + 1), other value widths (PROBE_WIDTHS); then float32 controls.
+    `save(result)` is called after every case, so a cut keeps the cases that finished. The CPU
+    test passes `device` "cpu", FLA's naive reference as `kernel` and a few `cases`."""
     if not cuda:
         return {"skipped": "skipped: no CUDA"}
     import torch
@@ -656,44 +684,46 @@ def elu_probe(cuda: bool) -> dict:
     from recall_lab.mixers import fla_kernels
     from recall_lab.mixers.linear_attn import linear_attn_chunked
 
-    if not torch.cuda.is_available():
-        return {"skipped": "skipped: no CUDA (torch sees no device)"}
-    fn, why = fla_kernels.kernel("linear_attn")
-    if fn is None:
-        return {"skipped": f"skipped: FLA's chunk_linear_attn does not load: {why}"}
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference's products in full fp32
-    cases = []
-    for length in (100, 300):
-        for features in ("elu", "identity"):
-            for last in ("ones", "random"):
-                for v_width in PROBE_WIDTHS:
-                    for dtype in (torch.bfloat16, torch.float32):
-                        gen = torch.Generator().manual_seed(0)
-                        b, h, dk = 2, 4, 16
-                        q, k = (torch.randn(b, h, length, dk, generator=gen) for _ in range(2))
-                        v = torch.randn(b, h, length, v_width, generator=gen)
-                        if last == "ones":
-                            v[..., -1] = 1.0
-                        if features == "elu":
-                            q, k = (F.elu(q) + 1) * dk ** -0.5, F.elu(k) + 1
-                        else:
-                            q = q * dk ** -0.5
-                        inputs = {n: x.to("cuda", dtype) for n, x in
-                                  (("q", q), ("k", k), ("v", v))}
-                        row = {"length": length, "features": features, "last_column": last,
-                               "V": v_width, "dtype": str(dtype).split(".")[-1]}
-                        try:
-                            errs = kernel_check.errors(
-                                lambda **t: fla_kernels.map_linear_attn(fn, **t),
-                                lambda **t: linear_attn_chunked(
-                                    *(t[n].float() for n in ("q", "k", "v")), 64), inputs)
-                            row |= {"max_rel_err": max(errs.values()), "worst":
-                                    max(errs, key=errs.get), "errors": errs}
-                        except Exception as exc:  # noqa: BLE001 - a refused width is a finding
-                            row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                        cases.append(row)
-    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-            "fla": _version("fla-core"), "cases": cases}
+    fn = kernel
+    if kernel is None:
+        if not torch.cuda.is_available():
+            return {"skipped": "skipped: no CUDA (torch sees no device)"}
+        fn, why = fla_kernels.kernel("linear_attn")
+        if fn is None:
+            return {"skipped": f"skipped: FLA's chunk_linear_attn does not load: {why}"}
+        torch.backends.cuda.matmul.allow_tf32 = False  # the reference's products in full fp32
+    result = {"device": torch.cuda.get_device_name(0) if device == "cuda" else device,
+              "torch": torch.__version__, "fla": _version("fla-core"), "cases": []}
+    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+    for length, features, last, v_width, dtype in cases or PROBE_CASES:
+        gen = torch.Generator().manual_seed(0)
+        b, h, dk = 2, 4, 16
+        q, k = (torch.randn(b, h, length, dk, generator=gen) for _ in range(2))
+        v = torch.randn(b, h, length, v_width, generator=gen)
+        if last == "ones":
+            v[..., -1] = 1.0
+        if features == "elu":
+            q, k = (F.elu(q) + 1) * dk ** -0.5, F.elu(k) + 1
+        else:
+            q = q * dk ** -0.5
+        inputs = {n: x.to(device, dtypes[dtype]) for n, x in (("q", q), ("k", k), ("v", v))}
+        row: dict = {"length": length, "features": features, "last_column": last,
+                     "V": v_width, "dtype": dtype}
+        t0 = time.perf_counter()
+        try:
+            errs = kernel_check.errors(
+                lambda **t: fla_kernels.map_linear_attn(fn, **t),
+                lambda **t: linear_attn_chunked(*(t[n].float() for n in ("q", "k", "v")), 64),
+                inputs)
+            row |= {"max_rel_err": max(errs.values()), "worst": max(errs, key=errs.get),
+                    "errors": errs}
+        except Exception as exc:  # noqa: BLE001 - a refused width is a finding too
+            row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        row["wall_s"] = round(time.perf_counter() - t0, 2)  # the first call of a width autotunes
+        result["cases"].append(row)
+        if save is not None:
+            save(result)
+    return result
 
 
 def _version(dist: str) -> str | None:
@@ -746,6 +776,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--frontier-experiment", default=FRONTIER_EXPERIMENT)
     r.add_argument("--zoology-glob", default=ZOOLOGY_GLOB)
     r.add_argument("--zoo-per-test", type=float, default=ZOO_PER_TEST_S, metavar="SECONDS")
+    r.add_argument("--zoo-done-log", default=ZOO_DONE_LOG, metavar="PATH",
+                   help="a pytest -v log of the zoo tests: those it shows passed or skipped are "
+                        "not run again ('' for none)")
     r.add_argument("--zoo-tests", type=int, default=15,
                    help="how many zoo tests there are (all finished: the zoo is not rerun)")
     r.add_argument("--steps", type=int, default=None,
@@ -790,8 +823,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "sweep":
         return _sweep_main(args)
     if args.cmd == "elu-probe":
-        result = elu_probe(cuda=not args.no_cuda)
-        args.json.write_text(json.dumps(result, indent=2))
+        def save(result: dict) -> None:
+            args.json.write_text(json.dumps(result, indent=2))
+
+        result = elu_probe(cuda=not args.no_cuda, save=save)
+        save(result)
         print(result.get("skipped") or f"elu probe: {len(result['cases'])} cases")
         return 0
     problem = check_args(args)

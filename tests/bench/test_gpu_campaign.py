@@ -253,3 +253,41 @@ def test_summary_fits_100_columns():
               "pieces": [{"piece": "check", "status": "ran", "note": "zoo: " + "x " * 120}]}
     lines = gc.summary_lines(result)
     assert len(lines) > 4 and all(len(line) <= 100 for line in lines)
+
+
+def test_the_h200s_passed_zoo_tests_are_not_run_again():
+    done = gc.passed_in_log(ROOT / gc.ZOO_DONE_LOG)
+    text = (ROOT / gc.ZOO_DONE_LOG).read_text()
+    for test_id in done:
+        name = test_id.split("::", 1)[1]
+        line = next(ln for ln in text.splitlines() if f"::{name} " in ln)
+        assert " PASSED" in line or " SKIPPED" in line
+    assert "test_gpu_zoo::test_zoo_mixer_on_fla_equals_its_torch_chunked_form[" \
+           "linear-attn-elu-bfloat16]" not in done  # failed there: run again
+    assert len(done) == text.count(" PASSED") + text.count(" SKIPPED") > 0
+
+
+def test_the_elu_probe_compares_the_mapping_with_the_torch_form():
+    """On the CPU with FLA's naive reference in the kernel's place (as the dispatch tests do):
+    every case yields the output's and each gradient's error, float32 cases agree, and a
+    kernel whose scale is off is caught. Without CUDA the probe says it skipped."""
+    from tests.mixers.zoo_forms import fla_naive
+
+    la = fla_naive("linear_attn")
+
+    def naive(q, k, v, scale, normalize):
+        return la.naive_recurrent_linear_attn(q, k, v, scale=scale, normalize=normalize)
+
+    def wrong(q, k, v, scale, normalize):
+        return naive(q, k, v, 2 * scale, normalize)
+
+    cases = [(100, "elu", "ones", 17, "float32"), (100, "identity", "random", 16, "float32")]
+    saved = []
+    got = gc.elu_probe(True, saved.append, cases, device="cpu", kernel=naive)
+    assert [c["V"] for c in got["cases"]] == [17, 16] and len(saved) == 2
+    for case in got["cases"]:
+        assert set(case["errors"]) == {"out", "dq", "dk", "dv"}
+        assert case["max_rel_err"] < 1e-4, case
+    bad = gc.elu_probe(True, None, cases[:1], device="cpu", kernel=wrong)["cases"][0]
+    assert bad["max_rel_err"] > 0.1
+    assert gc.elu_probe(False) == {"skipped": "skipped: no CUDA"}
