@@ -355,9 +355,12 @@ class Campaign:
 
             r = run_child(cmd, share, logfile, self.env, tick=both)
             done = sync_sweep(root / name, records)
+            steps = steps_trained(root / name)
             row = {"workers": n, "runs": max(2, 2 * n), "finished": done,
                    "wall_s": r["wall_s"], "budget_s": r["budget_s"],
                    "runs_per_min": round(60 * done / r["wall_s"], 2) if r["wall_s"] else 0.0,
+                   "steps": steps,
+                   "steps_per_s": round(steps / r["wall_s"], 1) if r["wall_s"] else 0.0,
                    "status": "ok" if r["status"] == "ok" and done == max(2, 2 * n) else
                    ("cut" if r["status"] == "cut" else "failed"), "lease": self.result["lease"]}
             if samples:
@@ -368,7 +371,8 @@ class Campaign:
             self.result["workers"].append(row)
             (self.data / "workers.json").write_text(json.dumps(self.result["workers"], indent=2))
             log(self.out, f"campaign: workers {n}: {done} of {row['runs']} runs in "
-                          f"{r['wall_s']:.1f} s: {row['runs_per_min']} runs/min ({row['status']})"
+                          f"{r['wall_s']:.1f} s: {row['runs_per_min']} runs/min, "
+                          f"{row['steps_per_s']} steps/s ({row['status']})"
                 + (f": {row['error']}" if row.get("error") else ""))
         rows = [r for r in self.result["workers"] if r["lease"] == self.result["lease"]]
         status = "ok" if all(r["status"] == "ok" for r in rows) else "partly done"
@@ -500,6 +504,19 @@ def finished_zoo_tests(check_dir: Path) -> set[str]:
     return done
 
 
+def steps_trained(sweep: Path) -> int:
+    """Training steps the runs in `sweep` logged (each run's last metrics row; a cut run counts
+    up to its last evaluation), so a cut measurement still gives a throughput."""
+    total = 0
+    for metrics in sweep.glob("*/metrics.jsonl") if sweep.is_dir() else []:
+        lines = [ln for ln in metrics.read_text().splitlines() if ln.strip()]
+        try:
+            total += int(json.loads(lines[-1])["step"]) if lines else 0
+        except (ValueError, KeyError, TypeError):
+            continue
+    return total
+
+
 def passed_in_log(path: Path) -> set[str]:
     """The zoo tests a `pytest -v` log shows passed or skipped (gpu_check.log_results)."""
     if not path.is_file():
@@ -601,10 +618,12 @@ def summary_lines(result: dict) -> list[str]:
                           subsequent_indent="    ")
     rows = result.get("workers") or []
     if rows:
-        lines.append("  workers | runs | finished | wall s | runs/min | gpu util % | status")
+        lines.append("  workers | runs | finished | wall s | runs/min | steps/s | gpu util % | "
+                     "status")
         for r in sorted(rows, key=lambda r: (r["workers"], r.get("lease") or 0)):
             lines.append(f"  {r['workers']:>7} | {r['runs']:>4} | {r['finished']:>8} | "
                          f"{r['wall_s']:>6.1f} | {r['runs_per_min']:>8} | "
+                         f"{r.get('steps_per_s', '-'):>7} | "
                          f"{r.get('gpu_util_pct_mean', '-'):>10} | {r['status']} "
                          f"(lease {r.get('lease')})")
     for p in result.get("pieces", []):

@@ -249,6 +249,7 @@ def test_summary_fits_100_columns():
     result = {"lease": 1, "budget_s": 500, "machine": {"device": "NVIDIA H200", "torch": "2.11"},
               "workers": [{"workers": 16, "runs": 32, "finished": 30, "wall_s": 123.4,
                            "runs_per_min": 14.59, "status": "cut", "lease": 1,
+                           "steps": 9000, "steps_per_s": 72.9,
                            "gpu_util_pct_mean": 87.5}],
               "pieces": [{"piece": "check", "status": "ran", "note": "zoo: " + "x " * 120}]}
     lines = gc.summary_lines(result)
@@ -291,3 +292,12 @@ def test_the_elu_probe_compares_the_mapping_with_the_torch_form():
     bad = gc.elu_probe(True, None, cases[:1], device="cpu", kernel=wrong)["cases"][0]
     assert bad["max_rel_err"] > 0.1
     assert gc.elu_probe(False) == {"skipped": "skipped: no CUDA"}
+
+
+def test_steps_trained_counts_each_runs_last_logged_step(tmp_path):
+    for name, steps in (("a", [100, 200, 300]), ("b", [100]), ("c", [])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, "split": sp}) + "\n"
+                    for s in steps for sp in ("train", "valid")))
+    assert gc.steps_trained(tmp_path) == 300 + 100
