@@ -13,7 +13,9 @@
 #      Results under runs/gpu-dryrun-<UTC time>/ (DRYRUN_OUT).
 # --campaign (`make gpu-campaign-dryrun`): step 3 runs scripts/gpu-campaign.sh --no-cuda instead,
 # with tiny budgets (CAMPAIGN_BUDGET, default 420 s in all; every training run DRYRUN_STEPS steps,
-# default 5; workers 1 and 2); results under runs/gpu-campaign-dryrun-<UTC time>/. DRYRUN_IMAGE
+# default 5; workers 1 and 2); results under runs/gpu-campaign-dryrun-<UTC time>/; then a second
+# lease resumed from the first one's tarball (frontier64 and zoology, with a stand-in zoology
+# file), results beside it with the suffix -lease2. DRYRUN_IMAGE
 # names a Python with torch to use in place of the stand-in (the campaign's logic does not depend
 # on torch 2.11); the carried wheels are cp312, so with another Python version they are not
 # installed (--no-wheels, said in one line) and that Python's own packages are used.
@@ -94,9 +96,20 @@ if [ $MODE = campaign ]; then
         --out "$OUT" --work "$WORK/work" --budget "${CAMPAIGN_BUDGET:-420}" \
         --steps "${DRYRUN_STEPS:-5}" --workers-list 1,2 "${WHEELS[@]}"
     rc=$?
+    # a second lease: from the first one's tarball, the finished run skipped; the zoology piece
+    # with experiments/gpu-workers.toml standing in for its files (none may exist yet)
+    if [ $rc = 0 ]; then
+        echo "dry run: a second lease, resumed from $OUT/campaign.tar.gz"
+        "${NET[@]}" env -C "$WORK/checkout" PYTHON="$IMG/bin/python" \
+            RECALL_LAB_CACHE="$WORK/cache" OMP_NUM_THREADS=1 \
+            ZOOLOGY_GLOB=experiments/gpu-workers.toml bash scripts/gpu-campaign.sh --no-cuda \
+            --out "$OUT-lease2" --work "$WORK/work2" --budget 200 --steps "${DRYRUN_STEPS:-5}" \
+            --pieces frontier64,zoology --resume "$OUT/campaign.tar.gz" "${WHEELS[@]}"
+        rc=$?
+    fi
     set -e
     echo "dry run: campaign exit $rc in $(($(date +%s) - t1)) s after the Python was ready;" \
-        "results in $OUT"
+        "results in $OUT and $OUT-lease2"
     exit $rc
 fi
 set +e

@@ -223,7 +223,8 @@ class Campaign:
         row = {"piece": name, "status": status, **kw}
         self.result["pieces"].append(row)
         text = f"campaign: {name}: {status}" + (f" ({kw['note']})" if kw.get("note") else "")
-        log(self.out, "\n".join(textwrap.wrap(text, 96, subsequent_indent="    ")))
+        log(self.out, "\n".join(textwrap.wrap(text, 96, subsequent_indent="    ",
+                                               break_on_hyphens=False)))
         return row
 
     def save(self) -> None:
@@ -376,7 +377,8 @@ class Campaign:
                 + (f": {row['error']}" if row.get("error") else ""))
         rows = [r for r in self.result["workers"] if r["lease"] == self.result["lease"]]
         status = "ok" if all(r["status"] == "ok" for r in rows) else "partly done"
-        self.piece_row("workers", status, note=f"best {self.best_workers()} workers")
+        self.piece_row("workers", status, note=f"the training pieces use "
+                                                f"{self.best_workers()} workers")
 
     def piece_check(self, budget: float) -> None:
         assert self.check is not None
@@ -615,7 +617,7 @@ def summary_lines(result: dict) -> list[str]:
                           f"{machine.get('device', '?')} (torch {machine.get('torch', '?')}), "
                           f"budget {result.get('budget_s')} s"
                           + (" (dry run, no CUDA)" if result.get("dry_run") else ""), 100,
-                          subsequent_indent="    ")
+                          subsequent_indent="    ", break_on_hyphens=False)
     rows = result.get("workers") or []
     if rows:
         lines.append("  workers | runs | finished | wall s | runs/min | steps/s | gpu util % | "
@@ -629,7 +631,7 @@ def summary_lines(result: dict) -> list[str]:
     for p in result.get("pieces", []):
         note = f": {p['note']}" if p.get("note") else ""
         lines += textwrap.wrap(f"{p['piece']}: {p['status']}{note}", 96, initial_indent="  ",
-                               subsequent_indent="      ")
+                               subsequent_indent="      ", break_on_hyphens=False)
     return lines
 
 
