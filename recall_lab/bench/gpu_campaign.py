@@ -7,7 +7,8 @@ piece does not use goes to the pieces after it):
 
 0. ``workers``: runs per minute of ``sweep --workers N`` on one GPU at N = 1, 4, 8, 16
    (`WORKERS`), for the small config of experiments/gpu-workers.toml (2N runs at each N, each
-   N in a fresh sweep folder); the best N is used by the training pieces below;
+   N in a fresh sweep folder); the N with the most steps per second is used by the training
+   pieces below;
 a. ``check``: the GPU check's unfinished parts: the zoo on FLA's kernels (`gpu_check`'s ``zoo``
    part, with a longer limit per test for FLA's first-call autotuning; the tests an earlier
    lease finished are not run again), then :func:`elu_probe`, which narrows the ELU linear
@@ -66,7 +67,8 @@ ROOT = gpu_check.ROOT
 PIECES = ("workers", "check", "frontier64", "zoology")
 # each piece's share of the time left when it starts (with the pieces after it); the time a
 # piece does not use goes on to the next ones
-SHARES = {"workers": 0.3, "check": 0.35, "frontier64": 0.25, "zoology": 0.1}
+SHARES = {"workers": 0.25, "check": 0.45, "frontier64": 0.2, "zoology": 0.1}
+ZOO_SHARE = 0.65  # of the check's share: the zoo tests; the rest (at least 60 s) the ELU probe
 WORKERS = (1, 4, 8, 16)
 WORKERS_EXPERIMENT = "experiments/gpu-workers.toml"
 FRONTIER_EXPERIMENT = "experiments/zoo-frontier-64.toml"
@@ -310,12 +312,14 @@ class Campaign:
         return row
 
     def best_workers(self) -> int:
-        rows = [r for r in self.result["workers"] if r.get("status") == "ok"]
+        """--train-workers, else the N with the most training steps per second (a cut N counts
+        up to its runs' last evaluations), else DEFAULT_WORKERS (1 on the CPU)."""
+        rows = [r for r in self.result["workers"] if r.get("steps")]
         if self.args.train_workers:
             return self.args.train_workers
         if not rows:
             return DEFAULT_WORKERS if self.cuda else 1
-        return max(rows, key=lambda r: r["runs_per_min"])["workers"]
+        return max(rows, key=lambda r: r["steps_per_s"])["workers"]
 
     # -- the pieces --
 
@@ -377,8 +381,8 @@ class Campaign:
                 + (f": {row['error']}" if row.get("error") else ""))
         rows = [r for r in self.result["workers"] if r["lease"] == self.result["lease"]]
         status = "ok" if all(r["status"] == "ok" for r in rows) else "partly done"
-        self.piece_row("workers", status, note=f"the training pieces use "
-                                                f"{self.best_workers()} workers")
+        self.piece_row("workers", status, note=f"training pieces' workers: "
+                                                f"{self.best_workers()}")
 
     def piece_check(self, budget: float) -> None:
         assert self.check is not None
@@ -396,7 +400,7 @@ class Campaign:
             self.check.deselect = [f"tests/gpu/{t.split('::')[0]}.py::{t.split('::', 1)[1]}"
                                    for t in sorted(done)]
             self.check.per_test["zoo"] = self.args.zoo_per_test
-            self.check.budgets["zoo"] = max(1.0, budget * 0.8 - 30)  # the rest: the probe
+            self.check.budgets["zoo"] = max(1.0, min(budget * ZOO_SHARE, budget - 60))
             self.check.tests("zoo")
             self.check.save()
             zoo = self.check.result["parts"][-1]
@@ -431,9 +435,10 @@ class Campaign:
                       row.get("rc") == 1 and counts else "failed")
             if row.get("first_run_error"):
                 row["error"] = f"first failed run: {row['first_run_error']}"
-            note = (f"{counts['done']} of {counts['runs']} runs finished, {counts['failed']} "
-                    f"failed" if counts else "cut before the sweep's counts")
-            note += f"; {row['finished_records']} records in all, {workers} workers"
+            note = (f"{counts['done']} of {counts['runs']} runs finished ({counts['skipped']} "
+                    f"before this lease), {counts['failed']} failed" if counts
+                    else "cut before the sweep's counts")
+            note += f"; {row['finished_records']} records in all; {workers} workers"
             if row.get("error"):
                 note += f"; {row['error']}"
             self.piece_row(piece, status, note=note, **{k: v for k, v in row.items()
