@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun
+.PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun \
+	gpu-campaign-dryrun
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -99,6 +100,14 @@ gpu-wheels:
 gpu-check-dryrun:
 	@ls .whl/*.whl >/dev/null 2>&1 || $(MAKE) gpu-wheels
 	bash scripts/gpu-dryrun.sh
+
+# here, without a GPU: the whole GPU campaign (scripts/gpu-campaign.sh) offline on the CPU with
+# tiny budgets and the network cut, every piece writing a finished record (docs/gpu.md, "The
+# campaign"); on the stand-in Python of gpu-check-dryrun where it was made, else on .venv's
+# (DRYRUN_IMAGE names another)
+gpu-campaign-dryrun:
+	DRYRUN_IMAGE=$${DRYRUN_IMAGE:-$$(ls -d $${RECALL_LAB_CACHE:-$$HOME/.cache/recall-lab}/gpu-dryrun/py312-*/.complete >/dev/null 2>&1 || echo $(BIN)/python)} \
+		bash scripts/gpu-dryrun.sh --campaign
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

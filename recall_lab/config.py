@@ -144,6 +144,9 @@ class DecimationConfig(BaseModel):
 # ModelConfig fields of the open mixer contract (arch "mixer"). Unset, they stay out of a run's
 # JSON (`RunConfig.to_json`), so adding them changed the hash of no existing run.
 MIXER_FIELDS = ("mixer", "mixers", "mixer_kwargs", "block")
+# TrainConfig fields added after runs existed: unset (None), they stay out of a run's JSON, so
+# adding them changed the hash of no existing run.
+TRAIN_OPTIONAL_FIELDS = ("precision",)
 
 
 class LayerMixer(BaseModel):
@@ -374,6 +377,11 @@ class TrainConfig(BaseModel):
     # checkpoint. None = train all `steps`. The summary says why a run stopped.
     stop_at: Float | None = Field(None, gt=0, le=1)
     patience: Int | None = Field(None, ge=1)
+    # Arithmetic on CUDA. None (unset) = the lab's default: bf16 autocast where the device
+    # supports it, float32 on CPU. "float32": no autocast and TF32 off (matmul and cuDNN) for the
+    # run, so GPU cells sit beside the CPU's float32 cells. The summary records what ran
+    # (`precision`, `device_name`). Unset, it stays out of config.json (TRAIN_OPTIONAL_FIELDS).
+    precision: Literal["float32"] | None = None
 
 
 class RunConfig(BaseModel):
@@ -408,7 +416,8 @@ class RunConfig(BaseModel):
         return {
             "model": {k: v for k, v in self.model.model_dump(mode="json").items()
                       if v is not None or k not in MIXER_FIELDS},
-            "train": self.train.model_dump(mode="json"),
+            "train": {k: v for k, v in self.train.model_dump(mode="json").items()
+                      if v is not None or k not in TRAIN_OPTIONAL_FIELDS},
             "task": self.task.model_dump(mode="json"),
             "task_name": self.task_name,
         }

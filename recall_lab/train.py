@@ -4,7 +4,8 @@ checkpoint, resume, final test of the best weights.
 Objective (HAX paper Eq. 18): cross-entropy on the value targets only (every other target is -100)
 + alpha * (KS ranking loss summed over layers). AdamW with linear warm-up then a constant learning
 rate (the paper's setting) or cosine decay to `min_lr`; gradients clipped by global norm. bf16
-autocast on CUDA devices that support it, fp32 on CPU.
+autocast on CUDA devices that support it, fp32 on CPU; `train.precision = "float32"` keeps CUDA
+in float32 with TF32 off. The summary records the device, its name and the precision.
 
 Data: batches are streamed from the generator, or read from a dataset folder (`train.data`: its
 train split in a fresh seeded order every epoch, its valid / test splits for evaluation).
@@ -193,6 +194,7 @@ def train_run(
     """
     out = Path(out)
     lock = ck.RunLock(out)
+    tf32 = _tf32_flags()  # put back after the run: `precision = "float32"` turns TF32 off
     try:
         return _train_locked(cfg, out, lock, force, resume, progress, on_step, log)
     except (RecallLabError, OSError):
@@ -203,7 +205,30 @@ def train_run(
                 pass  # the original error is the one to report
         raise
     finally:
+        _set_tf32(*tf32)
         lock.release()
+
+
+def _tf32_flags() -> tuple[bool, bool]:
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def _set_tf32(matmul: bool, cudnn: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def arithmetic(precision: str | None, device: torch.device) -> tuple[bool, str]:
+    """(bf16 autocast on?, what the summary records) for `train.precision` on `device`; with
+    "float32" on CUDA the caller turns TF32 off."""
+    if device.type != "cuda":
+        return False, "float32"
+    if precision == "float32":
+        return False, "float32 (TF32 off)"
+    if torch.cuda.is_bf16_supported():
+        return True, "bf16 autocast"
+    tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32
+    return False, "float32" + (" (TF32 on)" if tf32 else "")
 
 
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
@@ -226,7 +251,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     # A fine-tune run starts from its base run's weights with only the adapter's set trainable.
     model = build_run_model(cfg).to(device)
     opt = make_optimizer(model, t.weight_decay, t.lr, t.betas)
-    autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    autocast, precision = arithmetic(t.precision, device)
+    if t.precision == "float32" and device.type == "cuda":
+        _set_tf32(False, False)  # train_run puts the flags back
     eval_bs = t.eval_batch_size or max(t.batch_size, 64)  # no grads: larger batches fit
     # the stream or the dataset: batches, held-out sets (a resume names the data it recorded)
     data = DataSource.for_run(cfg, recorded_data_hash(out) if resume else None)
@@ -327,7 +354,10 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         "stopped_at": done,
         "valid": {"acc": best["acc"], "loss": best["loss"], **valid_x},
         "test": {**test, **test_x},
-        "device": str(device), "wall_s_this_session": wall,
+        "device": str(device), "precision": precision,
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                        else "cpu"),
+        "wall_s_this_session": wall,
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
         # streamed runs and other tools' data: the fraction of held-out rows also trained on
         "held_out_in_training": overlap,

@@ -260,6 +260,10 @@ class Check:
         self.out, self.wheels, self.site, self.cuda, self.full = out, wheels, site, cuda, full
         self.budgets, self.parts = budgets, parts
         self.grace_s = 15.0  # from SIGINT to SIGKILL: time for pytest to write its report
+        # the GPU campaign (recall_lab/bench/gpu_campaign.py) sets these: a test part's limit
+        # per test (default TEST_PARTS'), and node ids an earlier lease finished (not rerun)
+        self.per_test: dict[str, float] = {}
+        self.deselect: list[str] = []
         self.result: dict = {"machine": {}, "parts": [], "tests": [], "bench": {},
                              "dry_run": not cuda, "budgets_s": budgets}
         paths = [str(site), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
@@ -338,7 +342,8 @@ class Check:
         cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-rA", "-p",
                "no:cacheprovider", *args, f"--junitxml={xml}", "-o", "junit_logging=no"]
         if _has_module("pytest_timeout"):
-            cmd.append(f"--timeout={per_test}")
+            cmd.append(f"--timeout={self.per_test.get(name, per_test):g}")
+        cmd += [f"--deselect={node}" for node in self.deselect]
         log = self.out / "tests.log"
         before = log.stat().st_size if log.exists() else 0
         row = self.part(name, cmd, "tests.log")

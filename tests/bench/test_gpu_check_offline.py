@@ -26,8 +26,13 @@ from recall_lab.bench import gpu_check
 
 ROOT = Path(__file__).resolve().parents[2]
 # what the `probe` part imports, and through it every later part (the tests/gpu files are read)
+# and what the GPU campaign's children import (recall_lab/bench/gpu_campaign.py: its sweeps and
+# the ELU probe)
 CHECK_MODULES = ("recall_lab.cli", "recall_lab.bench.cuda", "recall_lab.bench.train",
-                 "recall_lab.bench.attention", "recall_lab.bench.ssm", "recall_lab.environment")
+                 "recall_lab.bench.attention", "recall_lab.bench.ssm", "recall_lab.environment",
+                 "recall_lab.bench.gpu_campaign", "recall_lab.experiments.engine",
+                 "recall_lab.experiments.grid", "recall_lab.train", "recall_lab.mixers.fla_kernels",
+                 "recall_lab.mixers.linear_attn")
 
 
 def _norm(name: str) -> str:
