@@ -90,8 +90,8 @@ def _measure(tables: dict, where: str) -> LayerState:
     n = cfg.n_layers
     if count.recurrent is None:
         return LayerState(None, count.growth, None, count.source)
-    return LayerState(count.recurrent.numbers / n, count.growth, count.conv.numbers / n,
-                      count.source)
+    return LayerState(count.recurrent.numbers / n, count.growth,
+                      None if count.conv is None else count.conv.numbers / n, count.source)
 
 
 def common_state(configs: Iterable[dict | None]) -> LayerState:

@@ -42,7 +42,7 @@ class StateCount:
     the state grows with L or is unknown (`source` says which; `growth` how it grows)."""
 
     recurrent: Part | None
-    conv: Part | None
+    conv: Part | None  # also None where a block's count is declared only (its caches unknown)
     source: str
     growth: str | None  # "constant", "L/P", "L"; None: unknown
     declared: int | None  # the contract mixers' own `state_size` sum, where all have one
@@ -134,7 +134,9 @@ def state_count(model: nn.Module, sequence_length: int) -> StateCount:
                   max((b.growth for b in blocks), key=GROWTH_ORDER.index))
         return StateCount(None, None, source, growth, declared, sequence_length, n_layers)
     recurrent = sum((b.recurrent for b in blocks), Part())
-    conv = sum((b.conv for b in blocks), Part())
+    # a block counted from its declaration alone says nothing of its convolution caches
+    conv = (None if any(b.source == "declared" for b in blocks)
+            else sum((b.conv for b in blocks), Part()))
     return StateCount(recurrent, conv, source, "constant", declared, sequence_length, n_layers)
 
 
