@@ -2,7 +2,8 @@
 
 - `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
   `SparseBranch` passed as its `side` hook (the hybrid of the joint-recall paper's Fig. 3).
-- `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA).
+- `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA;
+  without the MLP when `mlp_mult` is 0).
 - `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
 """
 
@@ -155,18 +156,18 @@ class AttentionBlock(nn.Module):
             CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
             else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
         )
-        self.mlp = MLPBlock(cfg)
+        self.mlp = MLPBlock(cfg) if cfg.mlp_mult else None  # 0: zoology's Figure 2 (none)
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
-        return self.mlp(x, aux, params)
+        return x if self.mlp is None else self.mlp(x, aux, params)
 
     def allocate_cache(self, batch: int, max_len: int):
         return self.attn.allocate_cache()
 
     def step(self, x_t: torch.Tensor, cache) -> torch.Tensor:
         x_t = x_t + self.attn.step(self.norm1(x_t), cache)
-        return self.mlp.step(x_t, None)
+        return x_t if self.mlp is None else self.mlp.step(x_t, None)
 
 
 def attention_layer(cfg: ModelConfig) -> AttentionBlock:
