@@ -139,8 +139,8 @@ class RecallLM(nn.Module):
 # The vocabulary size from which training and evaluation compute the head's logits only at the
 # scored positions (`uses_scored_head`). The largest vocabulary of any committed run is 51
 # (docs/results/; a test keeps every committed run below this), so every committed run trains
-# through the full head, bit-identically. `recall-lab bench head` (docs/performance.md):
-# 4.6-5.2x faster training steps at V = 8,192 (4 of 64 positions scored), a wash at V = 35.
+# through the full head, bit-identically. `recall-lab bench head` (docs/performance.md): a
+# training step 5.8x faster at V = 8,192 (4 of 64 positions scored), 1.03x at V = 51.
 SCORED_HEAD_MIN_VOCAB = 1024
 
 
