@@ -272,9 +272,9 @@ class ModelConfig(BaseModel):
     @classmethod
     def _init_recipe(cls, data: Any) -> Any:
         init = data.get("init") if isinstance(data, dict) else None
-        if init is not None and init not in INIT_RECIPES:
-            return data  # the Literal names the choices
-        return apply_recipe(data, "model", "init", INIT_RECIPES.get(init, {}), {})
+        if not isinstance(init, str) or init not in INIT_RECIPES:
+            return data  # None, or a value the Literal refuses
+        return apply_recipe(data, "model", "init", INIT_RECIPES[init], {})
 
     @model_validator(mode="after")
     def _no_mlp_fits(self) -> ModelConfig:
@@ -459,7 +459,7 @@ class TrainConfig(BaseModel):
     @classmethod
     def _train_recipe(cls, data: Any) -> Any:
         name = data.get("recipe") if isinstance(data, dict) else None
-        if name not in TRAIN_RECIPES:
+        if not isinstance(name, str) or name not in TRAIN_RECIPES:
             return data  # None, or a name the Literal refuses
         recipe = TRAIN_RECIPES[name]
         return apply_recipe(data, "train", "recipe", recipe["fixed"], recipe["defaults"])
