@@ -146,7 +146,7 @@ class DecimationConfig(BaseModel):
 MIXER_FIELDS = ("mixer", "mixers", "mixer_kwargs", "block")
 # Fields added after runs were committed whose unset value (None) stays out of a run's JSON the
 # same way, so no existing run's hash moved: the recipes (docs/zoology.md).
-OPTIONAL_MODEL_FIELDS = MIXER_FIELDS + ("init",)
+OPTIONAL_MODEL_FIELDS = MIXER_FIELDS + ("init", "positions", "norm", "dropout")
 OPTIONAL_TRAIN_FIELDS = ("recipe", "train_examples", "decay")
 
 # Named recipes, each a preset over existing fields (docs/zoology.md). `fixed`: the values the
@@ -171,7 +171,7 @@ TRAIN_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -249,6 +249,14 @@ class ModelConfig(BaseModel):
     # N(0, 0.02 / sqrt(2 n_layers)) (zoology's `_init_weights`; SSM mixers keep their own).
     # None (the lab's own init) stays out of config.json.
     init: Literal["zoology"] | None = None
+    # zoology's attention block, each where cheap to match (docs/zoology.md), the transformer
+    # only (no attention pattern): learned absolute positions instead of RoPE ("learned": a
+    # table of max_len positions, N(0, 0.02), added to the embedding), LayerNorm (weight and
+    # bias, eps 1e-5) instead of RMSNorm, and dropout on the embedding and on the attention
+    # probabilities (zoology's 0.1). None = the lab's (RoPE, RMSNorm, none): out of config.json.
+    positions: Literal["rope", "learned"] | None = None
+    norm: Literal["rms", "layer"] | None = None
+    dropout: Float | None = Field(None, ge=0, lt=1)
     # The longest sequence the model is built for: it fixes pattern parameters such as the gap
     # of the dilated pattern (ceil(max_len / n)), so query i reads the same keys however long the
     # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).
@@ -275,6 +283,14 @@ class ModelConfig(BaseModel):
         if not isinstance(init, str) or init not in INIT_RECIPES:
             return data  # None, or a value the Literal refuses
         return apply_recipe(data, "model", "init", INIT_RECIPES[init], {})
+
+    @model_validator(mode="after")
+    def _block_options_fit(self) -> ModelConfig:
+        given = [f for f in ("positions", "norm", "dropout") if getattr(self, f) is not None]
+        if given and (self.arch != "transformer" or self.pattern is not None):
+            raise RecallLabError(f"{given[0]} is an option of the transformer with full "
+                                 f"attention, not of {self.name!r}")
+        return self
 
     @model_validator(mode="after")
     def _no_mlp_fits(self) -> ModelConfig:

@@ -35,6 +35,13 @@ class LMOutput:
     kept: torch.Tensor | None = None  # DeciMamba: bool [b, l], positions that have logits
 
 
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The transformer's norm: RMSNorm, or LayerNorm with `norm = "layer"` (zoology's)."""
+    if cfg.norm == "layer":
+        return nn.LayerNorm(cfg.d_model, eps=1e-5)
+    return RMSNorm(cfg.d_model, eps=1e-5)
+
+
 def _mixer(cfg: ModelConfig, d_model: int) -> nn.Module:
     kw: dict = {"d_inner": cfg.expand * d_model, "d_conv": cfg.d_conv}
     if cfg.d_state is not None:
@@ -134,7 +141,7 @@ class SSMBlock(nn.Module):
 class MLPBlock(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.norm = RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm = make_norm(cfg)
         self.mlp = SwiGLU(cfg.d_model, cfg.mlp_mult)
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
@@ -151,9 +158,10 @@ class AttentionBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, window: int | None, attn: nn.Module | None = None
                  ) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm1 = make_norm(cfg)
         self.attn = attn or (
-            CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
+            CausalSelfAttention(cfg.d_model, cfg.n_heads, use_rope=cfg.positions != "learned",
+                                dropout=cfg.dropout or 0.0) if window is None
             else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
         )
         self.mlp = MLPBlock(cfg) if cfg.mlp_mult else None  # 0: zoology's Figure 2 (none)

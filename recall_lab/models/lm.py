@@ -16,16 +16,17 @@ import torch
 from torch import nn
 
 from generators import IGNORE
+from generators.errors import RecallLabError
 from recall_lab.config import ModelConfig
 from recall_lab.models.archs import ARCH_TABLE
-from recall_lab.models.blocks import LMOutput
+from recall_lab.models.blocks import LMOutput, make_norm
 from recall_lab.models.decimation import decimated_forward
 from recall_lab.models.decode import DecodeCache, allocate_cache, step
-from recall_lab.ssm import RMSNorm
 
 
 class RecallLM(nn.Module):
-    """Embedding -> blocks -> RMSNorm -> output head. forward(ids) -> LMOutput.
+    """Embedding (+ learned positions, dropout: zoology's options) -> blocks -> RMSNorm (or
+    LayerNorm) -> output head. forward(ids) -> LMOutput.
 
     Initialisation (`_init_weights`, after mamba-ssm's `mixer_seq_simple._init_weights` and
     GPT-2's residual scaling): the embedding keeps PyTorch's N(0, 1) (`ModelConfig.embed_std`),
@@ -49,7 +50,11 @@ class RecallLM(nn.Module):
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(ARCH_TABLE[cfg.arch].blocks(cfg))
-        self.norm = RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm = make_norm(cfg)
+        # zoology's attention rows: learned absolute positions, dropout on the embedding
+        self.pos = (nn.Embedding(cfg.max_len or 2048, cfg.d_model)
+                    if cfg.positions == "learned" else None)
+        self.drop = nn.Dropout(cfg.dropout) if cfg.dropout else None
         # DeciMamba; may be replaced on a built model for zero-shot evaluation (`--decimate`)
         self.decimation = cfg.decimation
         self.lm_head = (
@@ -66,6 +71,8 @@ class RecallLM(nn.Module):
         scale = len(writers) ** -0.5 if cfg.rescale_residual and writers else 1.0
         with torch.no_grad():
             nn.init.normal_(self.embed.weight, std=cfg.embed_std)
+            if self.pos is not None:  # zoology's: N(0, 0.02)
+                nn.init.normal_(self.pos.weight, std=0.02)
             for module in self.modules():
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     if not getattr(module.bias, "_no_reinit", False):
@@ -96,6 +103,13 @@ class RecallLM(nn.Module):
                 raise ValueError("a decimating model computes its own kept positions")
             return decimated_forward(self, ids, return_params)
         x = self.embed(ids)
+        if self.pos is not None:
+            if ids.shape[1] > self.pos.num_embeddings:
+                raise RecallLabError(f"learned positions cover {self.pos.num_embeddings} tokens; "
+                                     f"this batch has {ids.shape[1]}")
+            x = x + self.pos.weight[: ids.shape[1]]
+        if self.drop is not None:
+            x = self.drop(x)
         aux: list[torch.Tensor] = []
         params: list | None = [] if return_params else None
         for block in self.blocks:

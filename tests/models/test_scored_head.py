@@ -14,7 +14,7 @@ import torch
 
 from generators import IGNORE
 from recall_lab.data import held_out
-from recall_lab.evaluate import batch_metrics, evaluate, row_scores
+from recall_lab.evaluate import evaluate, row_scores
 from recall_lab.models import build_model
 from recall_lab.models.lm import (
     SCORED_HEAD_MIN_VOCAB,
@@ -64,7 +64,7 @@ def test_loss_gradients_and_metrics_equal_the_full_head(name):
         model.zero_grad()
         loss.backward(retain_graph=True)
         grads.append([p.grad.clone() for p in model.parameters()])
-    for gf, gp in zip(*grads):
+    for gf, gp in zip(*grads, strict=True):
         assert torch.linalg.vector_norm(gf - gp) <= 1e-6 * torch.linalg.vector_norm(gf)
     assert {k: float(v) for k, v in m_f.items() if k != "ce_sum"} == \
         {k: float(v) for k, v in m_p.items() if k != "ce_sum"}

@@ -88,7 +88,7 @@ def test_unset_fields_stay_out_of_config_json_and_set_ones_are_recorded():
     spec = _spec()
     plain = RunConfig(model=model_config("transformer", 64), train=TrainConfig(), task=spec)
     data = plain.to_json()
-    assert not {"init"} & set(data["model"])
+    assert not {"init", "positions", "norm", "dropout"} & set(data["model"])
     assert not {"recipe", "decay", "train_examples"} & set(data["train"])
     zoo = RunConfig(model=model_config("transformer", 64, init="zoology"),
                     train=TrainConfig(recipe="zoology"), task=spec).to_json()
@@ -172,3 +172,46 @@ def test_the_recipe_learns_a_small_task(tmp_path):
                     eval_every=50, eval_samples=256, test_samples=512, device="cpu")
     summary = train_run(RunConfig(model=m, train=t, task=spec), tmp_path / "run")
     assert summary["test"]["acc"] >= 0.9, summary["test"]
+
+
+ZOO_BLOCK = {"positions": "learned", "norm": "layer", "dropout": 0.1}
+
+
+def test_zoology_block_options_build_what_they_name():
+    m = build_model("transformer", 64, d_model=16, n_heads=1, mlp_mult=0, max_len=20,
+                    **ZOO_BLOCK)
+    assert m.pos.weight.shape == (20, 16) and abs(m.pos.weight.std().item() - 0.02) < 0.005
+    norms = [mod for mod in m.modules() if isinstance(mod, torch.nn.LayerNorm)]
+    assert len(norms) == 3  # before each attention and at the end
+    assert all(not b.attn.use_rope and b.attn.dropout == 0.1 for b in m.blocks)
+    plain = build_model("transformer", 64, d_model=16, n_heads=1, mlp_mult=0)
+    assert plain.pos is None and plain.drop is None and all(b.attn.use_rope for b in plain.blocks)
+    with pytest.raises(ValidationError, match="positions is an option of the transformer"):
+        model_config("mamba", 64, positions="learned")
+
+
+def test_learned_positions_are_causal_and_decode_as_the_parallel_forward():
+    torch.manual_seed(0)
+    m = build_model("transformer", 64, d_model=16, n_heads=1, mlp_mult=0, max_len=12,
+                    **ZOO_BLOCK).eval()
+    x = torch.randint(3, 64, (2, 12))
+    with torch.no_grad():
+        par = m(x).logits
+        cache = m.allocate_cache(2, 12)
+        stepped = torch.stack([m.step(x[:, t], cache) for t in range(12)], 1)
+        torch.testing.assert_close(stepped, par, rtol=1e-4, atol=1e-5)
+        m.pos.weight[5] += 1.0  # position 5's embedding reaches positions 5.. only
+        moved = m(x).logits
+    assert torch.equal(moved[:, :5], par[:, :5]) and not torch.allclose(moved[:, 5:], par[:, 5:])
+
+
+def test_dropout_acts_in_training_only():
+    torch.manual_seed(0)
+    m = build_model("transformer", 64, d_model=16, n_heads=1, **ZOO_BLOCK)
+    off = build_model("transformer", 64, d_model=16, n_heads=1,
+                      **{**ZOO_BLOCK, "dropout": None})
+    off.load_state_dict(m.state_dict())
+    x = torch.randint(3, 64, (2, 10))
+    with torch.no_grad():
+        assert not torch.equal(m.train()(x).logits, m(x).logits)  # two draws differ
+        torch.testing.assert_close(m.eval()(x).logits, off.eval()(x).logits)
