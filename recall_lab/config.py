@@ -144,9 +144,53 @@ class DecimationConfig(BaseModel):
 # ModelConfig fields of the open mixer contract (arch "mixer"). Unset, they stay out of a run's
 # JSON (`RunConfig.to_json`), so adding them changed the hash of no existing run.
 MIXER_FIELDS = ("mixer", "mixers", "mixer_kwargs", "block")
-# TrainConfig fields added after runs existed: unset (None), they stay out of a run's JSON, so
-# adding them changed the hash of no existing run.
-TRAIN_OPTIONAL_FIELDS = ("precision",)
+# Fields added after runs were committed whose unset value (None) stays out of a run's JSON the
+# same way, so no existing run's hash moved: the recipes (docs/zoology.md).
+OPTIONAL_MODEL_FIELDS = MIXER_FIELDS + ("init", "positions", "norm", "dropout")
+OPTIONAL_TRAIN_FIELDS = ("recipe", "train_examples", "decay", "precision")
+
+# Named recipes, each a preset over existing fields (docs/zoology.md). `fixed`: the values the
+# recipe is made of (a field given with another value contradicts it: one clear error);
+# `defaults`: values it fills where the field is not given (zoology varies them per setting).
+INIT_RECIPES: dict[str, dict[str, Any]] = {
+    # zoology's `_init_weights` with its tied head (zoology/model.py)
+    "zoology": {"tie_embeddings": True, "embed_std": 0.02, "rescale_residual": True},
+}
+TRAIN_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    # zoology's Trainer.fit (zoology/train.py): AdamW(model.parameters()) with torch's default
+    # betas, every parameter decayed, cosine from the first step, no clipping; Figure 2's
+    # settings as defaults (100,000 fixed examples, batch 512, early stop at 0.99).
+    "zoology": {
+        "fixed": {"decay": "all", "betas": (0.9, 0.999), "warmup": 0, "schedule": "cosine",
+                  "min_lr": 0.0, "grad_clip": 0.0},
+        "defaults": {"weight_decay": 0.1, "batch_size": 512, "stop_at": 0.99,
+                     "train_examples": 100_000},
+    },
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def apply_recipe(data: Any, table: str, key: str, fixed: dict, defaults: dict) -> Any:
+    """`data` (a `[model]` or `[train]` table) with the recipe named by `data[key]` filled in:
+    its fixed values (a given field that differs from one is refused, naming both) and its
+    defaults where a field is not given."""
+    if not isinstance(data, dict) or data.get(key) is None:
+        return data
+    name = data[key]
+    out = dict(data)
+    for field, value in fixed.items():
+        if field in out and not _same(out[field], value):
+            raise RecallLabError(f"[{table}] {key} {name!r} sets {field} = {value!r}; "
+                                 f"{field} = {out[field]!r} contradicts it (drop one of them)")
+        out[field] = value
+    for field, value in defaults.items():
+        out.setdefault(field, value)
+    return out
 
 
 class LayerMixer(BaseModel):
@@ -181,7 +225,9 @@ class ModelConfig(BaseModel):
     expand: Int = Field(2, ge=1)
     headdim: Int | None = Field(None, ge=1)  # Mamba2 head size; None = mixer default
     n_heads: Int = Field(4, ge=1)  # attention heads of samba / transformer layers
-    mlp_mult: Int = Field(4, ge=1)
+    # hidden size of the SwiGLU MLPs / d_model; 0 = no MLP in the transformer's blocks (zoology's
+    # Figure 2: `state_mixer` identity)
+    mlp_mult: Int = Field(4, ge=0)
     side_scale_init: Float = 0.1
     # Heads of the hybrid branch: 1 (one q, k of size d_state for all channels, like Mamba2's
     # B, C with ngroups=1) or "mixer" (Mamba2: one q, k per SSM head; Mamba has no heads: 1).
@@ -198,6 +244,19 @@ class ModelConfig(BaseModel):
     tie_embeddings: bool = False
     embed_std: Float = Field(1.0, gt=0)
     rescale_residual: bool = True
+    # A named initialisation (INIT_RECIPES): "zoology" = its tied head and embedding at std 0.02
+    # (the three fields above, fixed), every Linear at N(0, 0.02) and the residual writers at
+    # N(0, 0.02 / sqrt(2 n_layers)) (zoology's `_init_weights`; SSM mixers keep their own).
+    # None (the lab's own init) stays out of config.json.
+    init: Literal["zoology"] | None = None
+    # zoology's attention block, each where cheap to match (docs/zoology.md), the transformer
+    # only (no attention pattern): learned absolute positions instead of RoPE ("learned": a
+    # table of max_len positions, N(0, 0.02), added to the embedding), LayerNorm (weight and
+    # bias, eps 1e-5) instead of RMSNorm, and dropout on the embedding and on the attention
+    # probabilities (zoology's 0.1). None = the lab's (RoPE, RMSNorm, none): out of config.json.
+    positions: Literal["rope", "learned"] | None = None
+    norm: Literal["rms", "layer"] | None = None
+    dropout: Float | None = Field(None, ge=0, lt=1)
     # The longest sequence the model is built for: it fixes pattern parameters such as the gap
     # of the dilated pattern (ceil(max_len / n)), so query i reads the same keys however long the
     # sequence or its batch is. `RunConfig` fills it from the task; None = 2048 (the release's).
@@ -216,6 +275,29 @@ class ModelConfig(BaseModel):
     mixers: tuple[str | LayerMixer, ...] | None = None
     mixer_kwargs: dict[str, Any] | None = None
     block: Literal["residual", "mlp"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _init_recipe(cls, data: Any) -> Any:
+        init = data.get("init") if isinstance(data, dict) else None
+        if not isinstance(init, str) or init not in INIT_RECIPES:
+            return data  # None, or a value the Literal refuses
+        return apply_recipe(data, "model", "init", INIT_RECIPES[init], {})
+
+    @model_validator(mode="after")
+    def _block_options_fit(self) -> ModelConfig:
+        given = [f for f in ("positions", "norm", "dropout") if getattr(self, f) is not None]
+        if given and (self.arch != "transformer" or self.pattern is not None):
+            raise RecallLabError(f"{given[0]} is an option of the transformer with full "
+                                 f"attention, not of {self.name!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _no_mlp_fits(self) -> ModelConfig:
+        if self.mlp_mult == 0 and self.arch != "transformer":
+            raise RecallLabError(f"mlp_mult 0 (no MLP) is for the transformer; arch {self.arch} "
+                                 "needs mlp_mult >= 1")
+        return self
 
     @model_validator(mode="after")
     def _mixer_fits(self) -> ModelConfig:
@@ -353,7 +435,18 @@ class TrainConfig(BaseModel):
     warmup: Int = Field(500, ge=0)
     schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; paper: constant
     min_lr: Float = Field(0.0, ge=0)
-    grad_clip: Float = Field(1.0, gt=0)
+    grad_clip: Float = Field(1.0, ge=0)  # global-norm clipping; 0 = none (zoology's)
+    # A named training recipe (TRAIN_RECIPES, docs/zoology.md): "zoology" fixes decay "all",
+    # betas (0.9, 0.999), no warm-up, cosine to 0, no clipping, and fills weight decay 0.1,
+    # batch 512, stop_at 0.99 and 100,000 train_examples where they are not given.
+    recipe: Literal["zoology"] | None = None
+    # Which parameters AdamW decays: None = the lab's rule (weight matrices only,
+    # `RecallLM.param_groups`); "all" = every parameter (zoology's `AdamW(model.parameters())`).
+    decay: Literal["all"] | None = None
+    # A fixed training set: the first N samples of the generator's own seeded draw (data_seed),
+    # repeated for epochs in a fresh seeded order each (the dataset folder's path,
+    # `data.FixedSet`); epochs = steps x batch_size / N. None = stream fresh samples.
+    train_examples: Int | None = Field(None, ge=1)
     alpha: Float = Field(0.1, ge=0)  # weight of the KS ranking loss (joint-recall paper Eq. 18)
     seed: Int = Field(0, ge=0)  # model init, hash planes, KS sampling
     data_seed: Int = Field(0, ge=0)  # training stream (or epoch order) and the held-out sets
@@ -380,8 +473,28 @@ class TrainConfig(BaseModel):
     # Arithmetic on CUDA. None (unset) = the lab's default: bf16 autocast where the device
     # supports it, float32 on CPU. "float32": no autocast and TF32 off (matmul and cuDNN) for the
     # run, so GPU cells sit beside the CPU's float32 cells. The summary records what ran
-    # (`precision`, `device_name`). Unset, it stays out of config.json (TRAIN_OPTIONAL_FIELDS).
+    # (`precision`, `device_name`). Unset, it stays out of config.json (OPTIONAL_TRAIN_FIELDS).
     precision: Literal["float32"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _train_recipe(cls, data: Any) -> Any:
+        name = data.get("recipe") if isinstance(data, dict) else None
+        if not isinstance(name, str) or name not in TRAIN_RECIPES:
+            return data  # None, or a name the Literal refuses
+        recipe = TRAIN_RECIPES[name]
+        return apply_recipe(data, "train", "recipe", recipe["fixed"], recipe["defaults"])
+
+    @model_validator(mode="after")
+    def _fixed_set_fits(self) -> TrainConfig:
+        if self.train_examples is not None and self.data is not None:
+            raise RecallLabError("train.train_examples draws a fixed set from the task's "
+                                 "generator; train.data is a dataset folder: give one of them")
+        if self.train_examples is not None and self.train_examples < self.batch_size:
+            raise RecallLabError(f"train_examples ({self.train_examples}) is smaller than one "
+                                 f"batch ({self.batch_size}): epochs over it would repeat rows "
+                                 "within a batch; raise train_examples or lower batch_size")
+        return self
 
 
 class RunConfig(BaseModel):
@@ -415,9 +528,9 @@ class RunConfig(BaseModel):
     def to_json(self) -> dict:
         return {
             "model": {k: v for k, v in self.model.model_dump(mode="json").items()
-                      if v is not None or k not in MIXER_FIELDS},
+                      if v is not None or k not in OPTIONAL_MODEL_FIELDS},
             "train": {k: v for k, v in self.train.model_dump(mode="json").items()
-                      if v is not None or k not in TRAIN_OPTIONAL_FIELDS},
+                      if v is not None or k not in OPTIONAL_TRAIN_FIELDS},
             "task": self.task.model_dump(mode="json"),
             "task_name": self.task_name,
         }

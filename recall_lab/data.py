@@ -50,6 +50,7 @@ __all__ = ["DataSource", "DatasetReader", "batch_at", "held_out", "open_dataset"
 STREAM_KEY = 7  # keeps streamed batches apart from the dataset files' seed streams
 VALID_KEY, TEST_KEY = 1, 2  # spawn keys of the streamed runs' held-out sets
 EPOCH_KEY = 8  # epoch orders of a dataset's training split
+FIXED_KEY = 9  # the fixed training set of `train.train_examples`
 
 
 def _to_torch(inputs: np.ndarray, targets: np.ndarray, device: str | torch.device):
@@ -285,6 +286,39 @@ class LabelledReader(DatasetReader):
         return part.slices[: self.count(split) if n is None else n]
 
 
+class FixedSet(DatasetReader):
+    """`train.train_examples`: the first n samples the task's generator draws from
+    `SeedSequence(data_seed, spawn_key=(FIXED_KEY,))`, held in memory as the "train" split of a
+    dataset and walked like one (`DatasetReader.batch_at`: a fresh seeded order every epoch,
+    batches running on across epochs). zoology's 100,000 examples repeated for epochs."""
+
+    def __init__(self, spec, n: int, data_seed: int):
+        rows = task_rows(spec, n, np.random.SeedSequence(data_seed, spawn_key=(FIXED_KEY,)))
+        self.spec, self.vocab = spec, spec.vocab()
+        self._inputs, self._targets = rows.inputs, rows.targets
+        self._perm = None
+        self._verified = set(SPLITS)
+
+    def count(self, split: str) -> int:
+        return len(self._inputs) if split == "train" else 0
+
+    def rows(self, split: str, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        index = np.asarray(index, dtype=np.int64)
+        return self._inputs[index], self._targets[index]
+
+    def verify(self, splits: tuple[str, ...] = SPLITS) -> None:
+        return None  # generated here from its seed: nothing on disk to check
+
+    def overlap(self, held: dict[str, np.ndarray]) -> dict:
+        """The fraction of each held-out set's rows that are also rows of the fixed set (the
+        held-out sets are drawn from other seeds, not deduplicated against it)."""
+        seen = row_keys(self._inputs)
+        out: dict = {"train_rows_checked": int(len(seen))}
+        for name, inputs in held.items():
+            out[name] = float(np.isin(row_keys(inputs), seen).mean()) if len(inputs) else 0.0
+        return out
+
+
 def dataset_task(splits: dict, sha256: str, fractions: dict | None) -> GeneratorTask:
     """The task of foreign data: its vocabulary and longest row, how it was split, its content
     hash (so a run's config names the data it was trained on)."""
@@ -318,9 +352,11 @@ class DataSource:
     held-out splits and the task; callers never branch on which kind it is."""
 
     def __init__(self, spec: TaskSpec, data_seed: int = 0, data: str | Path | None = None,
-                 recorded: str | None = None):
+                 recorded: str | None = None, train_examples: int | None = None):
         self.spec, self.seed = spec, data_seed
         self.reader = open_reader(data, spec, recorded) if data is not None else None
+        # `train.train_examples`: training batches from a fixed set, held-out sets streamed
+        self.fixed = FixedSet(spec, train_examples, data_seed) if train_examples else None
         if self.reader is not None and self.reader.spec != spec:
             if isinstance(spec, GeneratorTask) and spec.generator == "dataset" and \
                     spec.kwargs.get("sha256") != self.reader.fingerprint:
@@ -335,7 +371,8 @@ class DataSource:
     def for_run(cls, cfg, recorded: str | None = None) -> DataSource:
         """The source of a `RunConfig`: its task, `train.data_seed` and `train.data`
         (`recorded`: the data's content hash a resumed run recorded)."""
-        return cls(cfg.task, cfg.train.data_seed, cfg.train.data, recorded)
+        return cls(cfg.task, cfg.train.data_seed, cfg.train.data, recorded,
+                   getattr(cfg.train, "train_examples", None))
 
     @property
     def fingerprint(self) -> str | None:
@@ -352,6 +389,8 @@ class DataSource:
 
     def batch(self, step: int, batch_size: int, device="cpu"):
         """Training batch number `step`: (inputs, targets) LongTensors [B, L]."""
+        if self.fixed is not None:
+            return self.fixed.batch_at("train", batch_size, self.seed, step, device)
         if self.reader is not None:
             return self.reader.batch_at("train", batch_size, self.seed, step, device)
         return batch_at(self.spec, batch_size, self.seed, step, device)
@@ -371,7 +410,10 @@ class DataSource:
     def overlap(self, batch_size: int, steps: int, held: dict[str, np.ndarray]) -> dict | None:
         """For a stream, how much of each held-out set the training stream also draws
         (`stream_overlap`); for another tool's data, how much of it is also a training row;
-        None for a lab dataset, whose splits are disjoint by construction."""
+        None for a lab dataset, whose splits are disjoint by construction; for a fixed set,
+        how much of each held-out set is also one of its rows."""
+        if self.fixed is not None:
+            return self.fixed.overlap(held)
         if self.reader is not None:
             return self.reader.overlap(held) if hasattr(self.reader, "overlap") else None
         return stream_overlap(self.spec, batch_size, self.seed, steps, held)

@@ -27,6 +27,7 @@ from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F
 from recall_lab.device import resolve_device
 from recall_lab.models.decimation import resolve_auto_layers
 from recall_lab.models.decode import decode_prompted
+from recall_lab.models.lm import forward_scored
 from recall_lab.models.registry import with_attention
 from recall_lab.runs import (
     base_task,
@@ -93,7 +94,9 @@ def evaluate(
                 logits = decode_prompted(model, xt, Vocab.SEP)
             else:
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    logits = model(xt).logits
+                    # large vocabularies: logits only at the scored positions, yt compacted
+                    output, yt = forward_scored(model, xt, yt)
+                    logits = output.logits
             for k, v in batch_metrics(logits, yt).items():
                 totals[k] = totals.get(k, 0.0) + float(v)
             if slices is not None:

@@ -37,6 +37,7 @@ from recall_lab.data import DataSource
 from recall_lab.device import resolve_device
 from recall_lab.evaluate import batch_metrics, evaluate, length_tests
 from recall_lab.models.archs import ARCH_TABLE
+from recall_lab.models.lm import forward_scored
 from recall_lab.runs import (
     build_run_model,
     check_resume_matches,
@@ -64,12 +65,15 @@ def objective(output, y: torch.Tensor, alpha: float):
 
 
 def make_optimizer(model: torch.nn.Module, weight_decay: float, lr: float,
-                   betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.AdamW:
-    """AdamW over the model's decay / no-decay groups, fused (one kernel over every parameter)
+                   betas: tuple[float, float] = (0.9, 0.999),
+                   decay: str | None = None) -> torch.optim.AdamW:
+    """AdamW over the model's decay / no-decay groups (`decay="all"`: every parameter decayed,
+    `train.decay`), fused (one kernel over every parameter)
     where torch has one for their device and dtype. On the capacity config's step (60k
     parameters in 23 tensors) the per-tensor loop took ~4 of ~28 ms on the CPU; the fused
     update computes the same formula with other float rounding (docs/performance.md)."""
-    groups = model.param_groups(weight_decay)
+    groups = (model.param_groups(weight_decay) if decay is None
+              else model.param_groups(weight_decay, decay_all=True))
     params = [p for g in groups for p in g["params"]]
     fused = bool(params) and all(
         p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64)
@@ -78,9 +82,11 @@ def make_optimizer(model: torch.nn.Module, weight_decay: float, lr: float,
 
 
 def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, grad_clip: float) -> None:
-    """Clip the gradients by global norm (one foreach norm over all of them) and step: the end of
-    every training step (the loop, `bench train`, `bench/steps.py`, the GPU parity test)."""
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
+    """Clip the gradients by global norm (one foreach norm over all of them; `grad_clip` 0: no
+    clipping) and step: the end of every training step (the loop, `bench train`,
+    `bench/steps.py`, the GPU parity test)."""
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=True)
     opt.step()
 
 
@@ -250,7 +256,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     torch.manual_seed(t.seed)
     # A fine-tune run starts from its base run's weights with only the adapter's set trainable.
     model = build_run_model(cfg).to(device)
-    opt = make_optimizer(model, t.weight_decay, t.lr, t.betas)
+    opt = make_optimizer(model, t.weight_decay, t.lr, t.betas, t.decay)
     autocast, precision = arithmetic(t.precision, device)
     if t.precision == "float32" and device.type == "cuda":
         _set_tf32(False, False)  # train_run puts the flags back
@@ -288,8 +294,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
         x, y = data.batch(step, t.batch_size, device)
         try:
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                output = model(x)
-            loss, ce, aux, m = objective(output, y, t.alpha)
+                # large vocabularies: logits only where targets are scored (`forward_scored`)
+                output, y_scored = forward_scored(model, x, y)
+            loss, ce, aux, m = objective(output, y_scored, t.alpha)
             opt.zero_grad(set_to_none=True)
             loss.backward()
         except torch.OutOfMemoryError:

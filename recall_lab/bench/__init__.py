@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-BENCHES = ("generate", "ssm", "attention", "train", "analysis", "decode", "zoo")
+BENCHES = ("generate", "ssm", "attention", "train", "analysis", "decode", "zoo", "head")
 DEVICE_BENCHES = ("ssm", "attention", "train")
 
 

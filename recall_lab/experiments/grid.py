@@ -66,6 +66,7 @@ from pydantic import ValidationError
 
 from generators import TaskSpec
 from generators.errors import RecallLabError
+from generators.tasks import GeneratorTask
 from recall_lab.config import RUN_TABLES, ModelConfig, RunConfig, TrainConfig, read_toml
 from recall_lab.experiments.shipped import is_shipped_name, shipped_path
 from recall_lab.runs import run_config_from_tables
@@ -119,7 +120,8 @@ def flatten(table: dict, prefix: str = "") -> dict[str, Any]:
 
 def _fields() -> dict[str, set[str]]:
     return {"model": set(ModelConfig.model_fields), "train": set(TrainConfig.model_fields),
-            "task": set(TaskSpec.model_fields) | {"preset"}}
+            # a generator task's fields too: `task.kwargs.input_seq_len` is an axis
+            "task": set(TaskSpec.model_fields) | set(GeneratorTask.model_fields) | {"preset"}}
 
 
 def check_field(path: str, where: str, values: Any = None) -> None:

@@ -2,7 +2,8 @@
 
 - `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
   `SparseBranch` passed as its `side` hook (the hybrid of the joint-recall paper's Fig. 3).
-- `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA).
+- `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA;
+  without the MLP when `mlp_mult` is 0).
 - `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
 """
 
@@ -32,6 +33,13 @@ class LMOutput:
     aux_loss: torch.Tensor | None  # KS ranking loss summed over layers (joint-recall paper Eq. 18)
     params: list | None = None  # per SSM layer: SSMParams (Delta, A, B, C, x, D) when asked
     kept: torch.Tensor | None = None  # DeciMamba: bool [b, l], positions that have logits
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    """The transformer's norm: RMSNorm, or LayerNorm with `norm = "layer"` (zoology's)."""
+    if cfg.norm == "layer":
+        return nn.LayerNorm(cfg.d_model, eps=1e-5)
+    return RMSNorm(cfg.d_model, eps=1e-5)
 
 
 def _mixer(cfg: ModelConfig, d_model: int) -> nn.Module:
@@ -133,7 +141,7 @@ class SSMBlock(nn.Module):
 class MLPBlock(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.norm = RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm = make_norm(cfg)
         self.mlp = SwiGLU(cfg.d_model, cfg.mlp_mult)
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
@@ -150,23 +158,24 @@ class AttentionBlock(nn.Module):
     def __init__(self, cfg: ModelConfig, window: int | None, attn: nn.Module | None = None
                  ) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(cfg.d_model, eps=1e-5)
+        self.norm1 = make_norm(cfg)
         self.attn = attn or (
-            CausalSelfAttention(cfg.d_model, cfg.n_heads) if window is None
+            CausalSelfAttention(cfg.d_model, cfg.n_heads, use_rope=cfg.positions != "learned",
+                                dropout=cfg.dropout or 0.0) if window is None
             else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
         )
-        self.mlp = MLPBlock(cfg)
+        self.mlp = MLPBlock(cfg) if cfg.mlp_mult else None  # 0: zoology's Figure 2 (none)
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
-        return self.mlp(x, aux, params)
+        return x if self.mlp is None else self.mlp(x, aux, params)
 
     def allocate_cache(self, batch: int, max_len: int):
         return self.attn.allocate_cache()
 
     def step(self, x_t: torch.Tensor, cache) -> torch.Tensor:
         x_t = x_t + self.attn.step(self.norm1(x_t), cache)
-        return self.mlp.step(x_t, None)
+        return x_t if self.mlp is None else self.mlp.step(x_t, None)
 
 
 def attention_layer(cfg: ModelConfig) -> AttentionBlock:

@@ -52,6 +52,8 @@ def step(model: nn.Module, ids_t: Tensor, cache: DecodeCache) -> Tensor:
     if cache.t >= cache.max_len:
         raise ValueError(f"decode cache was allocated for {cache.max_len} tokens")
     x = model.embed(ids_t)
+    if getattr(model, "pos", None) is not None:  # learned positions (eval: no dropout)
+        x = x + model.pos.weight[cache.t]
     for blk, c in zip(model.blocks, cache.blocks, strict=True):
         x = blk.step(x, c, **({"ids": ids_t} if getattr(blk, "takes_ids", False) else {}))
     cache.t += 1

@@ -49,11 +49,15 @@ def rope(x: torch.Tensor, base: float = 10000.0, start: int = 0) -> torch.Tensor
 
 
 class _HeadsAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int) -> None:
+    def __init__(self, d_model: int, n_heads: int, use_rope: bool = True,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         if d_model % n_heads or (d_model // n_heads) % 2:
             raise ValueError(f"d_model {d_model} must split into {n_heads} even-sized heads")
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
+        # use_rope False: the model adds learned positions instead; dropout on the attention
+        # probabilities in training (CausalSelfAttention; zoology's MHA)
+        self.use_rope, self.dropout = use_rope, dropout
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.out = nn.Linear(d_model, d_model, bias=False)
 
@@ -61,7 +65,7 @@ class _HeadsAttention(nn.Module):
         b, length, _ = x.shape
         q, k, v = self.qkv(x).view(b, length, 3, self.n_heads, self.head_dim).unbind(2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [b, h, l, d]
-        return rope(q), rope(k), v
+        return (rope(q), rope(k), v) if self.use_rope else (q, k, v)
 
     def _merge(self, o: torch.Tensor) -> torch.Tensor:
         b, _, length, _ = o.shape
@@ -76,17 +80,20 @@ class _HeadsAttention(nn.Module):
         the keys (full attention: every key, the KV cache), RoPE at the token's position."""
         b = x_t.shape[0]
         q, k, v = self.qkv(x_t).view(b, 3, self.n_heads, self.head_dim).unbind(1)
-        q, k = (rope(x.unsqueeze(2), start=dec.t)[:, :, 0] for x in (q, k))
+        if self.use_rope:
+            q, k = (rope(x.unsqueeze(2), start=dec.t)[:, :, 0] for x in (q, k))
         o = attend(q, dec.step(q, k, v), self.head_dim**-0.5)
         return self.out(o.reshape(b, -1))
 
 
 class CausalSelfAttention(_HeadsAttention):
-    """Multi-head full causal attention with RoPE (the Transformer baseline)."""
+    """Multi-head full causal attention with RoPE (the Transformer baseline; without RoPE where
+    the model adds learned positions)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self._qkv(x)
-        return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        p = self.dropout if self.training else 0.0
+        return self._merge(F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p))
 
 
 class PatternAttention(_HeadsAttention):
