@@ -1,0 +1,428 @@
+"""Claims evaluated and settled: one module for `report` (`report --check`) and `place`.
+
+Claims have three jobs, one module each: registration before the runs (`claims.py`), evaluation
+and settlement (here), and rendering (`report.py`, `place.py`). This module reads a report's
+groups (`report.aggregate`) and decides, per claim, "pass", "fail" or "open", and whether a claim
+whose runs have not all finished is already *settled*: no outcome of its unfinished runs can
+change its verdict (`_settled`: every count of the unfinished seeds that could solve, or the two
+ends of a frontier).
+
+On top of the pass / fail claims of experiment files, `three_way` gives the verdict `place`
+writes before its runs: a's seeds solved against b's are **more** or **fewer** (one-sided Fisher
+at `level` in that direction) or **not separable**; never a pass on "no difference found". It is
+the two one-sided claims (op ">" and "<") evaluated and settled as above. `frontier_compare`
+sets two rows' frontier ranges (the frontiers their seeds' Wilson intervals allow) side by side:
+beyond, short of, or not separable, settled by the two ends of each unfinished cell (the range's
+ends only grow as more seeds solve).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from generators.errors import RecallLabError
+from recall_lab.experiments import claims as prereg
+from recall_lab.experiments import stats
+from recall_lab.experiments.grid import flatten, numeric
+
+if TYPE_CHECKING:  # annotations only: report.py imports this module
+    from recall_lab.experiments.report import Group
+
+OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _select(groups: list[Group], selector: dict, what: str) -> Group:
+    sel = flatten(selector)
+    found = [g for g in groups
+             if all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())]
+    if len(found) != 1:
+        raise RecallLabError(f"{what} {sel} matches {len(found)} groups, not one")
+    return found[0]
+
+
+STATS = ("mean", "solved", "frontier", "logrank")
+TESTS = {">": "greater", ">=": "greater", "<": "less", "<=": "less", "~": "two-sided"}
+
+
+def _restrict(groups: list[Group], at: dict) -> list[Group]:
+    pool = groups
+    for f, want in flatten(at or {}).items():
+        vals = [g.runs[0].config.get(f) for g in pool]
+        if want in ("max", "min"):  # by size for task.levels (the largest table)
+            ranked = [v for v in vals if numeric(f, v) is not None]
+            if not ranked:
+                raise RecallLabError(f"at: {f} has no numeric values for {want}")
+            want = (max if want == "max" else min)(ranked, key=lambda v: numeric(f, v))
+        pool = [g for g, v in zip(pool, vals, strict=True) if _key(v) == _key(want)]
+    return pool
+
+
+def claim_groups(groups: list[Group], claim: dict) -> list[Group]:
+    """The groups a claim compares: its `a` (and `b`), each exactly one group after `at`."""
+    pool = _restrict(groups, claim.get("at") or {})
+    found = [_select(pool, claim["a"], "a")]
+    if "b" in claim:
+        found.append(_select(pool, claim["b"], "b"))
+    return found
+
+
+class ClaimOpen(RecallLabError):
+    """A claim whose runs have not finished: neither passed nor failed yet."""
+
+
+def _finished(g: Group) -> Group:
+    if g.mean is None:
+        raise ClaimOpen(f"{g.label} has no finished run")
+    return g
+
+
+def _check_mean(pool: list[Group], e: dict, op: str) -> tuple[bool, str, list[Group]]:
+    a = _finished(_select(pool, e["a"], "a"))
+    margin = float(e.get("margin", 0.0))
+    if "b" in e:
+        b = _finished(_select(pool, e["b"], "b"))
+        rhs, rhs_text, used = b.mean + margin, f"{b.label} {b.mean:.4f}", [a, b]
+    else:
+        rhs, rhs_text, used = float(e["value"]) + margin, f"{float(e['value']):.4f}", [a]
+    detail = f"{a.label} {a.mean:.4f} {op} {rhs_text}" + (f" + {margin:g}" if margin else "")
+    return OPS[op](a.mean, rhs), detail, used
+
+
+def _check_solved(pool: list[Group], e: dict, op: str,
+                  level: float) -> tuple[bool, str, list[Group]]:
+    """Solve-rate claims: against a value on the Wilson interval (>=: its lower bound reaches
+    the value; <=: its upper bound stays below), against a group by Fisher's exact test at
+    `level` (>, >=: a solves more; <, <=: fewer; ~: no difference detected, two-sided)."""
+    if "margin" in e:
+        raise RecallLabError("margin has no meaning for stat = 'solved' (the test decides)")
+    a = _finished(_select(pool, e["a"], "a"))
+    if "value" in e:
+        ok, detail = _solved_verdict(a.label, a.solved, None, None, e, op, level)
+        return ok, detail, [a]
+    b = _finished(_select(pool, e["b"], "b"))
+    ok, detail = _solved_verdict(a.label, a.solved, b.label, b.solved, e, op, level)
+    return ok, detail, [a, b]
+
+
+def _solved_verdict(la: str, ra: stats.SolveRate, lb: str | None, rb: stats.SolveRate | None,
+                    e: dict, op: str, level: float) -> tuple[bool, str]:
+    if rb is None:
+        value = float(e["value"])
+        if op in (">=", ">"):
+            ok, bound = ra.lo >= value if op == ">=" else ra.lo > value, f"lower {ra.lo:.3f}"
+        elif op in ("<=", "<"):
+            ok, bound = ra.hi <= value if op == "<=" else ra.hi < value, f"upper {ra.hi:.3f}"
+        else:
+            raise RecallLabError("op '~' needs b (a group), not value")
+        return ok, (f"{la} solved {ra.text()} (Wilson {ra.confidence:.0%}): {bound} "
+                    f"{op} {value:g}")
+    p = stats.fisher(ra, rb, TESTS[op])
+    if op == "~":
+        ok, verdict = p >= level, f"no difference detected: p = {p:.3g} >= {level:g}"
+    else:
+        word = "more" if TESTS[op] == "greater" else "fewer"
+        ok = p < level
+        verdict = f"{word}: Fisher one-sided p = {p:.3g} {'<' if ok else '>='} {level:g}"
+    return ok, f"{la} {ra.text()} vs {lb} {rb.text()}; {verdict}"
+
+
+def _check_logrank(pool: list[Group], e: dict, op: str,
+                   level: float) -> tuple[bool, str, list[Group]]:
+    """Time-to-solve claims by the log-rank test at `level`, unsolved seeds censored at their
+    last step: op compares steps to solve (<, <=: a solves sooner than b; >, >=: later; ~: no
+    difference detected, two-sided)."""
+    if "margin" in e or "value" in e:
+        raise RecallLabError("stat = 'logrank' compares two groups: give b, no value or margin")
+    a = _finished(_select(pool, e["a"], "a"))
+    b = _finished(_select(pool, e["b"], "b"))
+    lr = stats.logrank((a.durations, a.events), (b.durations, b.events))  # needs lifelines
+    medians = (f"{a.label} KM median {a.survival.median_text()} vs {b.label} "
+               f"{b.survival.median_text()} steps; log-rank chi2 = {lr.chi2:.3g}")
+    if op == "~":
+        ok = lr.p_two >= level
+        return ok, f"{medians}, p = {lr.p_two:.3g} {'>=' if ok else '<'} {level:g}", [a, b]
+    word, p = ("sooner", lr.p_sooner) if op in ("<", "<=") else ("later", lr.p_later)
+    ok = p < level
+    return ok, (f"{medians}; {word}: one-sided p = {p:.3g} {'<' if ok else '>='} "
+                f"{level:g}"), [a, b]
+
+
+def _completed(g: Group, extra: int) -> stats.SolveRate:
+    """g's seeds solved were `extra` of its unfinished runs to end solved and the rest not."""
+    r = g.solved
+    return stats.wilson(r.k + extra, r.n + g.counts["missing"], r.confidence)
+
+
+def _frontier_of(pool: list[Group], selector: dict, what: str,
+                 fill: bool | None = None) -> tuple[float, list[Group], tuple[float, float]]:
+    sel = flatten(selector)
+    matching = [g for g in pool
+                if all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
+                and numeric("task.levels", g.values.get("task.levels")) is not None]
+    # a frontier over a cut-short sweep would be capped at the largest finished table: refuse,
+    # unless `fill` says how every unfinished run ends (the bounds `_settled` tries)
+    unfinished = [g.label for g in matching if g.mean is None or g.counts["missing"]]
+    if unfinished and fill is None:
+        raise ClaimOpen(f"{what} {sel}: unfinished runs at {', '.join(unfinished)}")
+    found = matching
+    if not found:
+        raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
+    pts = [(numeric("task.levels", g.values["task.levels"]),
+            g.solved if fill is None else _completed(g, g.counts["missing"] if fill else 0))
+           for g in found]
+    return stats.frontier(pts) or 0.0, found, stats.frontier_range(pts)
+
+
+def _check_frontier(pool: list[Group], e: dict, op: str) -> tuple[bool, str, list[Group]]:
+    """Frontier claims: the largest table (entries) solved in >= half the seeds, over the groups
+    that `a` (and `b`) select across task.levels; 0 when none is."""
+    fa, used, range_a = _frontier_of(pool, e["a"], "a")
+    margin = float(e.get("margin", 0.0))
+    ranges = f"a {range_a[0]:g}-{range_a[1]:g}"
+    if "b" in e:
+        fb, used_b, range_b = _frontier_of(pool, e["b"], "b")
+        used = used + used_b
+        rhs, rhs_text = fb + margin, f"frontier of {flatten(e['b'])} {fb:g}"
+        ranges += f", b {range_b[0]:g}-{range_b[1]:g}"
+    else:
+        rhs, rhs_text = float(e["value"]) + margin, f"{float(e['value']):g}"
+    # the verdict reads the point frontiers (as declared); the ranges say how far one seed more
+    # or less at the 50% line could move them
+    detail = (f"frontier of {flatten(e['a'])} {fa:g} {op} {rhs_text}"
+              + (f" + {margin:g}" if margin else "")
+              + f"; the seeds' Wilson intervals allow {ranges}")
+    return OPS[op](fa, rhs), detail, used
+
+
+def _settled(pool: list[Group], e: dict, stat: str, op: str,
+             level: float) -> tuple[bool, str, list[Group]] | None:
+    """A claim with unfinished runs whose verdict no outcome of those runs can change: that
+    verdict, why, and the groups it read; else None. Solve-rate claims try every count of the
+    unfinished seeds solving (one Fisher or Wilson check per count); frontier claims the two
+    ends per row (every unfinished run solved, none), enough because a row's frontier only grows
+    as more of its seeds solve and the comparison is monotone in each frontier. Only groups with
+    one lr: with more, the unfinished runs could change which lr is reported. Means and log-rank
+    claims stay open."""
+    try:
+        if stat == "solved" and "margin" not in e:
+            return _settled_solved(pool, e, op, level)
+        if stat == "frontier" and op in OPS:
+            return _settled_frontier(pool, e, op)
+    except RecallLabError:  # ClaimOpen included: then the claim stays as it was
+        return None
+    return None
+
+
+def _settled_solved(pool: list[Group], e: dict, op: str,
+                    level: float) -> tuple[bool, str, list[Group]] | None:
+    groups = [_select(pool, e[s], s) for s in ("a", "b") if s in e]
+    if any(len(g.lrs) > 1 for g in groups):
+        return None
+    labels = [g.label for g in groups] + [None]
+    outcomes = set()
+    for extra in _counts([g.counts["missing"] for g in groups]):
+        rates = [_completed(g, x) for g, x in zip(groups, extra, strict=True)]
+        if any(r.n == 0 for r in rates):
+            return None
+        rates.append(None)
+        outcomes.add(_solved_verdict(labels[0], rates[0], labels[1], rates[1], e, op,
+                                     level)[0])
+    if len(outcomes) != 1:
+        return None
+    return outcomes.pop(), "for every number of the unfinished seeds that could solve", groups
+
+
+def _settled_frontier(pool: list[Group], e: dict,
+                      op: str) -> tuple[bool, str, list[Group]] | None:
+    ends: dict[str, tuple[float, float]] = {}
+    read: list[Group] = []
+    for s in ("a", "b"):
+        if s in e:
+            (lo, used, _), (hi, _, _) = (_frontier_of(pool, e[s], s, fill)
+                                         for fill in (False, True))
+            if any(len(g.lrs) > 1 for g in used):
+                return None
+            ends[s], read = (lo, hi), read + used
+    margin = float(e.get("margin", 0.0))
+    rhs = (ends["b"] if "b" in e else (float(e["value"]),) * 2)
+    outcomes = {OPS[op](fa, fb + margin) for fa in ends["a"] for fb in rhs}
+    if len(outcomes) != 1:
+        return None
+    rng = "frontier of {} between {:g} and {:g} whatever the unfinished runs give"
+    text = rng.format(flatten(e["a"]), *ends["a"])
+    if "b" in e:
+        text += ", of {} between {:g} and {:g}".format(flatten(e["b"]), *ends["b"])
+    return outcomes.pop(), text, read
+
+
+def _counts(missing: list[int]) -> list[tuple[int, ...]]:
+    """Every combination of how many of each group's unfinished seeds solve."""
+    combos: list[tuple[int, ...]] = [()]
+    for m in missing:
+        combos = [c + (x,) for c in combos for x in range(m + 1)]
+    return combos
+
+
+@dataclass
+class Evaluation:
+    """One claim evaluated: `result` is `check_expectations`' dict for it; `settled` says that
+    runs of its rows are unfinished and no outcome of theirs can change the verdict; `missing`
+    counts those runs; `used` the groups it read."""
+
+    result: dict
+    settled: bool = False
+    missing: int = 0
+    used: list = field(default_factory=list)
+
+
+def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
+                   registry: dict | None = None) -> Evaluation:
+    """One claim of `check_expectations` (its `index` names an unnamed claim)."""
+    claim = e.get("claim") or f"expectation {index + 1}"
+    used: list[Group] = []
+    settled_now, missing = False, 0
+    try:
+        unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at", "stat", "level"}
+        if unknown:
+            raise RecallLabError(f"unknown key {sorted(unknown)[0]!r}")
+        if ("b" in e) == ("value" in e):
+            raise RecallLabError("give b (a group) or value (a number), not both")
+        stat = e.get("stat", "mean")
+        if stat not in STATS:
+            raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+        op = e.get("op", ">=")
+        tests = stat in ("solved", "logrank")  # ~ asks a test for no difference
+        if op not in OPS and not (tests and op == "~"):
+            raise RecallLabError(f"op must be one of {', '.join(OPS)}"
+                                 f"{' or ~' if tests else ''}, got {op!r}")
+        level = float(e.get("level", stats.LEVEL))
+        pool = _restrict(groups, e.get("at") or {})
+        if stat == "solved":
+            ok, detail, used = _check_solved(pool, e, op, level)
+        elif stat == "logrank":
+            ok, detail, used = _check_logrank(pool, e, op, level)
+        elif stat == "frontier":
+            ok, detail, used = _check_frontier(pool, e, op)
+        else:
+            ok, detail, used = _check_mean(pool, e, op)
+        missing = sum(g.counts["missing"] for g in used)
+        verdict = "pass" if ok else "fail"
+        if missing:  # the unfinished seeds may still turn it, unless no outcome can
+            total = sum(len(g.runs) for g in used)
+            detail = f"{detail}; {missing} of its {total} runs not finished"
+            settled = _settled(pool, e, stat, op, level)
+            verdict = "open" if settled is None else "pass" if settled[0] else "fail"
+            if settled is not None:
+                settled_now = True
+                ok, detail = settled[0], f"{detail}; settled: {settled[1]}"
+    except ClaimOpen as exc:
+        settled = _settled(pool, e, stat, op, level)  # pool is set before anything raises
+        ok, verdict, detail = False, "open", f"cannot check yet: {exc}"
+        if settled is not None:
+            settled_now = True
+            ok, verdict, used = settled[0], "pass" if settled[0] else "fail", settled[2]
+            detail = f"{exc}; settled: {settled[1]}"
+            missing = sum(g.counts["missing"] for g in used)
+    except (RecallLabError, KeyError, TypeError, ValueError) as exc:
+        ok, verdict, detail = False, "fail", f"cannot check: {exc}"
+    done = [r for g in used for r in g.runs if r.status == "done"]
+    result = {"claim": claim, "ok": bool(ok and verdict == "pass"), "verdict": verdict,
+              "detail": detail, "stat": e.get("stat", "mean"),
+              "registered": prereg.status(e, [r.registration for r in done], registry or {},
+                                          [r.launched for r in done])}
+    return Evaluation(result, settled_now, missing, used)
+
+
+def check_expectations(groups: list[Group], expects: list[dict],
+                       registry: dict | None = None) -> list[dict]:
+    """One result per claim: {"claim", "ok", "verdict", "detail", "stat", "registered"}.
+    `verdict` is "pass", "fail" (the numbers say no, or the claim cannot be evaluated: no such
+    group, a bad key) or "open" (a run of its rows has not finished, so the seeds still to come
+    could turn it; a claim no outcome of its unfinished runs can turn is passed or failed, and
+    its detail says "settled": `_settled`); `ok` is verdict == "pass". `stat` is "mean"
+    (default: the test mean, optionally + margin), "solved" (seeds solved; Wilson interval or
+    Fisher test), "frontier" (largest table solved in >= half the seeds) or "logrank" (steps to
+    solve, unsolved seeds censored: a solves sooner or later than b by the log-rank test)."""
+    return [evaluate_claim(groups, e, i, registry).result for i, e in enumerate(expects)]
+
+
+# ---- place's verdicts -------------------------------------------------------------------------
+
+THREE_WAY = ("more", "fewer", "not separable")
+
+
+def three_way(groups: list[Group], spec: dict) -> dict:
+    """a's seeds solved against b's (`spec`: "claim", "a", "b", optional "at" and "level"):
+    "more" or "fewer" where the one-sided Fisher test in that direction is below `level`, else
+    "not separable"; "open" while an outcome of the unfinished seeds could still change it.
+    Returns {"claim", "verdict", "settled", "final", "detail", "missing"}: `final` when every
+    run of both rows finished, `settled` when some did not and the verdict holds for every
+    outcome of theirs; "cannot check" where a group is missing."""
+    base = {k: v for k, v in spec.items() if k in ("claim", "a", "b", "at", "level")}
+    more = evaluate_claim(groups, {**base, "stat": "solved", "op": ">"})
+    fewer = evaluate_claim(groups, {**base, "stat": "solved", "op": "<"})
+    out = {"claim": spec.get("claim"), "missing": max(more.missing, fewer.missing)}
+    if any(x.result["detail"].startswith("cannot check:") for x in (more, fewer)):
+        return {**out, "verdict": "cannot check", "settled": False, "final": False,
+                "detail": more.result["detail"]}
+    vm, vf = more.result["verdict"], fewer.result["verdict"]
+    if vm == "pass":
+        verdict = "more"
+    elif vf == "pass":
+        verdict = "fewer"
+    elif vm == "fail" and vf == "fail":
+        verdict = "not separable"
+    else:
+        verdict = "open"
+    decided = verdict != "open"
+    final = decided and out["missing"] == 0
+    p_fewer = fewer.result["detail"].split("; ", 1)[-1].split("; ")[0]
+    detail = f"{more.result['detail']}; {p_fewer}"
+    return {**out, "verdict": verdict, "settled": decided and not final, "final": final,
+            "detail": detail}
+
+
+def frontier_points(cells: list[Group], fill: bool | None = None
+                    ) -> list[tuple[float, stats.SolveRate]]:
+    """(table size, seeds solved) per cell of one row; `fill` True / False: as if every
+    unfinished run of the cell solved / did not (None: the finished seeds as they are)."""
+    return [(numeric("task.levels", g.values.get("task.levels")),
+             g.solved if fill is None else _completed(g, g.counts["missing"] if fill else 0))
+            for g in cells if numeric("task.levels", g.values.get("task.levels")) is not None]
+
+
+def _range_verdict(a: tuple[float, float], b: tuple[float, float]) -> str:
+    if a[0] > b[1]:
+        return "beyond"
+    if a[1] < b[0]:
+        return "short of"
+    return "not separable"
+
+
+def frontier_compare(a: list[Group], b: list[Group]) -> dict:
+    """Row a's frontier range (its cells: one group per table) against row b's: "beyond" (a's
+    range lies above b's), "short of" (below) or "not separable" (they overlap). Settled
+    where unfinished runs remain but both ends (every unfinished run solved, none) give the
+    same verdict: both ends of a range only grow as more seeds solve. Returns {"verdict",
+    "settled", "final", "a", "b"} with each row's point frontier and range over its finished
+    seeds."""
+    now = {}
+    for side, cells in (("a", a), ("b", b)):
+        pts = frontier_points(cells)
+        now[side] = {"frontier": stats.frontier(pts) or 0.0, "range": stats.frontier_range(pts)}
+    missing = sum(g.counts["missing"] for g in [*a, *b])
+    if not missing:
+        return {"verdict": _range_verdict(now["a"]["range"], now["b"]["range"]),
+                "settled": False, "final": True, **now}
+    ends = {_range_verdict(stats.frontier_range(frontier_points(a, fa)),
+                           stats.frontier_range(frontier_points(b, fb)))
+            for fa in (False, True) for fb in (False, True)}
+    verdict = ends.pop() if len(ends) == 1 else "open"
+    return {"verdict": verdict, "settled": verdict != "open", "final": False, **now}
