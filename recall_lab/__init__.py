@@ -6,9 +6,9 @@ The Python API (recall_lab/api.py), importable from the package's top:
     run = rl.train({"model": {"name": "mamba"}, "task": {"preset": "mini-mqar"},
                     "train": {"steps": 300}})
 
-`generate`, `train`, `load_run`, `evaluate`, `sweep`, `report`, `check`, `runs_frame` and the
-result types `Run` and `Report`. They load on first use, so `import recall_lab` (and the command
-line's start) stays free of torch.
+`generate`, `train`, `load_run`, `evaluate`, `sweep`, `report`, `check`, `place`, `runs_frame`
+and the result types `Run` and `Report`. They load on first use, so `import recall_lab` (and the
+command line's start) stays free of torch.
 
 `recall_lab.train` and `recall_lab.evaluate` are the API's functions, although modules of the
 same names exist (the training loop, evaluation): the package keeps the functions under those
@@ -21,8 +21,8 @@ import types
 
 from recall_lab.version import __version__
 
-API = ("Report", "Run", "check", "evaluate", "generate", "load_run", "report", "run_config",
-       "runs_frame", "sweep", "train")
+API = ("Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",
+       "run_config", "runs_frame", "sweep", "train")
 
 
 class _Package(types.ModuleType):

@@ -30,6 +30,7 @@ from recall_lab.device import resolve_device
 from recall_lab.evaluate import evaluate_run
 from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand, load_experiment
+from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
 from recall_lab.runs import (
@@ -186,5 +187,22 @@ def check(target: str, kwargs: dict | None = None, *, learning: bool = True,
     return run_checks(resolve_target(target, kwargs), learning=learning, speed=speed)
 
 
-__all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "report", "run_config",
-           "runs_frame", "sweep", "train"]
+def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None = None,
+          seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
+          reference: str | Path | None = None, check: bool = True,
+          out: str | Path = "runs", plots: bool = True, say=None, monitor=None) -> dict:
+    """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
+    `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
+    shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
+    before its first run, cells stopped once their verdicts are settled. Returns the answer
+    (the placement folder's answer.json: cells, claims with verdicts, frontier, runs saved);
+    report.md, row.md and two figures are beside it. A second call with the same mixer and
+    kwargs reuses its finished runs. `say` (a function of one line) hears its progress,
+    `monitor(name)` gives each sweep's monitor."""
+    return place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
+                       threads=threads, engine=engine, reference=reference, check=check,
+                       out=out, plots=plots, say=say, monitor=monitor)
+
+
+__all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",
+           "run_config", "runs_frame", "sweep", "train"]

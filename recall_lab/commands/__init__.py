@@ -14,13 +14,15 @@ from recall_lab.commands import (
     extrapolate,
     finetune,
     models,
+    place,
     prove,
     shipped,
 )
 from recall_lab.commands.shell import GuardedApp
 
 # Order is the order of `recall-lab --help`.
-MODULES = (data, models, check, finetune, experiments, extrapolate, prove, analysis, bench, shipped)
+MODULES = (data, models, check, finetune, experiments, place, extrapolate, prove, analysis, bench,
+           shipped)
 
 
 def register_all(app: typer.Typer) -> None:

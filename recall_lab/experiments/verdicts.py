@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -383,8 +384,13 @@ def three_way(groups: list[Group], spec: dict) -> dict:
         verdict = "open"
     decided = verdict != "open"
     final = decided and out["missing"] == 0
-    p_fewer = fewer.result["detail"].split("; ", 1)[-1].split("; ")[0]
-    detail = f"{more.result['detail']}; {p_fewer}"
+    # a's and b's seeds solved and the "more" test, then the "fewer" test's p
+    detail = more.result["detail"]
+    p_fewer = re.search(r"fewer: Fisher one-sided p = [^;]*", fewer.result["detail"])
+    if p_fewer and "more: Fisher" in detail:
+        head, _, rest = detail.partition("; more: ")
+        test, sep, tail = rest.partition("; ")
+        detail = f"{head}; more: {test}; {p_fewer.group(0)}" + (f"; {tail}" if sep else "")
     return {**out, "verdict": verdict, "settled": decided and not final, "final": final,
             "detail": detail}
 

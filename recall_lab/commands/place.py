@@ -1,0 +1,83 @@
+"""CLI of placement: `place` (one mixer on the recall-against-state frontier, against the
+reference the lab ships). The body only parses, calls the API and prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from generators.errors import RecallLabError
+from recall_lab.commands.progress import SweepProgress
+from recall_lab.commands.shell import GuardedApp, console
+
+
+def _tables(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RecallLabError(f"--tables takes table sizes, comma-separated (e.g. 4,8,16), got "
+                             f"{text!r}") from None
+
+
+def register(app: GuardedApp) -> None:
+    @app.command()
+    def place(
+        mixer: str = typer.Argument(..., help="A built-in model or zoo mixer name (deltanet), "
+                                    "an import path (pkg.mod:Class) or a plug-in's name."),
+        kwargs: str = typer.Option(None, "--kwargs", help="The mixer's keyword arguments as a "
+                                   "JSON object, e.g. '{\"num_heads\": 4, \"expand_k\": 0.25}'."),
+        tables: str = typer.Option(None, "--tables", help="Only these tables of the reference "
+                                   "(their sizes, comma-separated, e.g. 4,8,16); default: all."),
+        seeds: int = typer.Option(None, "--seeds", help="Seeds per table (default: the "
+                                  "reference's, 10)."),
+        workers: int = typer.Option(1, help="Runs in parallel (processes, or Ray tasks)."),
+        threads: int = typer.Option(1, help="torch threads per worker."),
+        engine: str = typer.Option("local", help="local (process pool) or ray."),
+        reference: Path = typer.Option(None, "--reference", help="A reference folder (run "
+                                       "records plus place.toml; docs/place.md) instead of the "
+                                       "shipped zoo-frontier."),
+        check: bool = typer.Option(True, "--check/--no-check", help="Refuse a mixer that fails "
+                                   "a correctness row of `recall-lab check` before training."),
+        out: Path = typer.Option(Path("runs"), help="Root folder; the placement goes to "
+                                 "OUT/place-LABEL-HASH/."),
+        plots: bool = typer.Option(True, help="Draw the two figures."),
+    ) -> None:
+        """Place a mixer on the recall-against-state frontier: the reference's protocol (the
+        zoo-frontier's tables, budgets, lr pilot rule, cut rule, solve threshold) run for it,
+        its claims recorded before the first run, each table's seeds stopped once no outcome
+        of the rest can change a verdict; writes report.md, row.md, answer.json and two
+        figures. Rerun to resume."""
+        from recall_lab import api
+        from recall_lab.experiments.engine import ENGINES
+        from recall_lab.runs import mixer_kwargs_json
+
+        if engine not in ENGINES:
+            raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+        if reference is not None and not reference.is_dir():
+            raise RecallLabError(f"reference folder {reference} does not exist")
+        args = mixer_kwargs_json(kwargs, "--kwargs")
+
+        def say(text: str) -> None:
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+        answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
+                           threads=threads, engine=engine, reference=reference, check=check,
+                           out=out, plots=plots, say=say,
+                           monitor=lambda name: SweepProgress(console, name))
+        r = answer["runs"]
+        for c in answer["claims"]:
+            say(f"{c['verdict'].upper()}{' (settled)' if c.get('settled') else ''}: "
+                f"{c['claim']}")
+        for c in answer["cells"]:
+            solved = c["solved"]["text"] if c["solved"] else "-"
+            say(f"{c['table']}: {solved}, {c['status']}: {c['reason']}")
+        f = answer["frontier"]
+        say(f"frontier {f['frontier']:g} [{f['range'][0]:g}, {f['range'][1]:g}]; runs: "
+            f"{r['trained']} trained, {r['saved']} of {r['planned']} saved, {r['failed']} "
+            f"failed; {answer['wall_s_this_call']:.0f} s")
+        say(f"written: {answer['folder']}/report.md, row.md, answer.json"
+            + (", place-solved-state.png, place-frontier.png" if answer["figures"] else ""))
+        return 1 if r["failed"] else 0

@@ -1,0 +1,694 @@
+"""Place one mixer on the recall-against-state frontier: the reference's protocol run for it
+(`recall-lab place`, `rl.place`), claims written before its first run, cells stopped once their
+verdicts are settled, and the answer set beside the reference's rows.
+
+The protocol is the reference's (`reference.py`: by default the zoo-frontier's shipped records):
+its tables with their step budgets, width, recipe, evaluation, seeds and solve threshold, its lr
+pilot's written rule and its cut rule. Everything runs through the lab's one way to run an
+experiment: two experiments built here as tables and run by the sweep engine into the placement
+folder (`OUT/place-LABEL-HASH/`): `pilot/` (the pilot's lrs at its table and seed) and `cells/`
+(every table x seed at the picked lr). A run's config is the reference experiment's base tables
+with the model table replaced by the mixer's, so a reference row placed again gets the same
+configs and hashes as its archived runs (trained afresh in its own folder).
+
+Order of work, each step resumable (finished runs are skipped, interrupted ones resume):
+1. Bad input is refused before anything is written: a mixer its class does not build with the
+   kwargs, an unknown table, a reference folder without records or protocol; and (unless
+   `check=False`) a mixer that fails a correctness row of `recall-lab check`.
+2. The plan and its claims are written (`place.json`) and recorded (`claims.json`, as `sweep`
+   records them) before the pilot's first run. Per table, the mixer's seeds solved against the
+   reference rows nearest below and above it in recurrent state per layer (`state.run_state`),
+   among the rows with finished cells at that table; a mixer whose state grows with the sequence
+   (or is unknown) against the rows whose state grows (attention). Each is a three-way verdict
+   (`verdicts.three_way`): more, fewer (one-sided Fisher at the protocol's level), or not
+   separable. The frontier (largest table solved in at least half the seeds) with its Wilson
+   range against the same neighbours' (`verdicts.frontier_compare`).
+3. The pilot picks the lr by the rule; then the cells run in rounds. Before each round a cell
+   stops launching seeds once none of its claims is open (`three_way` settled: no outcome of
+   its remaining seeds changes any verdict) and, at the table the cut rule reads, the cut is
+   decided; a table the cut rule skips runs only once the mixer's count allows it. Each round
+   launches the next seeds of every open cell (at least `workers` runs in all).
+4. The answer (`write_answer`): report.md, place.json, the row in the reference table's format,
+   two figures (`place_plots.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.experiments import claims as prereg
+from recall_lab.experiments import stats
+from recall_lab.experiments.engine import Monitor, read_index, run_sweep
+from recall_lab.experiments.grid import (
+    Experiment,
+    expand,
+    flatten,
+    format_value,
+    group_label,
+    numeric,
+)
+from recall_lab.experiments.place_plots import place_figures
+from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, read_protocol
+from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs
+from recall_lab.experiments.state import LayerState, common_state, run_state
+from recall_lab.experiments.verdicts import frontier_compare, three_way
+from recall_lab.mixers import mixer_label
+from recall_lab.models.registry import listed_models
+from recall_lab.testing import resolve_target, run_checks
+
+PLAN = "place.json"
+ANSWER = "answer.json"
+ROW_KEY = "place.row"
+ATTENTION = "attention (state grows with the sequence)"
+
+
+@dataclass
+class Row:
+    """One reference row: its cells by table size, its state per layer, its lr."""
+
+    label: str
+    cells: dict[float, Group] = field(default_factory=dict)
+    state: LayerState | None = None
+    lr: float | None = None
+    mixer: bool = False
+
+    def finished(self, size: float) -> bool:
+        g = self.cells.get(size)
+        return g is not None and g.solved.n > 0 and not g.counts["missing"]
+
+
+def _flat(cfg: dict) -> dict[str, Any]:
+    out = flatten({t: cfg.get(t) or {} for t in ("model", "train", "task")})
+    out["task_name"] = cfg.get("task_name")
+    return out
+
+
+def _state_json(s: LayerState) -> dict:
+    return {"numbers": s.numbers, "growth": s.growth, "text": s.text()}
+
+
+# ---- the reference ------------------------------------------------------------------------------
+
+def reference_rows(folder: Path, protocol: Protocol) -> tuple[list[Row], list[Group]]:
+    """The reference's rows (the groups of its report less the table) and all its groups; each
+    run's config gains the row's label under `place.row` (what the claims select)."""
+    runs, _ = load_runs([folder])
+    _, groups = aggregate(runs, None, protocol.metric, protocol.solve_at)
+    rows: dict[str, Row] = {}
+    for g in groups:
+        size = numeric("task.levels", g.values.get("task.levels"))
+        rest = {f: v for f, v in g.values.items() if f not in ("task.levels", "train.steps")}
+        label = group_label(rest)
+        row = rows.setdefault(label, Row(label))
+        if size is not None:
+            row.cells[size] = g
+        for r in g.runs:
+            r.config[ROW_KEY] = label
+        if row.lr is None:
+            row.lr = g.best_lr
+    for row in rows.values():
+        cells = [row.cells[s] for s in sorted(row.cells)]
+        states = {common_state(r.tables for r in g.runs) for g in cells}
+        row.state = states.pop() if len(states) == 1 else LayerState(None, None)
+    return list(rows.values()), groups
+
+
+def neighbours(rows: list[Row], state: LayerState, size: float | None) -> list[Row]:
+    """The rows nearest below (or at) and above `state` in recurrent state per layer, among the
+    rows with a finished cell at table `size` (None: the rows finished at every table they
+    ran); for a state that grows or is unknown, the rows whose state grows."""
+    pool = [r for r in rows if (r.finished(size) if size is not None
+                                else r.cells and all(r.finished(s) for s in r.cells))]
+    if state.numbers is None:
+        return [r for r in pool if r.state is not None and r.state.grows]
+    fixed = [r for r in pool if r.state is not None and r.state.numbers is not None]
+    below = [r.state.numbers for r in fixed if r.state.numbers <= state.numbers]
+    above = [r.state.numbers for r in fixed if r.state.numbers > state.numbers]
+    want = {max(below)} if below else set()
+    want |= {min(above)} if above else set()
+    return sorted((r for r in fixed if r.state.numbers in want),
+                  key=lambda r: (r.state.numbers, r.label))
+
+
+# ---- the mixer ----------------------------------------------------------------------------------
+
+def mixer_table(mixer: str, kwargs: dict | None) -> dict:
+    """The mixer's model table: a built-in model's name (with mixer_kwargs for a zoo mixer), or
+    an import path / plug-in as `mixer`."""
+    table: dict[str, Any] = {"name": mixer} if mixer in listed_models() else {"mixer": mixer}
+    if kwargs:
+        table["mixer_kwargs"] = dict(kwargs)
+    return table
+
+
+def mixer_row_label(mixer: str, kwargs: dict | None) -> str:
+    name = mixer if mixer in listed_models() or (":" not in mixer and "." not in mixer) \
+        else mixer_label(mixer)
+    parts = [name] + [f"{k}={format_value(v)}" for k, v in flatten(kwargs or {}).items()]
+    return " / ".join(parts)
+
+
+def _model(protocol: Protocol, table: dict) -> dict:
+    base = dict(protocol.base["model"])
+    if "name" not in table:
+        base.pop("name", None)
+    return {**base, **table}
+
+
+def cells_experiment(protocol: Protocol, table: dict, sizes: list[float], seeds: list[int],
+                     lr: float) -> Experiment:
+    tabs = [protocol.table(s) for s in sizes]
+    data = {"name": "cells", "model": _model(protocol, table),
+            "train": {**protocol.base["train"], "lr": lr}, "task": dict(protocol.base["task"]),
+            "grid": {"train.seed": seeds},
+            "link": [{"task.levels": [t.levels for t in tabs],
+                      "train.steps": [t.steps for t in tabs]}],
+            "report": {"metric": protocol.metric, "solve_at": protocol.solve_at}}
+    return expand(data, "cells")
+
+
+def pilot_experiment(protocol: Protocol, table: dict) -> Experiment:
+    p = protocol.pilot
+    data = {"name": "pilot", "model": _model(protocol, table),
+            "train": {**protocol.base["train"], "steps": p["steps"], "seed": p["seed"]},
+            "task": {**protocol.base["task"], "levels": p["levels"]},
+            "grid": {"train.lr": p["lrs"]},
+            "report": {"metric": "valid.acc", "solve_at": protocol.solve_at}}
+    return expand(data, "pilot")
+
+
+def records(exp: Experiment, root: Path) -> list[RunRecord]:
+    """The experiment's runs as report records, from what is on disk (no index needed): done
+    (summary.json), failed (the index says so) or missing."""
+    folder = Path(root) / exp.name
+    index = read_index(folder) or {}
+    entries = {e.get("name"): e for e in index.get("runs", []) if isinstance(e, dict)}
+    out = []
+    for run in exp.runs:
+        path = folder / run.name
+        summary = (ck.read_json(path / ck.SUMMARY, "run summary")
+                   if (path / ck.SUMMARY).is_file() else None)
+        e = entries.get(run.name, {})
+        status = "done" if summary else "failed" if e.get("status") == "failed" else "missing"
+        cfg = run.config.to_json()
+        out.append(RunRecord(run.name, path, status, _flat(cfg), summary, e.get("error"),
+                             e.get("registration"), e.get("launched"), cfg))
+    return out
+
+
+# ---- claims -------------------------------------------------------------------------------------
+
+def _table_name(size: float, protocol: Protocol) -> str:
+    levels = protocol.table(size).levels
+    return f"{size:g} pairs" if len(levels) == 1 else f"table {size:g}"
+
+
+def _who(row: Row) -> str:
+    return f"{row.label} ({row.state.text() if row.state else '-'} per layer)"
+
+
+def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[float],
+                protocol: Protocol) -> list[dict]:
+    """The claims, as data, before any run: per table, the mixer's seeds solved against each
+    neighbour (three-way), and the frontier's range against the frontier neighbours'."""
+    me = f"placed: {label}"
+    claims = []
+    for size in sizes:
+        lv = protocol.table(size).levels
+        for nb in neighbours(rows, state, size):
+            where = "at or below" if (state.numbers is not None and nb.state.numbers
+                                      <= state.numbers) else "above"
+            if state.numbers is None:
+                where = "beside (both grow with the sequence)"
+            claims.append({
+                "claim": (f"at {_table_name(size, protocol)}: seeds solved by {label} "
+                          f"({state.text()} per layer) against {_who(nb)}, the nearest row "
+                          f"{where} it in recurrent state: more, fewer (one-sided Fisher at "
+                          f"{protocol.level:g}) or not separable"),
+                "kind": "solved", "size": size, "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label},
+                "at": {"task.levels": lv}, "level": protocol.level})
+    for nb in neighbours(rows, state, None):
+        claims.append({
+            "claim": (f"frontier (largest table solved in at least half the seeds) of "
+                      f"{label}, the range its seeds' Wilson intervals allow, against "
+                      f"{_who(nb)}'s: beyond, short of, or not separable"),
+            "kind": "frontier", "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label}})
+    return claims
+
+
+# ---- settlement: which cells still launch seeds -------------------------------------------------
+
+@dataclass
+class Cell:
+    size: float
+    group: Group | None
+    status: str  # "open", "settled", "complete", "cut", "waiting" (for the cut)
+    reason: str
+    verdicts: list[dict]
+    todo: list[int]  # seeds not yet run
+
+
+def _cut_decision(protocol: Protocol, cells: dict[float, Group]) -> str | None:
+    """"run", "cut" or None (not decided yet) for the tables the cut rule skips."""
+    cut = protocol.cut
+    if cut is None:
+        return "run"
+    g = cells.get(cut["size"])
+    if g is None:
+        return None
+    k, missing = g.solved.k, g.counts["missing"]
+    if k >= cut["at_least"]:
+        return "run"
+    if k + missing < cut["at_least"]:
+        return "cut"
+    return None
+
+
+def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
+             protocol: Protocol, label: str) -> tuple[dict[float, Cell], list[dict], str | None]:
+    """Every cell's state and every claim's verdict from the runs on disk."""
+    for r in mine:
+        r.config[ROW_KEY] = f"placed: {label}"
+    runs = [r for r in mine]
+    cut = None
+    if runs:
+        _, groups = aggregate(runs, ["task.levels"], protocol.metric, protocol.solve_at)
+    else:
+        groups = []
+    by_size = {numeric("task.levels", g.values["task.levels"]): g for g in groups}
+    cut = _cut_decision(protocol, by_size)
+    skip = set(protocol.cut["skip"]) if protocol.cut else set()
+    if cut == "cut":  # the skipped tables' runs leave the evaluation, as the reference's did
+        by_size = {s: g for s, g in by_size.items() if s not in skip}
+    for s, g in by_size.items():
+        g.label = f"{label} at {s:g}"
+    pool = ref_groups + list(by_size.values())
+    verdicts = []
+    for c in claims:
+        if c["kind"] == "solved":
+            if c["size"] not in by_size:
+                v = {"claim": c["claim"], "verdict": "not run", "settled": False,
+                     "final": False, "detail": "the cut rule left this table out",
+                     "missing": 0}
+            else:
+                v = three_way(pool, c)
+            verdicts.append({**v, "kind": "solved", "size": c["size"], "b": c["b"][ROW_KEY]})
+        else:
+            b = [g for g in ref_groups if g.runs[0].config.get(ROW_KEY) == c["b"][ROW_KEY]]
+            a = [by_size[s] for s in sorted(by_size)]
+            v = frontier_compare(a, b) if a and b else {"verdict": "cannot check"}
+            verdicts.append({"claim": c["claim"], "kind": "frontier", "b": c["b"][ROW_KEY],
+                             "verdict": v["verdict"], "settled": v.get("settled", False),
+                             "final": v.get("final", False), "a_frontier": v.get("a"),
+                             "b_frontier": v.get("b")})
+    cells = {}
+    for s, g in sorted(by_size.items()):
+        todo = sorted(r.config["train.seed"] for r in g.runs if r.status == "missing")
+        mine_v = [v for v in verdicts if v["kind"] == "solved" and v["size"] == s]
+        open_claims = [v for v in mine_v if v["verdict"] == "open"]
+        reads_cut = protocol.cut is not None and s == protocol.cut["size"] and cut is None
+        if s in skip and cut is None:
+            status, reason = "waiting", (f"waits for the cut rule (the {protocol.cut['size']:g} "
+                                         "table's count)")
+        elif not todo:
+            status, reason = "complete", "every seed ran"
+        elif open_claims or reads_cut or not mine_v:
+            status = "open"
+            reason = ("the cut rule's count is not decided" if reads_cut and not open_claims
+                      else "no claim to settle" if not mine_v
+                      else f"{len(open_claims)} of its {len(mine_v)} claims open")
+        else:
+            status = "settled"
+            reason = (f"stopped after {g.solved.n} of {g.solved.n + len(todo)} seeds: every "
+                      f"claim at this table ({len(mine_v)}) has the same verdict for every "
+                      f"outcome of the {len(todo)} seeds not run"
+                      + (" and the cut rule's count is decided" if protocol.cut and
+                         s == protocol.cut["size"] else ""))
+        cells[s] = Cell(s, g, status, reason, mine_v, todo)
+    if cut == "cut":
+        for s in skip:
+            if protocol.cut and any(s == t.size for t in protocol.tables):
+                cells[s] = Cell(s, None, "cut", (
+                    f"cut: solved {by_size[protocol.cut['size']].solved.k} of the "
+                    f"{protocol.cut['size']:g} table's seeds, fewer than "
+                    f"{protocol.cut['at_least']} (the reference's rule)"), [], [])
+    return cells, verdicts, cut
+
+
+def next_round(cells: dict[float, Cell], tried: set[tuple[float, int]],
+               workers: int) -> dict[tuple[int, ...], list[float]]:
+    """The next round: each open cell's next seeds (at least `workers` runs in all), grouped by
+    their seeds (one sweep call per group: its --only is a product of tables and seeds)."""
+    open_cells = [c for c in cells.values() if c.status == "open"]
+    todo = {c.size: [s for s in c.todo if (c.size, s) not in tried] for c in open_cells}
+    todo = {s: t for s, t in todo.items() if t}
+    if not todo:
+        return {}
+    per = max(1, math.ceil(workers / len(todo)))
+    groups: dict[tuple[int, ...], list[float]] = {}
+    for size, seeds in todo.items():
+        groups.setdefault(tuple(seeds[:per]), []).append(size)
+    return groups
+
+
+# ---- the whole placement ------------------------------------------------------------------------
+
+def _seeds(protocol: Protocol, n: int | None) -> list[int]:
+    seeds = list(protocol.seeds)
+    if n is None:
+        return seeds
+    if n < 1:
+        raise RecallLabError(f"--seeds must be >= 1, got {n}")
+    while len(seeds) < n:
+        seeds.append(max(seeds) + 1)
+    return seeds[:n]
+
+
+def _sizes(protocol: Protocol, tables: list[float] | None) -> list[float]:
+    known = [t.size for t in protocol.tables]
+    if not tables:
+        return known
+    for t in tables:
+        if t not in known:
+            raise RecallLabError(f"unknown table {t:g}: the reference's tables are "
+                                 f"{', '.join(f'{k:g}' for k in known)}")
+    sizes = [k for k in known if k in set(tables)]
+    cut = protocol.cut
+    if cut and any(s in cut["skip"] for s in sizes) and cut["size"] not in sizes:
+        raise RecallLabError(f"table {cut['skip'][0]:g} runs only after the cut rule reads "
+                             f"table {cut['size']:g}: add it to --tables")
+    return sizes
+
+
+def folder_name(label: str, table: dict, protocol_id: str) -> str:
+    digest = hashlib.sha256(json.dumps([table, protocol_id], sort_keys=True).encode())
+    slug = re.sub(r"[^A-Za-z0-9+._=-]", "_", label.replace(" / ", "-"))
+    return f"place-{slug}-{digest.hexdigest()[:8]}"
+
+
+def _protocol_id(folder: Path, protocol: Protocol) -> str:
+    """What identifies the reference for the placement folder's name: its protocol file and
+    experiment file's text."""
+    spec = (folder / "place.toml").read_text()
+    return hashlib.sha256(spec.encode() + json.dumps(
+        [protocol.base, [t.size for t in protocol.tables]], sort_keys=True).encode()).hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _pilot_lr(exp: Experiment, root: Path, tie: float) -> tuple[float | None, dict]:
+    accs: dict[float, float | None] = {}
+    for r in records(exp, root):
+        accs[r.config["train.lr"]] = r.metric("valid.acc") if r.status == "done" else None
+    return pick_lr(accs, tie), accs
+
+
+def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None = None,
+          seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
+          address: str | None = None, reference: str | Path | None = None, check: bool = True,
+          out: str | Path = "runs", monitor: Callable[[str], Monitor] | None = None,
+          say: Callable[[str], None] | None = None, plots: bool = True) -> dict:
+    """Place `mixer` (a built-in name, a zoo mixer, an import path or a plug-in; `kwargs` for
+    its class) against the reference (default: the shipped zoo-frontier). Returns the answer
+    (also answer.json in the placement folder)."""
+    say = say or (lambda _text: None)
+    started = time.perf_counter()
+    with open_reference(reference) as ref:
+        if not Path(ref).is_dir():
+            raise RecallLabError(f"reference folder {ref} does not exist")
+        protocol = read_protocol(ref)
+        rows, ref_groups = reference_rows(ref, protocol)
+        sizes = _sizes(protocol, tables)
+        seed_list = _seeds(protocol, seeds)
+        target = resolve_target(mixer, kwargs)  # a rejected kwarg or path ends here
+        table = mixer_table(mixer, kwargs)
+        label = mixer_row_label(mixer, kwargs)
+        probe = cells_experiment(protocol, table, sizes, seed_list, protocol.pilot["lrs"][0])
+        states = {numeric("task.levels", r.values["task.levels"]):
+                  run_state(r.config.to_json()) for r in probe.runs}
+        state = states[max(states)]
+        claims = make_claims(label, state, rows, sizes, protocol)
+        if check:
+            say(f"checking {label} (correctness rows of `recall-lab check`) ...")
+            failed = [c for c in run_checks(target, learning=False, speed=False)
+                      if c.correctness and c.passed is False]
+            if failed:
+                c = failed[0]
+                raise RecallLabError(f"{label} fails the check row '{c.name}': {c.value}"
+                                     f"{' (' + c.detail + ')' if c.detail else ''}; "
+                                     "nothing trained (--no-check places it anyway)")
+        folder = Path(out) / folder_name(label, table, _protocol_id(Path(ref), protocol))
+        folder.mkdir(parents=True, exist_ok=True)
+        plan_path = folder / PLAN
+        plan = ck.read_json(plan_path, "placement plan") if plan_path.is_file() else {}
+        plan = {**plan, "mixer": mixer, "kwargs": kwargs or None, "label": label,
+                "model": table, "state": _state_json(state),
+                "reference": {"name": protocol.name, "folder": None if reference is None
+                              else str(reference), "runs": sum(len(r.cells) for r in rows)},
+                "tables": sizes, "seeds": seed_list, "level": protocol.level,
+                "solve_at": protocol.solve_at, "pilot": protocol.pilot, "cut": protocol.cut,
+                "claims": claims, "written": plan.get("written") or _now()}
+        ck.write_json(plan_path, plan)
+        # the claims are recorded before the pilot's first run (as `sweep` records its own)
+        reg = prereg.register(folder, [_spec(c) for c in claims])
+        say(f"{len(claims)} claims recorded in {folder / prereg.CLAIMS} (registration {reg})")
+
+        pilot = pilot_experiment(protocol, table)
+        say(f"lr pilot: {len(pilot.runs)} runs at table {protocol.pilot['size']:g}, seed "
+            f"{protocol.pilot['seed']}")
+        sweep = _sweeper(folder, workers, threads, engine, address, monitor)
+        sweep(pilot, None)
+        lr, accs = _pilot_lr(pilot, folder, protocol.pilot["tie"])
+        if lr is None:
+            raise RecallLabError(f"no pilot run of {label} finished (see {folder / 'pilot'} "
+                                 "sweep.json for the errors)")
+        say(f"lr {lr:g} (pilot held-out accuracy: "
+            + ", ".join(f"{k:g}: {'-' if v is None else f'{v:.3f}'}" for k, v in accs.items())
+            + ")")
+        exp = cells_experiment(protocol, table, sizes, seed_list, lr)
+        tried: set[tuple[float, int]] = set()
+        rounds = 0
+        while True:
+            cells, verdicts, cut = evaluate(records(exp, folder), ref_groups, claims, protocol,
+                                            label)
+            batch = next_round(cells, tried, workers)
+            if not batch:
+                break
+            rounds += 1
+            for seed_group, group_sizes in batch.items():
+                levels = [protocol.table(s).levels for s in group_sizes]
+                say(f"round {rounds}: tables {', '.join(f'{s:g}' for s in group_sizes)}, seeds "
+                    f"{', '.join(map(str, seed_group))}")
+                only = {"task.levels": levels[0] if len(levels) == 1 else tuple(levels),
+                        "train.seed": seed_group[0] if len(seed_group) == 1
+                        else tuple(seed_group)}
+                tried |= {(s, x) for s in group_sizes for x in seed_group}
+                sweep(exp, only)
+        answer = build_answer(folder, plan, protocol, rows, ref_groups, exp, pilot, lr, accs,
+                              cells, verdicts, cut, label, state)
+        answer["wall_s_this_call"] = time.perf_counter() - started
+        answer["folder"] = str(folder)
+        write_answer(answer, folder, rows, plots=plots)
+        return answer
+
+
+def _sweeper(folder: Path, workers: int, threads: int, engine: str, address: str | None,
+             monitor: Callable[[str], Monitor] | None) -> Callable[[Experiment, dict | None],
+                                                                    dict]:
+    """One sweep of the placement's experiments (the lab's one way to run them), with a fresh
+    monitor per call (closed after it, where it has `close`)."""
+    def sweep(exp: Experiment, only: dict | None) -> dict:
+        mon = monitor(exp.name) if monitor else None
+        try:
+            return run_sweep(exp, folder, workers=workers, threads=threads, engine=engine,
+                             address=address, monitor=mon, only=only)
+        finally:
+            if mon is not None and hasattr(mon, "close"):
+                mon.close()
+    return sweep
+
+
+def _spec(claim: dict) -> dict:
+    """A claim as registered: its text and the groups and tables it reads."""
+    return {k: v for k, v in claim.items() if k in ("claim", "kind", "a", "b", "at", "level")}
+
+
+# ---- the answer ---------------------------------------------------------------------------------
+
+def _rate(r: stats.SolveRate) -> dict:
+    return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "text": r.text()}
+
+
+def _row_frontier(cells: list[Group]) -> dict:
+    pts = [(numeric("task.levels", g.values.get("task.levels")), g.solved) for g in cells
+           if g.solved.n]
+    lo, hi = stats.frontier_range(pts)
+    return {"frontier": stats.frontier(pts) or 0.0, "range": [lo, hi]}
+
+
+def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
+                 ref_groups: list[Group], exp: Experiment, pilot: Experiment, lr: float,
+                 accs: dict, cells: dict[float, Cell], verdicts: list[dict], cut: str | None,
+                 label: str, state: LayerState) -> dict:
+    mine = records(exp, folder)
+    done = [r for r in mine if r.status == "done"]
+    failed = [r for r in mine if r.status == "failed"]
+    pilot_done = [r for r in records(pilot, folder) if r.status == "done"]
+    planned = len(exp.runs)
+    cpu = sum(float((r.summary or {}).get("wall_s_this_session") or 0.0)
+              for r in done + pilot_done)
+    reg = prereg.read_registry(folder)
+    first = next((r["time"] for r in reg["registrations"]), None)
+    launched = [r.launched for r in mine + records(pilot, folder) if r.launched]
+    cell_rows = []
+    for size in sorted(cells):
+        c = cells[size]
+        g = c.group
+        cell_rows.append({"size": size, "table": _table_name(size, protocol),
+                          "status": c.status, "reason": c.reason,
+                          "solved": _rate(g.solved) if g is not None else None,
+                          "not_run": len(c.todo), "failed": sum(
+                              1 for r in (g.runs if g else []) if r.status == "failed")})
+    frontier = _row_frontier([cells[s].group for s in sorted(cells)
+                              if cells[s].group is not None])
+    compared = sorted({v["b"] for v in verdicts})
+    return {"mixer": plan["mixer"], "kwargs": plan["kwargs"], "label": label,
+            "state": _state_json(state), "reference": plan["reference"], "lr": lr,
+            "pilot": {f"{k:g}": v for k, v in accs.items()}, "cells": cell_rows,
+            "claims": verdicts, "cut": cut, "frontier": frontier,
+            "neighbours": {r.label: {"state": _state_json(r.state), "lr": r.lr,
+                                     "cells": {f"{s:g}": _rate(g.solved)
+                                               for s, g in sorted(r.cells.items())},
+                                     **_row_frontier(list(r.cells.values()))}
+                           for r in rows if r.label in compared},
+            "runs": {"planned": planned, "trained": len(done), "failed": len(failed),
+                     "saved": planned - len(done) - len(failed), "pilot": len(pilot_done),
+                     "training_s": cpu},
+            "registration": {"claims_recorded": first,
+                             "first_run_launched": min(launched) if launched else None,
+                             "before_every_run": bool(first and all(x >= first
+                                                                    for x in launched))},
+            "protocol": {"name": protocol.name, "tables": [t.size for t in protocol.tables],
+                         "names": {f"{t.size:g}": _table_name(t.size, protocol)
+                                   for t in protocol.tables},
+                         "seeds": plan["seeds"], "solve_at": protocol.solve_at,
+                         "level": protocol.level},
+            "figures": []}
+
+
+def row_line(answer: dict, protocol_sizes: list[float], table_names: dict[float, str]) -> tuple[
+        str, str]:
+    """The mixer's row in the reference README's table format (header, row)."""
+    head = ("| row (state per layer, numbers) | lr | "
+            + " | ".join(table_names[s] for s in protocol_sizes) + " | frontier [range] |")
+    by = {c["size"]: c for c in answer["cells"]}
+    texts = []
+    for s in protocol_sizes:
+        c = by.get(s)
+        if c is None or c["solved"] is None:
+            texts.append("-")
+        else:
+            t = c["solved"]["text"]
+            texts.append(t + (f" (stopped, {c['not_run']} not run)"
+                              if c["status"] == "settled" else ""))
+    f = answer["frontier"]
+    row = (f"| `{answer['label']}` ({answer['state']['text']}) | {answer['lr']:g} | "
+           + " | ".join(texts)
+           + f" | {f['frontier']:g} [{f['range'][0]:g}, {f['range'][1]:g}] |")
+    return head + "\n|" + " --- |" * (len(protocol_sizes) + 3), row
+
+
+def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
+    head, row = row_line(answer, sizes, names)
+    nb_lines = []
+    for label, n in answer["neighbours"].items():
+        cells = [n["cells"].get(f"{s:g}", {}).get("text", "-") for s in sizes]
+        nb_lines.append(f"| `{label}` ({n['state']['text']}) | "
+                        f"{'-' if n['lr'] is None else format(n['lr'], 'g')} | "
+                        + " | ".join(cells)
+                        + f" | {n['frontier']:g} [{n['range'][0]:g}, {n['range'][1]:g}] |")
+    r = answer["runs"]
+    reg = answer["registration"]
+    lines = [
+        f"# Placement: {answer['label']}", "",
+        f"Against the reference `{answer['reference']['name']}` "
+        f"({answer['reference']['runs']} cells of its rows), its protocol: tables "
+        + ", ".join(names[s] for s in sizes) + f", seeds {_seeds_text(answer['protocol'])}, "
+        f"solved = test accuracy >= {answer['protocol']['solve_at']:g}. Recurrent state per "
+        f"layer: {answer['state']['text']} (`state.run_state`). lr {answer['lr']:g} by the "
+        "pilot's rule (held-out accuracy per lr: "
+        + ", ".join(f"{k}: {'-' if v is None else f'{v:.3f}'}" for k, v in
+                    answer["pilot"].items()) + ").", "",
+        "## The row", "",
+        "Seeds solved with a Wilson 95% interval; \"stopped\": the cell stopped launching seeds "
+        "once its verdicts were settled (below); \"-\": not run (the cut rule, or not asked "
+        "for). The reference rows it is compared with below it.", "",
+        head, row, *nb_lines, "",
+        "## Claims and verdicts", "",
+        f"Written and recorded before the first run (claims.json: {reg['claims_recorded']}; "
+        f"first run launched {reg['first_run_launched'] or '-'}; "
+        f"{'before every run' if reg['before_every_run'] else 'NOT before every run'}). "
+        "Seeds solved: more / fewer = one-sided Fisher below the level in that direction, "
+        "else not separable; \"settled\": some seeds did not run and every outcome of theirs "
+        "gives the same verdict. Frontier: beyond / short of = the ranges the seeds' Wilson "
+        "intervals allow do not overlap.", "",
+        "| # | claim | verdict | what the runs say |", "| --- | --- | --- | --- |"]
+    for i, v in enumerate(answer["claims"], 1):
+        word = v["verdict"] + (" (settled)" if v.get("settled") else "")
+        if v["kind"] == "frontier" and v["verdict"] == "open":
+            word = "not settled (cells stopped before it was)"
+        if v["kind"] == "frontier":
+            a, b = v.get("a_frontier"), v.get("b_frontier")
+            detail = "" if not (a and b) else (
+                f"frontier: {answer['label']} {a['frontier']:g} [{a['range'][0]:g}, "
+                f"{a['range'][1]:g}] vs {v['b']} {b['frontier']:g} [{b['range'][0]:g}, "
+                f"{b['range'][1]:g}] (seeds run)")
+        else:
+            detail = v.get("detail", "")
+        lines.append(f"| {i} | {v['claim']} | **{word}** | {detail} |")
+    lines += ["", "## Cells: why each stopped", "",
+              "| table | seeds solved | status | why |", "| --- | --- | --- | --- |"]
+    for c in answer["cells"]:
+        lines.append(f"| {c['table']} | {c['solved']['text'] if c['solved'] else '-'} | "
+                     f"{c['status']} | {c['reason']} |")
+    lines += ["", f"Runs: {r['trained']} trained of the {r['planned']} the tables x seeds "
+              f"plan, {r['saved']} saved (stopped cells and the cut rule), {r['failed']} "
+              f"failed; {r['pilot']} pilot runs. Training loops: {r['training_s']:.0f} s "
+              "(the runs' own wall time, all sessions).", ""]
+    if answer["figures"]:
+        lines += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})"
+                                       for p in answer["figures"]]
+    return "\n".join(lines) + "\n"
+
+
+def _seeds_text(protocol: dict) -> str:
+    s = protocol["seeds"]
+    return f"{s[0]}-{s[-1]}" if s == list(range(s[0], s[-1] + 1)) and len(s) > 1 \
+        else ", ".join(map(str, s))
+
+
+def write_answer(answer: dict, folder: Path, rows: list[Row], plots: bool = True) -> list[Path]:
+    """report.md, answer.json, row.md and the figures into the placement folder."""
+    sizes = answer["protocol"]["tables"]
+    names = {s: answer["protocol"]["names"][f"{s:g}"] for s in sizes}
+    if plots:
+        answer["figures"] = [str(p) for p in place_figures(answer, rows, folder)]
+    head, row = row_line(answer, sizes, names)
+    (folder / "row.md").write_text(head + "\n" + row + "\n")
+    ck.write_json(folder / ANSWER, answer)
+    (folder / "report.md").write_text(_markdown(answer, sizes, names))
+    return [folder / "report.md", folder / ANSWER, folder / "row.md",
+            *map(Path, answer["figures"])]

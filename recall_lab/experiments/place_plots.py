@@ -1,0 +1,149 @@
+"""The two figures of a placement (`recall-lab place`): seeds solved against recurrent state per
+layer, one panel per table, with the placed mixer drawn over the reference's rows (Wilson 95%
+bars); and the frontier against state (the point frontier, bars for the range its seeds' Wilson
+intervals allow). One colour for the placed mixer, the reference rows muted (one grey-blue
+shade per family), rows whose state grows with the sequence as a dashed line, the legend
+outside the axes. matplotlib is imported when a figure is drawn (about 0.9 s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from recall_lab.experiments import stats
+
+MINE = "#d62728"  # the placed mixer
+MUTED = ("#8c9fb5", "#b5a68c", "#9fb58c", "#b58ca6", "#8cb5b0", "#a6a6a6", "#b5938c",
+         "#a08cb5")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+
+
+def _family(label: str) -> str:
+    return label.split(" / ")[0]
+
+
+def _styles(rows: list[Any]) -> dict[str, tuple[str, str]]:
+    fams = sorted({_family(r.label) for r in rows})
+    colour = {f: MUTED[i % len(MUTED)] for i, f in enumerate(fams)}
+    out, seen = {}, {}
+    for r in sorted(rows, key=lambda r: r.label):
+        f = _family(r.label)
+        seen[f] = seen.get(f, -1) + 1
+        out[r.label] = (colour[f], MARKERS[seen[f] % len(MARKERS)])
+    return out
+
+
+def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
+    """place-solved-state.png and place-frontier.png in `folder`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = answer["protocol"]["tables"]
+    names = answer["protocol"]["names"]
+    styles = _styles(rows)
+    mine_x = answer["state"]["numbers"]
+    fixed = [r for r in rows if r.state is not None and r.state.numbers is not None]
+    grows = [r for r in rows if r.state is not None and r.state.grows]
+    xs = [r.state.numbers for r in fixed] + ([mine_x] if mine_x else [])
+    x_lo, x_hi = (min(xs) / 1.6, max(xs) * 1.6) if xs else (1.0, 10.0)
+    paths = []
+
+    # 1. seeds solved against state, one panel per table
+    fig, axes = plt.subplots(1, len(sizes), figsize=(3.1 * len(sizes) + 2.6, 3.4),
+                             sharey=True, squeeze=False)
+    cells = {c["size"]: c for c in answer["cells"]}
+    for ax, size in zip(axes[0], sizes, strict=True):
+        for r in fixed:
+            g = r.cells.get(size)
+            if g is None or not g.solved.n:
+                continue
+            s = g.solved
+            colour, marker = styles[r.label]
+            ax.errorbar([r.state.numbers], [s.k / s.n], yerr=[[s.k / s.n - s.lo],
+                        [s.hi - s.k / s.n]], fmt=marker, color=colour, ms=5, capsize=2,
+                        lw=1, label=r.label, alpha=0.9)
+        for r in grows:
+            g = r.cells.get(size)
+            if g is not None and g.solved.n:
+                ax.axhline(g.solved.k / g.solved.n, color="#7f7f7f", ls="--", lw=1,
+                           label=f"{r.label} (grows with L)")
+        c = cells.get(size)
+        if c is not None and c["solved"] and c["solved"]["n"]:
+            s = c["solved"]
+            rate = s["k"] / s["n"]
+            if mine_x:
+                ax.errorbar([mine_x], [rate], yerr=[[rate - s["lo"]], [s["hi"] - rate]],
+                            fmt="*", color=MINE, ms=12, capsize=3, lw=2, zorder=5,
+                            label=f"{answer['label']} (placed)")
+            else:
+                ax.axhline(rate, color=MINE, lw=2, label=f"{answer['label']} (placed)")
+        ax.set_xscale("log")
+        ax.set_xlim(x_lo, x_hi)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_title(names[f"{size:g}"] + (" (cut)" if c and c["status"] == "cut" else ""),
+                     fontsize=10)
+        ax.set_xlabel("recurrent state per layer (numbers)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("seeds solved (Wilson 95%)")
+    handles, labels = {}, []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in handles:
+                handles[lab] = h
+                labels.append(lab)
+    fig.legend([handles[x] for x in labels], labels, loc="center left",
+               bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    fig.suptitle(f"{answer['label']} placed on {answer['reference']['name']}", fontsize=11)
+    fig.tight_layout()
+    path = Path(folder) / "place-solved-state.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    paths.append(path)
+
+    # 2. the frontier against state
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for r in fixed:
+        pts = [(s, g.solved) for s, g in r.cells.items() if g.solved.n]
+        if not pts:
+            continue
+        f, lo, hi = _frontier(pts)
+        colour, marker = styles[r.label]
+        ax.errorbar([r.state.numbers], [f], yerr=[[f - lo], [hi - f]], fmt=marker,
+                    color=colour, ms=6, capsize=3, lw=1, label=r.label)
+    for r in grows:
+        pts = [(s, g.solved) for s, g in r.cells.items() if g.solved.n]
+        if pts:
+            ax.axhline(_frontier(pts)[0] or 0.5, color="#7f7f7f", ls="--", lw=1,
+                       label=f"{r.label} (grows with L)")
+    fr = answer["frontier"]
+    y = [fr["frontier"] or 0.5]
+    err = [[y[0] - (fr["range"][0] or 0.5)], [(fr["range"][1] or 0.5) - y[0]]]
+    if mine_x:
+        ax.errorbar([mine_x], y, yerr=err, fmt="*", color=MINE, ms=14, capsize=4, lw=2,
+                    zorder=5, label=f"{answer['label']} (placed)")
+    else:
+        ax.axhline(y[0], color=MINE, lw=2, label=f"{answer['label']} (placed)")
+    ax.set_xscale("log")
+    ax.set_yscale("log", base=2)
+    ax.set_yticks([s for s in sizes] + [0.5])
+    ax.set_yticklabels([f"{s:g}" for s in sizes] + ["none"])
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_xlabel("recurrent state per layer (numbers)")
+    ax.set_ylabel("frontier: largest table solved\nin >= half the seeds [range]")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout()
+    path = Path(folder) / "place-frontier.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    paths.append(path)
+    return paths
+
+
+def _frontier(points: list) -> tuple[float, float, float]:
+    """(frontier, range low, range high); 0.5 stands for "none" on the log axis."""
+    f = stats.frontier(points) or 0.5
+    lo, hi = stats.frontier_range(points)
+    return f, lo or 0.5, hi or 0.5

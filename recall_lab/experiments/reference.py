@@ -1,0 +1,233 @@
+"""The frontier a mixer is placed against (`recall-lab place`): a reference folder and the
+protocol it was run under.
+
+A reference is a sweep's records without weights (`recall-lab archive`: sweep.json, claims.json,
+each run's config.json, summary.json and metrics.jsonl) plus `place.toml`, which says how to run
+the same protocol for a new mixer:
+
+    experiment = "zoo-frontier.toml"     # the experiment file the records came from, beside it:
+                                         # its [model], [train], [task] tables, its tables with
+                                         # their step budgets ([[link]] over task.levels), its
+                                         # seeds ([grid] train.seed), [report] metric, solve_at
+    [pilot]                              # the lr pilot's written rule
+    "task.levels" = [[16, 16]]           # the table it runs at
+    lrs = [1e-3, 3e-3, 1e-2]
+    seed = 30
+    tie = 0.01                           # best held-out accuracy; a difference below `tie` is
+                                         # a tie, and a tie goes to the smaller lr
+    [cut]                                # the cut rule (optional)
+    "task.levels" = [[16, 16]]           # the table whose count decides
+    at_least = 5                         # seeds solved there for a row to run ...
+    skip = [[[32, 32]]]                  # ... these tables
+
+The lab ships one reference, the zoo-frontier's 570 runs, as package data: a compressed archive
+(`recall_lab/experiments/reference_data/zoo-frontier.tar.xz`, about 0.4 MB for 12 MB of
+records) that `open_reference` unpacks into a temporary folder. `pack_reference` builds it
+(sorted members, no owners or times: the same files give the same bytes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from generators.errors import RecallLabError
+from recall_lab import checkpoint as ck
+from recall_lab.config import RUN_TABLES, read_toml
+from recall_lab.experiments.archive import RUN_FILES
+from recall_lab.experiments.claims import CLAIMS
+from recall_lab.experiments.engine import INDEX
+from recall_lab.experiments.grid import flatten, numeric
+
+PLACE = "place.toml"
+SHIPPED = "zoo-frontier"
+DATA = "reference_data"
+
+
+@dataclass(frozen=True)
+class Table:
+    levels: list  # task.levels as written, e.g. [[16, 16]]
+    steps: int  # its step budget
+    size: float  # `grid.numeric`: the number of entries
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How the reference's rows were run, for one new row."""
+
+    name: str  # the reference experiment's name
+    base: dict  # {"model", "train", "task"}: the experiment's base tables
+    tables: list[Table]
+    seeds: list[int]
+    metric: str
+    solve_at: float
+    pilot: dict  # {"levels", "steps", "lrs", "seed", "tie"}
+    cut: dict | None  # {"levels", "size", "at_least", "skip": [sizes]}
+    level: float = 0.05
+
+    def table(self, size: float) -> Table:
+        return next(t for t in self.tables if t.size == size)
+
+
+def shipped_archive() -> Path:
+    return Path(str(resources.files("recall_lab.experiments") / DATA / f"{SHIPPED}.tar.xz"))
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    with tarfile.open(archive, "r:xz") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python before 3.11.4
+            for m in tar.getmembers():
+                if m.name.startswith(("/", "..")) or ".." in Path(m.name).parts:
+                    raise RecallLabError(f"{archive}: unsafe member {m.name}")
+            tar.extractall(dest)
+
+
+@contextlib.contextmanager
+def open_reference(folder: str | Path | None = None) -> Iterator[Path]:
+    """The reference folder: `folder` itself, or (None) the shipped archive unpacked into a
+    temporary folder that lives as long as the context."""
+    if folder is not None:
+        yield Path(folder)
+        return
+    archive = shipped_archive()
+    if not archive.is_file():
+        raise RecallLabError(f"this installation of recall-lab carries no reference records "
+                             f"({archive} is missing): pass --reference FOLDER")
+    with tempfile.TemporaryDirectory(prefix="recall-lab-reference-") as tmp:
+        _extract(archive, Path(tmp))
+        yield Path(tmp)
+
+
+def _levels_table(data: dict, where: str) -> tuple[list, list]:
+    """(levels, steps) of the experiment's tables: the [[link]] (or [grid] axis) over
+    task.levels, with train.steps linked to it or the base budget."""
+    steps = (data.get("train") or {}).get("steps")
+    for link in (data.get("link") or []) + [data.get("grid") or {}]:
+        flat = flatten(link) if isinstance(link, dict) else {}
+        if "task.levels" in flat:
+            levels = flat["task.levels"]
+            budget = flat.get("train.steps", [steps] * len(levels))
+            if not isinstance(budget, list) or len(budget) != len(levels):
+                break
+            return levels, budget
+    levels = (data.get("task") or {}).get("levels")
+    if levels is None or steps is None:
+        raise RecallLabError(f"{where}: no tables (task.levels) with a step budget")
+    return [levels], [steps]
+
+
+def read_protocol(folder: Path) -> Protocol:
+    """The protocol of the reference in `folder` (one clear line where it has none)."""
+    path = Path(folder) / PLACE
+    if not path.is_file():
+        raise RecallLabError(f"reference folder {folder} has no {PLACE} (the protocol `place` "
+                             "runs: see docs/place.md)")
+    spec = read_toml(path)
+    exp_path = Path(folder) / str(spec.get("experiment", ""))
+    if not spec.get("experiment") or not exp_path.is_file():
+        raise RecallLabError(f"{path}: `experiment` must name the experiment file beside it")
+    data = read_toml(exp_path)
+    where = str(exp_path)
+    if "base" in data:
+        raise RecallLabError(f"{where}: a reference experiment file must hold its own tables "
+                             "(no `base`)")
+    base = {t: dict(data.get(t) or {}) for t in RUN_TABLES}
+    levels, budgets = _levels_table(data, where)
+    tables = []
+    for lv, st in zip(levels, budgets, strict=True):
+        size = numeric("task.levels", lv)
+        if size is None or not isinstance(st, int):
+            raise RecallLabError(f"{where}: table {lv!r} with budget {st!r} is not a table")
+        tables.append(Table(lv, st, size))
+    seeds = flatten(data.get("grid") or {}).get("train.seed")
+    if not isinstance(seeds, list) or not seeds:
+        raise RecallLabError(f"{where}: no [grid] train.seed list (the seeds per cell)")
+    report = data.get("report") or {}
+    pilot = spec.get("pilot") or {}
+    need = ("task.levels", "lrs", "seed")
+    if any(k not in pilot for k in need):
+        raise RecallLabError(f"{path}: [pilot] needs {', '.join(need)}")
+    p_size = numeric("task.levels", pilot["task.levels"])
+    if p_size not in {t.size for t in tables}:
+        raise RecallLabError(f"{path}: the pilot's table is none of the experiment's tables")
+    p_steps = next(t.steps for t in tables if t.size == p_size)
+    cut = spec.get("cut")
+    if cut is not None:
+        c_size = numeric("task.levels", cut.get("task.levels"))
+        skip = [numeric("task.levels", s) for s in cut.get("skip") or []]
+        sizes = {t.size for t in tables}
+        if c_size not in sizes or not skip or any(s not in sizes for s in skip) \
+                or not isinstance(cut.get("at_least"), int):
+            raise RecallLabError(f"{path}: [cut] needs task.levels and skip among the "
+                                 "experiment's tables, and an integer at_least")
+        cut = {"levels": cut["task.levels"], "size": c_size, "at_least": cut["at_least"],
+               "skip": skip}
+    return Protocol(name=str(data.get("name", exp_path.stem)), base=base, tables=tables,
+                    seeds=[int(s) for s in seeds], metric=str(report.get("metric", "test.acc")),
+                    solve_at=float(report.get("solve_at", 0.95)),
+                    pilot={"levels": pilot["task.levels"], "size": p_size, "steps": p_steps,
+                           "lrs": [float(x) for x in pilot["lrs"]], "seed": int(pilot["seed"]),
+                           "tie": float(pilot.get("tie", 0.01))},
+                    cut=cut, level=float(spec.get("level", 0.05)))
+
+
+def pick_lr(results: dict[float, float | None], tie: float) -> float | None:
+    """The pilot's written rule: the lr with the best held-out accuracy; a difference below
+    `tie` is a tie, and a tie goes to the smaller lr. None when no run finished."""
+    done = {lr: acc for lr, acc in results.items() if acc is not None}
+    if not done:
+        return None
+    best = max(done.values())
+    return min(lr for lr, acc in done.items() if best - acc < tie)
+
+
+def pack_reference(records: Path, files: list[Path], dest: Path) -> int:
+    """Write `dest` (a .tar.xz) from a sweep archive `records` (its index, claims and each
+    finished run's records) and `files` (place.toml, the experiment file) at its top. Members
+    sorted, owners and times zeroed. Returns the number of runs."""
+    index = ck.read_json(Path(records) / INDEX, "sweep index")
+    members: list[tuple[str, Path]] = [(p.name, p) for p in files]
+    members += [(name, Path(records) / name) for name in (INDEX, CLAIMS)
+                if (Path(records) / name).is_file()]
+    n = 0
+    for entry in index.get("runs", []):
+        run = Path(records) / entry["name"]
+        if not (run / ck.SUMMARY).is_file():
+            continue
+        n += 1
+        members += [(f"{entry['name']}/{f}", run / f) for f in RUN_FILES if (run / f).is_file()]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
+        for name, path in sorted(members):
+            info = tarfile.TarInfo(name)
+            data = path.read_bytes()
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    Path(dest).parent.mkdir(parents=True, exist_ok=True)
+    Path(dest).write_bytes(buf.getvalue())
+    return n
+
+
+def copy_reference(src: Path, dest: Path) -> None:
+    """A reference folder copied (tests: a shipped reference to edit)."""
+    shutil.copytree(src, dest)
+
+
+def record_count(folder: Path) -> int:
+    index = ck.read_json(Path(folder) / INDEX, "sweep index") \
+        if (Path(folder) / INDEX).is_file() else {}
+    return sum(1 for e in index.get("runs", []) if isinstance(e, dict))
+
+
+__all__: list[Any] = ["PLACE", "Protocol", "Table", "open_reference", "pack_reference",
+                      "pick_lr", "read_protocol", "shipped_archive"]

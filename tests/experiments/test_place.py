@@ -1,0 +1,271 @@
+"""`place` (recall_lab/experiments/place.py): the shipped reference loads from the package data,
+the claims are recorded before the first run, a cell stops launching seeds exactly when no
+outcome of its remaining seeds can change any of its verdicts (both directions, hand-built
+outcomes), the cut rule gates the table it skips, bad input is refused with nothing written, and
+an interrupted placement resumes with its finished runs."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from scipy.stats import fisher_exact
+
+from generators.errors import RecallLabError
+from recall_lab.experiments import place as pl
+from recall_lab.experiments.claims import read_registry
+from recall_lab.experiments.reference import (
+    open_reference,
+    pick_lr,
+    read_protocol,
+    shipped_archive,
+)
+from recall_lab.experiments.report import RunRecord, load_runs
+from tests.cli_checks import fails_with
+
+from .place_fixtures import EXPERIMENT, PLACE, Peek, make_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+ZOO = ROOT / "docs" / "results" / "zoo-frontier"
+
+
+# ---- the shipped reference ----------------------------------------------------------------------
+
+def test_the_shipped_reference_is_package_data_and_holds_the_zoo_frontier_records():
+    archive = shipped_archive()
+    assert archive.parent.parent == ROOT / "recall_lab" / "experiments"  # the package's folder
+    with tarfile.open(archive, "r:xz") as tar:
+        names = set(tar.getnames())
+        index = json.loads(tar.extractfile("sweep.json").read())
+    on_disk = json.loads((ZOO / "runs" / "sweep.json").read_text())
+    assert index == on_disk  # the archive holds the committed records, not a stale copy
+    runs = [e["name"] for e in on_disk["runs"]]
+    assert len(runs) == 570
+    assert {f"{r}/{f}" for r in runs for f in ("config.json", "summary.json",
+                                               "metrics.jsonl")} <= names
+    assert not any(n.endswith((".safetensors", ".pt")) for n in names)  # no weights
+    with open_reference() as folder:
+        protocol = read_protocol(folder)
+        runs_loaded, _ = load_runs([folder])
+    assert len(runs_loaded) == 570
+    assert [t.size for t in protocol.tables] == [4, 8, 16, 32]
+    assert [t.steps for t in protocol.tables] == [2500, 2500, 2500, 5000]
+    assert protocol.seeds == list(range(10)) and protocol.solve_at == 0.95
+    assert protocol.pilot["lrs"] == [1e-3, 3e-3, 1e-2] and protocol.pilot["seed"] == 30
+    assert protocol.cut == {"levels": [[16, 16]], "size": 16, "at_least": 5, "skip": [32]}
+
+
+def test_the_pilot_rule_gives_the_zoo_frontiers_lrs():
+    """zoo-frontier-lr.toml's rule on its own records gives the lrs zoo-frontier.toml uses."""
+    runs, _ = load_runs([ZOO / "lr-pilot" / "runs"])
+    rows: dict[str, dict[float, float]] = {}
+    for r in runs:
+        row = json.dumps([r.config["model.name"], r.tables["model"].get("mixer_kwargs")],
+                         sort_keys=True)
+        rows.setdefault(row, {})[r.config["train.lr"]] = r.metric("valid.acc")
+    picks = {json.loads(k)[0] + json.dumps(json.loads(k)[1], sort_keys=True): pick_lr(v, 0.01)
+             for k, v in rows.items()}
+    assert picks['linear-attn{"feature_dim": 2, "feature_map": "taylor"}'] == 3e-3
+    assert picks['based{"feature_dim": 2}'] == 3e-3
+    assert picks['based{"feature_dim": 8}'] == 1e-3
+    assert picks['deltanet{"expand_k": 0.25, "num_heads": 4}'] == 1e-3
+    assert picks['gla{"num_heads": 16}'] == 1e-3
+
+
+def test_pick_lr_ties_go_to_the_smaller_lr():
+    assert pick_lr({1e-3: 0.95, 3e-3: 0.955, 1e-2: 0.97}, 0.01) == 1e-2
+    assert pick_lr({1e-3: 0.965, 3e-3: 0.955, 1e-2: 0.97}, 0.01) == 1e-3
+    assert pick_lr({1e-3: None, 3e-3: None}, 0.01) is None
+
+
+# ---- settlement by hand-built outcomes ----------------------------------------------------------
+
+MIXER, KWARGS = "gla", {"num_heads": 2}  # 160 numbers per layer: between the rows' 128 and 224
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    ref = make_reference(tmp_path_factory.mktemp("ref") / "ref")
+    protocol = read_protocol(ref)
+    rows, groups = pl.reference_rows(ref, protocol)
+    return ref, protocol, rows, groups
+
+
+def _mine(protocol, outcomes: dict[float, tuple[int, int]], seeds: int = 8) -> list[RunRecord]:
+    """The mixer's runs: per table (seeds solved, seeds done); the rest not run."""
+    exp = pl.cells_experiment(protocol, pl.mixer_table(MIXER, KWARGS), [2.0, 3.0],
+                              list(range(seeds)), 3e-3)
+    out = []
+    for r in pl.records(exp, Path("/nonexistent")):
+        solved, done = outcomes.get(float(r.config["task.levels"][0][1]), (0, 0))
+        seed = r.config["train.seed"]
+        if seed < done:
+            acc = 1.0 if seed < solved else 0.3
+            r.status, r.summary = "done", {"valid": {"acc": acc}, "test": {"acc": acc},
+                                           "steps": 6, "stopped_at": 6, "best_step": 6}
+        out.append(r)
+    return out
+
+
+def _cells(tiny, outcomes, place_toml=None):
+    _, protocol, rows, groups = tiny
+    if place_toml is not None:
+        protocol = place_toml
+    state = pl.run_state(pl.cells_experiment(protocol, pl.mixer_table(MIXER, KWARGS), [2.0],
+                                             [0], 3e-3).runs[0].config.to_json())
+    label = pl.mixer_row_label(MIXER, KWARGS)
+    claims = pl.make_claims(label, state, rows, [2.0, 3.0], protocol)
+    cells, verdicts, cut = pl.evaluate(_mine(protocol, outcomes), groups, claims, protocol,
+                                       label)
+    return cells, verdicts, cut, claims
+
+
+def test_the_claims_compare_with_the_rows_nearest_below_and_above_in_state(tiny):
+    _, _, rows, _ = tiny
+    *_, claims = _cells(tiny, {})
+    solved = [c for c in claims if c["kind"] == "solved"]
+    assert {(c["size"], c["b"]["place.row"]) for c in solved} == {
+        (s, r) for s in (2.0, 3.0) for r in ("gla / num_heads=4", "gla / num_heads=1")}
+    states = {r.label: r.state.numbers for r in rows}
+    assert states["gla / num_heads=4"] < 160 < states["gla / num_heads=1"]  # the mixer between
+    assert all("more, fewer" in c["claim"] and "not separable" in c["claim"] for c in solved)
+
+
+# The rows solved 8/8 at table 2 and 0/8 at table 3. One-sided Fisher at 0.05 (scipy, 8 seeds a
+# side): k/8 against 8/8 is "fewer" for k <= 4 (p = 0.0385 at 4, 0.1 at 5); k/8 against 0/8 is
+# "more" for k >= 4.
+@pytest.mark.parametrize("outcome, status, verdict", [
+    ((5, 5), "settled", "not separable"),  # 5..8 of 8 are all not separable: stop, 3 saved
+    ((4, 4), "open", "open"),  # 4 of 8 would be "fewer", 5 of 8 not: not before
+    ((0, 4), "settled", "fewer"),  # 0..4 of 8: all "fewer"
+    ((0, 3), "open", "open"),  # 5 of 8 would be not separable
+    ((8, 8), "complete", "not separable"),
+])
+def test_a_cell_against_solved_rows_stops_exactly_when_settled(tiny, outcome, status, verdict):
+    assert fisher_exact([[4, 4], [8, 0]], alternative="less").pvalue < 0.05
+    assert fisher_exact([[5, 3], [8, 0]], alternative="less").pvalue >= 0.05
+    cells, verdicts, *_ = _cells(tiny, {2.0: outcome})
+    assert cells[2.0].status == status
+    assert {v["verdict"] for v in verdicts if v.get("size") == 2.0} == {verdict}
+    assert cells[2.0].todo == list(range(outcome[1], 8))
+
+
+@pytest.mark.parametrize("outcome, status, verdict", [
+    ((4, 4), "settled", "more"),  # 4..8 of 8 against 0/8: all "more"
+    ((3, 3), "open", "open"),  # 3 of 8 would not be separable
+    ((0, 5), "settled", "not separable"),  # at most 3 of 8
+])
+def test_a_cell_against_unsolved_rows_stops_exactly_when_settled(tiny, outcome, status,
+                                                                 verdict):
+    assert fisher_exact([[4, 4], [0, 8]], alternative="greater").pvalue < 0.05
+    assert fisher_exact([[3, 5], [0, 8]], alternative="greater").pvalue >= 0.05
+    cells, verdicts, *_ = _cells(tiny, {3.0: outcome})
+    assert cells[3.0].status == status
+    assert {v["verdict"] for v in verdicts if v.get("size") == 3.0} == {verdict}
+
+
+def test_the_cut_rule_gates_the_table_it_skips(tiny, tmp_path):
+    ref = make_reference(tmp_path / "ref", place=PLACE + '[cut]\n"task.levels" = [[2, 2]]\n'
+                         'at_least = 5\nskip = [[[3, 3]]]\n')
+    protocol = read_protocol(ref)
+    # table 2 settled (5 of 5 solved against 8/8) and its count decided: table 3 runs
+    cells, _, cut, _ = _cells(tiny, {2.0: (5, 5)}, protocol)
+    assert cut == "run" and cells[3.0].status == "open"
+    # 4 of 4: the count can still go either way: table 2 stays open, table 3 waits
+    cells, _, cut, _ = _cells(tiny, {2.0: (4, 4)}, protocol)
+    assert cut is None and cells[2.0].status == "open" and cells[3.0].status == "waiting"
+    # 0 of 4 solved, 4 to run: at most 4 < 5: cut; table 3 leaves the evaluation
+    cells, verdicts, cut, _ = _cells(tiny, {2.0: (0, 4)}, protocol)
+    assert cut == "cut" and cells[3.0].status == "cut" and cells[3.0].group is None
+    assert {v["verdict"] for v in verdicts if v.get("size") == 3.0} == {"not run"}
+
+
+def test_next_round_takes_each_open_cells_next_seeds(tiny):
+    cells, *_ = _cells(tiny, {2.0: (0, 3), 3.0: (1, 1)})
+    assert {c.status for c in cells.values()} == {"open"}
+    assert pl.next_round(cells, set(), workers=2) == {(3,): [2.0], (1,): [3.0]}
+    assert pl.next_round(cells, set(), workers=4) == {(3, 4): [2.0], (1, 2): [3.0]}
+    assert pl.next_round(cells, {(2.0, 3), (3.0, 1)}, workers=1) == {(4,): [2.0], (2,): [3.0]}
+
+
+# ---- bad input ----------------------------------------------------------------------------------
+
+def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path):
+    ref = tiny[0]
+    out = tmp_path / "out"
+    fails_with(["place", MIXER, "--kwargs", '{"num_heads": 2}', "--reference", ref,
+                "--tables", "5", "--no-check", "--out", out], "unknown table 5")
+    fails_with(["place", MIXER, "--kwargs", '{"num_heads": 2, "colour": 1}', "--reference",
+                ref, "--no-check", "--out", out], "colour")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "place.toml").write_text(PLACE)  # a protocol, but no records
+    (empty / "tiny-frontier.toml").write_text(EXPERIMENT)
+    fails_with(["place", MIXER, "--reference", empty, "--no-check", "--out", out],
+               "no runs found")
+    fails_with(["place", MIXER, "--reference", tmp_path / "nowhere", "--out", out],
+               "does not exist")
+    assert not out.exists()
+
+
+def test_a_mixer_that_fails_a_correctness_row_is_refused_before_training(tiny, tmp_path):
+    with pytest.raises(RecallLabError, match="fails the check row"):
+        pl.place(f"{Peek.__module__}:Peek", reference=tiny[0], out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- a whole placement, interrupted and resumed -------------------------------------------------
+
+def test_claims_come_first_and_a_stopped_placement_resumes(tiny, tmp_path, monkeypatch):
+    ref = make_reference(tmp_path / "ref")  # the rows solve 8/8 at 2 pairs, 0/8 at 3
+    out = tmp_path / "out"
+    real = pl.run_sweep
+    calls: list[tuple[str, int]] = []
+
+    def first_call(exp, root, **kw):
+        if not calls:  # nothing ran yet: the claims are already recorded
+            regs = read_registry(Path(root))["registrations"]
+            assert regs and regs[0]["claims"]
+        index = real(exp, root, **kw)
+        calls.append((exp.name, index["counts"]["ran"]))
+        if exp.name == "cells":
+            raise KeyboardInterrupt  # as Ctrl-C after the first round
+        return index
+
+    monkeypatch.setattr(pl, "run_sweep", first_call)
+    # 4 seeds at 3 pairs against 0/8: 3 of 4 would be "more" (p = 0.018), so one unsolved seed
+    # cannot settle the cell; two can (at most 2 of 4: p = 0.09, not separable)
+    assert fisher_exact([[3, 1], [0, 8]], alternative="greater").pvalue < 0.05
+    assert fisher_exact([[2, 2], [0, 8]], alternative="greater").pvalue >= 0.05
+    with pytest.raises(KeyboardInterrupt):
+        pl.place(MIXER, KWARGS, tables=[3.0], seeds=4, reference=ref, check=False, out=out,
+                 plots=False)
+    assert calls == [("pilot", 1), ("cells", 1)]
+    folder = next(out.glob("place-*"))
+    first = next((folder / "cells").glob("s0-*"))
+    before = (first / "summary.json").read_bytes()
+
+    def again(exp, root, **kw):
+        index = real(exp, root, **kw)
+        calls.append((exp.name, index["counts"]["ran"]))
+        return index
+
+    monkeypatch.setattr(pl, "run_sweep", again)
+    answer = pl.place(MIXER, KWARGS, tables=[3.0], seeds=4, reference=ref, check=False,
+                      out=out, plots=False)
+    assert (first / "summary.json").read_bytes() == before  # reused, not trained again
+    assert calls[2:] == [("pilot", 0), ("cells", 1)]
+    reg = answer["registration"]
+    assert reg["before_every_run"] and reg["claims_recorded"] <= reg["first_run_launched"]
+    cell = answer["cells"][0]
+    # the 6-step runs do not solve (test accuracy < 0.9): stopped after 2 of 4 seeds
+    assert cell["solved"]["k"] == 0
+    assert cell["status"] == "settled" and cell["solved"]["n"] == 2 and cell["not_run"] == 2
+    assert answer["runs"] == {**answer["runs"], "planned": 4, "trained": 2, "saved": 2}
+    assert {"report.md", "row.md", "answer.json", "claims.json", "place.json"} <= {
+        p.name for p in folder.iterdir()}
+    row = (folder / "row.md").read_text().splitlines()[-1]
+    assert row.startswith("| `gla / num_heads=2` (") and "0/2 [0.00, 0.66] (stopped, 2 not run)" \
+        in row
