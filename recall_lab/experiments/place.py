@@ -457,7 +457,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         plan = {**plan, "mixer": mixer, "kwargs": kwargs or None, "label": label,
                 "model": table, "state": _state_json(state),
                 "reference": {"name": protocol.name, "folder": None if reference is None
-                              else str(reference), "runs": sum(len(r.cells) for r in rows)},
+                              else str(reference), "cells": sum(len(r.cells) for r in rows)},
                 "tables": sizes, "seeds": seed_list, "level": protocol.level,
                 "solve_at": protocol.solve_at, "pilot": protocol.pilot, "cut": protocol.cut,
                 "claims": claims, "written": plan.get("written") or _now()}
@@ -625,7 +625,7 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
     lines = [
         f"# Placement: {answer['label']}", "",
         f"Against the reference `{answer['reference']['name']}` "
-        f"({answer['reference']['runs']} cells of its rows), its protocol: tables "
+        f"({answer['reference']['cells']} cells of its rows), its protocol: tables "
         + ", ".join(names[s] for s in sizes) + f", seeds {_seeds_text(answer['protocol'])}, "
         f"solved = test accuracy >= {answer['protocol']['solve_at']:g}. Recurrent state per "
         f"layer: {answer['state']['text']} (`state.run_state`). lr {answer['lr']:g} by the "
