@@ -82,7 +82,7 @@ def test_pick_lr_ties_go_to_the_smaller_lr():
 
 # ---- settlement by hand-built outcomes ----------------------------------------------------------
 
-MIXER, KWARGS = "gla", {"num_heads": 2}  # its recurrent state lies between the two GLA rows'
+MIXER, KWARGS = "gla", {"num_heads": 2}  # its recurrent state lies between the two GLA rows
 
 
 @pytest.fixture(scope="module")
