@@ -101,3 +101,18 @@ def test_installed_cli_lists_trains_and_reports(installed):
     _run([cli, "report", runs, "--no-plots"], work, env)
     report = json.loads((runs / "report.json").read_text())
     assert "mamba" in json.dumps(report)
+
+
+def test_installed_place_finds_its_shipped_reference(installed):
+    """`place`'s reference (the zoo-frontier's records) is package data: it loads from the
+    installed wheel, outside the checkout."""
+    bin_dir, work, env = installed
+    out = _run([bin_dir / "python", "-c", "import recall_lab.experiments.reference as r\n"
+                "from recall_lab.experiments.report import load_runs\n"
+                "print(r.shipped_archive())\n"
+                "with r.open_reference() as f:\n"
+                "    p = r.read_protocol(f)\n"
+                "    print(len(load_runs([f])[0]), [t.size for t in p.tables])\n"],
+               work, env).stdout.split("\n")
+    assert Path(out[0]).is_relative_to(bin_dir.parent)  # the wheel's copy
+    assert out[1] == "570 [4.0, 8.0, 16.0, 32.0]"

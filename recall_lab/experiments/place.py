@@ -339,10 +339,11 @@ def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
     if cut == "cut":
         for s in skip:
             if protocol.cut and any(s == t.size for t in protocol.tables):
+                read = by_size[protocol.cut["size"]].solved
                 cells[s] = Cell(s, None, "cut", (
-                    f"cut: solved {by_size[protocol.cut['size']].solved.k} of the "
-                    f"{protocol.cut['size']:g} table's seeds, fewer than "
-                    f"{protocol.cut['at_least']} (the reference's rule)"), [], [])
+                    f"the cut rule: {read.k} of {read.n} seeds solved at table "
+                    f"{protocol.cut['size']:g}, fewer than the {protocol.cut['at_least']} it "
+                    "needs"), [], [])
     return cells, verdicts, cut
 
 

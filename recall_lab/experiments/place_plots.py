@@ -39,6 +39,11 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def numbers(ax) -> None:  # 1,000 rather than 10^3; no labels on the minor ticks
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
 
     sizes = answer["protocol"]["tables"]
     names = answer["protocol"]["names"]
@@ -81,6 +86,7 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
                 ax.axhline(rate, color=MINE, lw=2, label=f"{answer['label']} (placed)")
         ax.set_xscale("log")
         ax.set_xlim(x_lo, x_hi)
+        numbers(ax)
         ax.set_ylim(-0.05, 1.05)
         ax.set_title(names[f"{size:g}"] + (" (cut)" if c and c["status"] == "cut" else ""),
                      fontsize=10)
@@ -130,6 +136,7 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
     ax.set_yticks([s for s in sizes] + [0.5])
     ax.set_yticklabels([f"{s:g}" for s in sizes] + ["none"])
     ax.set_xlim(x_lo, x_hi)
+    numbers(ax)
     ax.set_xlabel("recurrent state per layer (numbers)")
     ax.set_ylabel("frontier: largest table solved\nin >= half the seeds [range]")
     ax.grid(alpha=0.3)

@@ -271,3 +271,24 @@ def test_claims_come_first_and_a_stopped_placement_resumes(tiny, tmp_path, monke
     row = (folder / "row.md").read_text().splitlines()[-1]
     assert row.startswith("| `gla / num_heads=2` (") and "0/2 [0.00, 0.66] (stopped, 2 not run)" \
         in row
+
+
+def test_a_zoo_row_placed_again_gets_its_archived_configs():
+    """DeltaNet with 4 heads of key width 4, placed against the shipped zoo-frontier: its pilot
+    runs are the lr pilot's and its cells (at the lr the pilot's rule picked there, 1e-3) the
+    zoo-frontier's, config for config (same hashes), so each trains to the archived numbers."""
+    kwargs = {"num_heads": 4, "expand_k": 0.25}
+    table = pl.mixer_table("deltanet", kwargs)
+    with open_reference() as folder:
+        protocol = read_protocol(folder)
+    cells = pl.cells_experiment(protocol, table, [4.0, 8.0, 16.0, 32.0], protocol.seeds, 1e-3)
+    archived = json.loads((ZOO / "runs" / "sweep.json").read_text())["runs"]
+    mine = {e["hash"] for e in archived if e["config"]["model"]["name"] == "deltanet"
+            and e["config"]["model"]["mixer_kwargs"] == kwargs}
+    assert len(mine) == 40 and {r.hash for r in cells.runs} == mine
+    pilot = pl.pilot_experiment(protocol, table)
+    runs, _ = load_runs([ZOO / "lr-pilot" / "runs"])
+    pilot_archived = {r.folder.name.rsplit("-", 1)[1] for r in runs
+                      if r.tables["model"].get("mixer_kwargs") == kwargs
+                      and r.config["model.name"] == "deltanet"}
+    assert len(pilot_archived) == 3 and {r.hash for r in pilot.runs} == pilot_archived
