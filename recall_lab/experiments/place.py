@@ -227,10 +227,11 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
     for size in sizes:
         lv = protocol.table(size).levels
         for nb in neighbours(rows, state, size):
-            where = "at or below" if (state.numbers is not None and nb.state.numbers
-                                      <= state.numbers) else "above"
             if state.numbers is None:
-                where = "beside (both grow with the sequence)"
+                where = ("beside (both grow with the sequence)" if state.grows else
+                         "whose state grows (attention: this mixer's state is unknown), beside")
+            else:
+                where = "at or below" if nb.state.numbers <= state.numbers else "above"
             claims.append({
                 "claim": (f"at {_table_name(size, protocol)}: seeds solved by {label} "
                           f"({state.text()} per layer) against {_who(nb)}, the nearest row "
@@ -289,6 +290,7 @@ def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
     by_size = {numeric("task.levels", g.values["task.levels"]): g for g in groups}
     cut = _cut_decision(protocol, by_size)
     skip = set(protocol.cut["skip"]) if protocol.cut else set()
+    gates = bool(skip & set(by_size))  # a table the cut rule gates is in the plan
     if cut == "cut":  # the skipped tables' runs leave the evaluation, as the reference's did
         by_size = {s: g for s, g in by_size.items() if s not in skip}
     for s, g in by_size.items():
@@ -314,10 +316,11 @@ def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
                              "b_frontier": v.get("b")})
     cells = {}
     for s, g in sorted(by_size.items()):
-        todo = sorted(r.config["train.seed"] for r in g.runs if r.status == "missing")
+        # seeds not run yet, and failed ones (retried once per call: `next_round`'s `tried`)
+        todo = sorted(r.config["train.seed"] for r in g.runs if r.status != "done")
         mine_v = [v for v in verdicts if v["kind"] == "solved" and v["size"] == s]
         open_claims = [v for v in mine_v if v["verdict"] == "open"]
-        reads_cut = protocol.cut is not None and s == protocol.cut["size"] and cut is None
+        reads_cut = gates and s == protocol.cut["size"] and cut is None
         if s in skip and cut is None:
             status, reason = "waiting", (f"waits for the cut rule (the {protocol.cut['size']:g} "
                                          "table's count)")
@@ -558,11 +561,11 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
     for size in sorted(cells):
         c = cells[size]
         g = c.group
+        n_failed = sum(1 for r in (g.runs if g else []) if r.status == "failed")
         cell_rows.append({"size": size, "table": _table_name(size, protocol),
                           "status": c.status, "reason": c.reason,
                           "solved": _rate(g.solved) if g is not None else None,
-                          "not_run": len(c.todo), "failed": sum(
-                              1 for r in (g.runs if g else []) if r.status == "failed")})
+                          "not_run": len(c.todo) - n_failed, "failed": n_failed})
     frontier = _row_frontier([cells[s].group for s in sorted(cells)
                               if cells[s].group is not None])
     compared = sorted({v["b"] for v in verdicts})

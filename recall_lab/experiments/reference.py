@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
@@ -218,16 +216,5 @@ def pack_reference(records: Path, files: list[Path], dest: Path) -> int:
     return n
 
 
-def copy_reference(src: Path, dest: Path) -> None:
-    """A reference folder copied (tests: a shipped reference to edit)."""
-    shutil.copytree(src, dest)
-
-
-def record_count(folder: Path) -> int:
-    index = ck.read_json(Path(folder) / INDEX, "sweep index") \
-        if (Path(folder) / INDEX).is_file() else {}
-    return sum(1 for e in index.get("runs", []) if isinstance(e, dict))
-
-
-__all__: list[Any] = ["PLACE", "Protocol", "Table", "open_reference", "pack_reference",
-                      "pick_lr", "read_protocol", "shipped_archive"]
+__all__ = ["PLACE", "Protocol", "Table", "open_reference", "pack_reference", "pick_lr",
+           "read_protocol", "shipped_archive"]

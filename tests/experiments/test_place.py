@@ -256,7 +256,7 @@ def test_claims_come_first_and_a_stopped_placement_resumes(tiny, tmp_path, monke
 
     monkeypatch.setattr(pl, "run_sweep", again)
     answer = pl.place(MIXER, KWARGS, tables=[3.0], seeds=4, reference=ref, check=False,
-                      out=out, plots=False)
+                      out=out)
     assert (first / "summary.json").read_bytes() == before  # reused, not trained again
     assert calls[2:] == [("pilot", 0), ("cells", 1)]
     reg = answer["registration"]
@@ -266,8 +266,10 @@ def test_claims_come_first_and_a_stopped_placement_resumes(tiny, tmp_path, monke
     assert cell["solved"]["k"] == 0
     assert cell["status"] == "settled" and cell["solved"]["n"] == 2 and cell["not_run"] == 2
     assert answer["runs"] == {**answer["runs"], "planned": 4, "trained": 2, "saved": 2}
-    assert {"report.md", "row.md", "answer.json", "claims.json", "place.json"} <= {
-        p.name for p in folder.iterdir()}
+    assert {"report.md", "row.md", "answer.json", "claims.json", "place.json",
+            "place-solved-state.png", "place-frontier.png"} <= {p.name for p in folder.iterdir()}
+    assert [Path(p).name for p in answer["figures"]] == ["place-solved-state.png",
+                                                         "place-frontier.png"]
     row = (folder / "row.md").read_text().splitlines()[-1]
     assert row.startswith("| `gla / num_heads=2` (") and "0/2 [0.00, 0.66] (stopped, 2 not run)" \
         in row
