@@ -639,7 +639,7 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         "## The row", "",
         "Seeds solved with a Wilson 95% interval; \"stopped\": the cell stopped launching seeds "
         "once its verdicts were settled (below); \"-\": not run (the cut rule, or not asked "
-        "for). The reference rows it is compared with below it.", "",
+        "for). Below it, the reference rows its claims compare it with.", "",
         head, row, *nb_lines, "",
         "## Claims and verdicts", "",
         f"Written and recorded before the first run (claims.json: {reg['claims_recorded']}; "
