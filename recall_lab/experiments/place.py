@@ -451,9 +451,9 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                       if c.correctness and c.passed is False]
             if failed:
                 c = failed[0]
-                raise RecallLabError(f"{label} fails the check row '{c.name}': {c.value}"
-                                     f"{' (' + c.detail + ')' if c.detail else ''}; "
-                                     "nothing trained (--no-check places it anyway)")
+                why = " ".join(f"{c.value}{' (' + c.detail + ')' if c.detail else ''}".split())
+                raise RecallLabError(f"{label} fails the check row '{c.name}': {why}; nothing "
+                                     "trained (--no-check places it anyway)")
         folder = Path(out) / folder_name(label, table, _protocol_id(Path(ref), protocol))
         folder.mkdir(parents=True, exist_ok=True)
         plan_path = folder / PLAN
