@@ -44,6 +44,9 @@ def register(app: GuardedApp) -> None:
         out: Path = typer.Option(Path("runs"), help="Root folder; the placement goes to "
                                  "OUT/place-LABEL-HASH/."),
         plots: bool = typer.Option(True, help="Draw the two figures."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (the mixer's "
+                                     "state, its claims, the runs) and run nothing; nothing is "
+                                     "written."),
     ) -> None:
         """Place a mixer on the recall-against-state frontier: the reference's protocol (the
         zoo-frontier's tables, budgets, lr pilot rule, cut rule, solve threshold) run for it,
@@ -66,7 +69,16 @@ def register(app: GuardedApp) -> None:
         answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
                            threads=threads, engine=engine, reference=reference, check=check,
                            out=out, plots=plots, say=say,
-                           monitor=lambda name: SweepProgress(console, name))
+                           monitor=lambda name: SweepProgress(console, name), dry_run=dry_run)
+        if dry_run:
+            say(f"{answer['label']}: recurrent state per layer {answer['state']['text']}; "
+                f"reference {answer['reference']}; {answer['pilot_runs']} pilot runs, up to "
+                f"{answer['cell_runs']} cell runs (tables "
+                f"{', '.join(f'{t:g}' for t in answer['tables'])} x {len(answer['seeds'])} "
+                f"seeds) into {answer['folder']}")
+            for i, c in enumerate(answer["claims"], 1):
+                say(f"claim {i}: {c['claim']}")
+            return 0
         r = answer["runs"]
         for c in answer["claims"]:
             say(f"{c['verdict'].upper()}{' (settled)' if c.get('settled') else ''}: "

@@ -424,10 +424,12 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           address: str | None = None, reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", monitor: Callable[[str], Monitor] | None = None,
-          say: Callable[[str], None] | None = None, plots: bool = True) -> dict:
+          say: Callable[[str], None] | None = None, plots: bool = True,
+          dry_run: bool = False) -> dict:
     """Place `mixer` (a built-in name, a zoo mixer, an import path or a plug-in; `kwargs` for
     its class) against the reference (default: the shipped zoo-frontier). Returns the answer
-    (also answer.json in the placement folder)."""
+    (also answer.json in the placement folder); with `dry_run`, the plan only (state,
+    claims, runs), nothing checked, trained or written."""
     say = say or (lambda _text: None)
     started = time.perf_counter()
     with open_reference(reference) as ref:
@@ -445,6 +447,13 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                   run_state(r.config.to_json()) for r in probe.runs}
         state = states[max(states)]
         claims = make_claims(label, state, rows, sizes, protocol)
+        if dry_run:
+            return {"dry_run": True, "label": label, "model": table, "state": _state_json(state),
+                    "reference": protocol.name, "tables": sizes, "seeds": seed_list,
+                    "claims": claims, "pilot_runs": len(protocol.pilot["lrs"]),
+                    "cell_runs": len(probe.runs),
+                    "folder": str(Path(out) / folder_name(label, table, _protocol_id(
+                        Path(ref), protocol)))}
         if check:
             say(f"checking {label} (correctness rows of `recall-lab check`) ...")
             failed = [c for c in run_checks(target, learning=False, speed=False)

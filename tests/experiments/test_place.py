@@ -294,3 +294,17 @@ def test_a_zoo_row_placed_again_gets_its_archived_configs():
                       if r.tables["model"].get("mixer_kwargs") == kwargs
                       and r.config["model.name"] == "deltanet"}
     assert len(pilot_archived) == 3 and {r.hash for r in pilot.runs} == pilot_archived
+
+
+def test_a_dry_run_prints_the_plan_and_writes_nothing(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["place", MIXER, "--kwargs", '{"num_heads": 2}', "--reference",
+                                 str(tiny[0]), "--dry-run", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    claims = [x for x in r.stdout.splitlines() if x.startswith("claim ")]
+    assert len(claims) == 6  # 2 tables x 2 neighbours, and 2 frontier claims
+    assert "up to 16 cell runs" in r.stdout and not out.exists()
