@@ -3,6 +3,7 @@ reference the lab ships). The body only parses, calls the API and prints."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import typer
@@ -63,8 +64,10 @@ def register(app: GuardedApp) -> None:
             raise RecallLabError(f"reference folder {reference} does not exist")
         args = mixer_kwargs_json(kwargs, "--kwargs")
 
-        def say(text: str) -> None:
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        def say(text: str) -> None:  # whole words, 100 columns, continued lines indented
+            console.print(textwrap.fill(text, 100, subsequent_indent="  ",
+                                        break_long_words=False, break_on_hyphens=False),
+                          markup=False, highlight=False, soft_wrap=True)
 
         answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
                            threads=threads, engine=engine, reference=reference, check=check,

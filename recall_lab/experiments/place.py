@@ -113,6 +113,7 @@ def reference_rows(folder: Path, protocol: Protocol) -> tuple[list[Row], list[Gr
         row = rows.setdefault(label, Row(label))
         if size is not None:
             row.cells[size] = g
+            g.label = f"{label} at {size:g}"  # as the claims' details name it
         for r in g.runs:
             r.config[ROW_KEY] = label
         if row.lr is None:
