@@ -187,8 +187,8 @@ def test_the_cut_rule_gates_the_table_it_skips(tiny, tmp_path):
 def test_next_round_takes_each_open_cells_next_seeds(tiny):
     cells, *_ = _cells(tiny, {2.0: (0, 3), 3.0: (1, 1)})
     assert {c.status for c in cells.values()} == {"open"}
-    assert pl.next_round(cells, set(), workers=2) == {(3,): [2.0], (1,): [3.0]}
-    assert pl.next_round(cells, set(), workers=4) == {(3, 4): [2.0], (1, 2): [3.0]}
+    assert pl.next_round(cells, set(), workers=1) == {(3,): [2.0], (1,): [3.0]}
+    assert pl.next_round(cells, set(), workers=2) == {(3, 4): [2.0], (1, 2): [3.0]}
     assert pl.next_round(cells, {(2.0, 3), (3.0, 1)}, workers=1) == {(4,): [2.0], (2,): [3.0]}
 
 
