@@ -356,8 +356,8 @@ def next_round(cells: dict[float, Cell], tried: set[tuple[float, int]],
     sweep call per group: its --only is a product of tables and seeds). A round waits for its
     slowest run; `workers` seeds a table (not one) keep the workers busy beside a long run of
     the largest table, at the cost of at most `workers - 1` runs past a table's settlement
-    (replayed over the archived deltanet runs: 3,906 s of rounds on 2 workers and 32 runs,
-    against 4,821 s and 29 runs with one seed a table)."""
+    (replayed over the archived deltanet runs, scripts/place_replay.py: 3,955 s of rounds on 2
+    workers and 32 runs, against about 4,800 s and 29 runs with one seed a table)."""
     open_cells = [c for c in cells.values() if c.status == "open"]
     todo = {c.size: [s for s in c.todo if (c.size, s) not in tried] for c in open_cells}
     groups: dict[tuple[int, ...], list[float]] = {}
