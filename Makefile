@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun
+.PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun \
+	readme-numbers tour-record
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +19,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# WORKERS: runs in parallel (one torch thread each); `make demo WORKERS=1` on one core
+WORKERS ?= 2
 demo: $(STAMP)
-	$(BIN)/recall-lab demo
+	$(BIN)/recall-lab demo --workers $(WORKERS)
+
+# the README's generated sections (the tour's wall times and numbers, one line per experiment's
+# report) from the committed records; tests/test_readme_numbers.py checks that they are current
+readme-numbers:
+	$(PYTHON) scripts/readme_numbers.py
+
+# re-run the README's tour on one core into its record (docs/results/tour/record.json; minutes:
+# the tiny sweep), then `make readme-numbers`
+tour-record: $(STAMP)
+	taskset -c 0 $(BIN)/python scripts/tour.py
 
 # mamba-ssm as an external oracle for the SSM tests (and peft for the adapter tests): its torch references and Triton kernels,
 # without its CUDA extension (which does not build on a CPU machine). If it cannot be installed,
