@@ -7,10 +7,16 @@ the kernels are compiled (tests/gpu/); without, they run in the interpreter on C
 """
 
 import os
+import shutil
 
 # One torch thread: the tests' tensors are small, and on 2 shared cores intra-op threading made
 # small ops up to hundreds of times slower; also inherited by the notebook kernel the tests start.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Output that is not a terminal is COLUMNS wide (100 by default: commands/shell.py). The suite
+# renders it wide, so a test that looks for a phrase finds it on one line; the 100-column
+# rendering itself, with every word kept, is tests/test_piped_width.py's (it sets its widths).
+PYTEST_WIDTH = shutil.get_terminal_size().columns  # pytest's own report keeps its width
+os.environ["COLUMNS"] = "4096"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -39,3 +45,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    writer = config.get_terminal_writer() if hasattr(config, "get_terminal_writer") else None
+    if writer is not None:
+        writer.fullwidth = PYTEST_WIDTH
