@@ -113,7 +113,7 @@ def main() -> None:
         wall, _ = run_line(line["cmd"], work, env)
         lines.append({**line, "wall_s": round(wall, 1)})
         print(f"{wall:7.1f} s  {line['cmd']}", flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     record = {"lines": lines, "numbers": numbers(work), "machine": machine(),
               "threads": 1, "commit": commit,

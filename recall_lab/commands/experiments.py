@@ -66,6 +66,7 @@ def register(app: GuardedApp) -> None:
 
         from recall_lab.experiments.engine import ENGINES, outside_grid, plan, run_sweep
         from recall_lab.experiments.grid import load_experiment, parse_only, train_tokens
+        from recall_lab.experiments.overlap import group_overlaps, overlap_lines
 
         if engine not in ENGINES:  # checked before --dry-run too: a dry run shows a real plan
             raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
@@ -122,6 +123,8 @@ def register(app: GuardedApp) -> None:
         console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
                       f"({c['skipped']} were already{left}), {c['failed']} failed; "
                       f"index {out / exp.name / 'sweep.json'}", highlight=False)
+        for line in overlap_lines(group_overlaps(out / exp.name, index.get("runs") or [])):
+            console.print(line, markup=False, highlight=False)
         tm = index.get("timing")
         if tm and tm["overhead_per_run_s"] is not None:
             console.print(f"time: {tm['wall_s']:.1f} s wall on {tm['workers']} "
