@@ -159,7 +159,8 @@ def render(text: str, parts: dict[str, str]) -> str:
         pat = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
         if not pat.search(text):
             raise SystemExit(f"README.md lacks the markers of section '{name}': {begin}")
-        text = pat.sub(lambda _m: f"{begin}\n{body}\n{end}", text)
+        section = f"{begin}\n{body}\n{end}"
+        text = pat.sub(lambda _m, s=section: s, text)
     return text
 
 

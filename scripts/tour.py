@@ -5,7 +5,8 @@ and the numbers the README quotes, written to docs/results/tour/record.json (the
     python scripts/tour.py [--out docs/results/tour/record.json] [--workdir DIR]
 
 Run it on one core (`make tour-record`: `taskset -c 0`, one torch thread; the record says what
-it ran on). `tests/test_readme_tour.py` runs the same lines at the same flags. Standard library only: it calls the `recall-lab` console script beside this Python.
+it ran on). `tests/test_readme_tour.py` runs the same lines at the same flags. Standard library
+only: it calls the `recall-lab` console script beside this Python.
 """
 
 from __future__ import annotations

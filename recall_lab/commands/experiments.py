@@ -291,7 +291,7 @@ def report_table(rep: dict, width: int | None = None):
     titles = [full.title] + ["the same groups, continued"] * (len(parts) - 1)
     return Group(*(_table(t, [head[j] for j in by + part], [[row[j] for j in by + part]
                                                            for row in cells], rep["by"])
-                   for t, part in zip(titles, parts)))
+                   for t, part in zip(titles, parts, strict=True)))
 
 
 def _table(title: str, head: list[str], cells: list[list[str]], by: list[str]):
