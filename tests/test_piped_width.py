@@ -69,8 +69,7 @@ def test_help_wraps_the_docstrings_at_word_boundaries(monkeypatch):
     assert "causality, padding and length" in wide
 
 
-@pytest.mark.parametrize("args", [["presets"], ["info"], ["experiments", "list"],
-                                  ["power", "0.9", "0.3"]])
+@pytest.mark.parametrize("args", [["presets"], ["info"], ["experiments", "list"]])
 def test_tables_and_lines_fit_100_columns(args, monkeypatch):
     assert_fits_and_whole(args, monkeypatch)
 
@@ -95,3 +94,19 @@ def test_report_splits_its_table_to_fit(tmp_path, monkeypatch):
     assert_fits_and_whole(args, monkeypatch)
     narrow = rendered(args, NARROW, monkeypatch)
     assert narrow.count("the same groups, continued") >= 1
+
+
+def test_show_and_a_dry_run_fit_100_columns(tmp_path, monkeypatch):
+    data = tmp_path / "d"
+    r = runner.invoke(app, ["generate", "mini-mqjr", "--out", str(data), "--train", "8",
+                            "--valid", "8", "--test", "8", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert_fits_and_whole(["show", str(data), "--index", "0"], monkeypatch)
+    exp = tmp_path / "e.toml"
+    exp.write_text('name = "a-rather-long-experiment-name-for-the-title"\n'
+                   '[model]\nname = "mamba"\nd_model = 16\n[train]\nsteps = 2\n'
+                   '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
+                   '[grid]\n"model.name" = ["mamba", "mamba+hax", "transformer"]\n'
+                   '"train.lr" = [0.001, 0.003]\n"train.seed" = [0, 1]\n')
+    assert_fits_and_whole(["sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run"],
+                          monkeypatch)
