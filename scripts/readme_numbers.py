@@ -4,9 +4,10 @@ Two sections of README.md, each between marker comments, are written here and no
 - `tour`: the tour's commands with their wall times, and the numbers they gave, from
   docs/results/tour/record.json (written by `scripts/tour.py`);
 - `results`: one line per experiment with a report in docs/results/<name>/report.json: its
-  runs, the seeds solved of its lowest and highest group with Wilson 95% intervals, and its
+  runs, the seeds solved of its lowest and highest group with Wilson 95% intervals, its
   claims counted by verdict and by registration status (pre-registered, on shared runs that
-  predate the record, written after runs started), linking to its results README.
+  predate the record, written after runs started), and the held-out overlap its archived runs
+  recorded, linking to its results README.
 
     python scripts/readme_numbers.py           # rewrite the sections in README.md
     python scripts/readme_numbers.py --check   # exit 1 (and say which) if README.md differs
@@ -125,7 +126,24 @@ def experiment_line(folder: Path, rep: dict) -> str:
             counts.append(f"registration not recorded {sum(c in passed for c in unknown)} "
                           f"of {len(unknown)}")
         text += " (" + ", ".join(counts) + ")"
-    return text + "."
+    return text + overlap_text(folder, rep["runs"]) + "."
+
+
+def overlap_text(folder: Path, runs: int) -> str:
+    """The held-out overlap its archived runs recorded (`summary.json`'s
+    `held_out_in_training`): the largest share of valid or test samples also trained on."""
+    shares = []
+    for summary in sorted((folder / "runs").glob("*/summary.json")):
+        seen = json.loads(summary.read_text()).get("held_out_in_training")
+        if isinstance(seen, dict):
+            shares.append(max(float(seen.get("valid", 0)), float(seen.get("test", 0))))
+    if not shares:
+        return ""
+    of = "" if len(shares) == runs else f" (in the {len(shares)} runs that record it)"
+    if max(shares) == 0:
+        return f"; held-out overlap none{of}"
+    warn = " (above 1%: memorised samples)" if max(shares) > 0.01 else ""
+    return f"; held-out overlap up to {max(shares):.1%}{warn}{of}"
 
 
 def results_section() -> str:

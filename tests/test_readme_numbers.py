@@ -41,6 +41,8 @@ def test_every_report_has_its_line():
         name = rep_file.parent.name
         line = text.split(f"- **{name}** ", 1)[1].split("\n- ", 1)[0].replace("\n  ", " ")
         assert f"{rep['runs']} runs" in line
+        if list((rep_file.parent / "runs").glob("*/summary.json")):
+            assert "held-out overlap" in line
         checks = rep.get("checks") or []
         if checks:
             passed = sum(c.get("verdict") == "pass" or (c.get("verdict") is None and c.get("ok"))
