@@ -9,7 +9,7 @@ ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
 .PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun \
-	gpu-campaign-dryrun
+	gpu-campaign-dryrun readme-numbers tour-record
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,12 +19,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# WORKERS: runs in parallel (one torch thread each); `make demo WORKERS=1` on one core
+WORKERS ?= 2
 demo: $(STAMP)
-	$(BIN)/recall-lab demo
+	$(BIN)/recall-lab demo --workers $(WORKERS)
+
+# the README's generated sections (the tour's wall times and numbers, one line per experiment's
+# report) from the committed records; tests/test_readme_numbers.py checks that they are current
+readme-numbers:
+	$(PYTHON) scripts/readme_numbers.py
+
+# re-run the README's tour on one core into its record (docs/results/tour/record.json; minutes:
+# the tiny sweep), then `make readme-numbers`
+tour-record: $(STAMP)
+	taskset -c 0 $(BIN)/python scripts/tour.py
 
 # mamba-ssm as an external oracle for the SSM tests (and peft for the adapter tests): its torch references and Triton kernels,
-# without its CUDA extension (which does not build on a CPU machine). If it cannot be installed,
-# the oracle tests skip. GPU users install the real kernels with `pip install -e '.[cuda]'`.
+# without its CUDA extension (which does not build on a CPU machine). If an oracle cannot be
+# installed, this target fails (the check below) and `make test` with it: a plain `pytest` skips
+# those tests instead. GPU users install the real kernels with `pip install -e '.[cuda]'`.
 $(ORACLE): $(STAMP)
 	-MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(BIN)/python -m pip install --quiet \
 		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1 einops
@@ -40,14 +53,20 @@ $(ORACLE): $(STAMP)
 	-$(BIN)/python -m pip install --quiet "pandas>=2" "datasets>=2.19"
 	# the [docs] extra, so tests/test_docs.py builds the site (none of it depends on torch)
 	-$(BIN)/python -m pip install --quiet -e '.[docs]'
+	# the test oracles must be there (their tests would skip): a failed install fails here
+	$(BIN)/python -c "import importlib.util as u, sys; \
+	missing = [m for m in ('mamba_ssm', 'einops', 'fla', 'peft') if u.find_spec(m) is None]; \
+	sys.exit('test oracles not installed: ' + ', '.join(missing) if missing else 0)"
 	touch $(ORACLE)
 
 # TEST_WORKERS: pytest-xdist processes (one torch thread each, tests/conftest.py). Two fill the
 # 2-core CI machine: the suite took 655 s on one and 399 s on two (docs/performance.md has the
 # measurement); `TEST_WORKERS=auto` takes one per core elsewhere, `TEST_WORKERS=0` runs in-process.
 TEST_WORKERS ?= 2
+# RECALL_LAB_REQUIRE_ORACLES=1: a test skipped for a missing oracle fails (tests/conftest.py),
+# and the summary says how many oracle tests ran
 test: $(ORACLE)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	RECALL_LAB_REQUIRE_ORACLES=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 # the command line's fuzzer (tests/test_fuzz_cli.py) with a larger budget than the suite's: its
 # table of every option and TOML field as always, and FUZZ_EXAMPLES random cases per Hypothesis

@@ -68,7 +68,7 @@ def _pairs(num_kv_pairs) -> list[int]:
 
 
 @task_generator(vocab_size=lambda vocab_size=8192, **_: vocab_size,
-                max_len=lambda input_seq_len=64, **_: input_seq_len)
+                max_len=lambda input_seq_len=64, **_: input_seq_len, length="input_seq_len")
 def zoology_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
                  input_seq_len: int = 64, num_kv_pairs: int | list[int] = 8,
                  power_a: float = 0.01, random_non_queries: bool = True, num_passes: int = 1):
@@ -114,7 +114,8 @@ def zoology_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
 
 
 @task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size,
-                max_len=lambda seq_len=4096, num_tokens=16, **_: seq_len + 2 * num_tokens)
+                max_len=lambda seq_len=4096, num_tokens=16, **_: seq_len + 2 * num_tokens,
+                length="seq_len")
 def selective_copy(n: int, seed: np.random.SeedSequence, vocab_size: int = 16,
                    seq_len: int = 4096, num_tokens: int = 16):
     """Mamba's selective copying rows (module docstring): length seq_len + 2 * num_tokens."""

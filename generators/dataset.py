@@ -585,6 +585,8 @@ def read_manifest(folder: Path, *, check_hash: bool = True) -> dict:
     anything else."""
     folder = Path(folder)
     path = folder / "manifest.json"
+    if not folder.exists():
+        raise RecallLabError(f"dataset {folder} does not exist")
     if not path.is_file():
         raise RecallLabError(f"{folder} is not a recall-lab dataset (no manifest.json)")
     try:

@@ -27,6 +27,7 @@ with its own fields, and `rows` draws either through the same contract.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,11 +66,16 @@ class Rows:
     slices: np.ndarray | None = None
 
 
-def task_generator(*, vocab_size: int | Callable[..., int], max_len: int | Callable[..., int]):
+def task_generator(*, vocab_size: int | Callable[..., int], max_len: int | Callable[..., int],
+                   length: str | None = None):
     """Decorator stating a generator's vocabulary size and longest row (an int each, or a
-    function of the task's kwargs)."""
+    function of the task's kwargs), and optionally `length`: the name of the keyword argument
+    that sets the row length with the same content (zoology's `input_seq_len`: more noise
+    between the same pairs), so `at_length` (`eval --length-factor`) can grow the task."""
     def wrap(fn):
         fn.vocab_size, fn.max_len = vocab_size, max_len
+        if length is not None:
+            fn.length_kwarg = length
         return fn
     return wrap
 
@@ -118,6 +124,18 @@ def load_generator(path: str) -> Callable:
             raise RecallLabError(f"task generator {path!r} does not state its {attr} (set "
                                  f"{name}.{attr}, or use generators.tasks.task_generator)")
     return fn
+
+
+def growing_tasks() -> list[str]:
+    """The built-in tasks whose generator names a length argument (`at_length` grows them)."""
+    names = []
+    for name, path in BUILTIN.items():
+        try:
+            if getattr(load_generator(path), "length_kwarg", None):
+                names.append(name)
+        except RecallLabError:
+            continue
+    return names
 
 
 class GeneratorTask(BaseModel):
@@ -173,10 +191,25 @@ class GeneratorTask(BaseModel):
         return f"{self.generator}({args})"
 
     def at_length(self, factor: int) -> GeneratorTask:
+        """The same task `factor` times as long, where its generator names the keyword argument
+        that sets the length (`task_generator(length=...)`; zoology-mqar: `input_seq_len`, as
+        zoology's `ar_extrapolate`: the same number of pairs among more noise)."""
+        if factor < 1:
+            raise RecallLabError(f"length factor must be >= 1, got {factor}")
         if factor == 1:
             return self
-        raise RecallLabError(f"task {self.generator} has no length factor (only the joint-recall "
-                             "family lengthens a task with filler); give --task instead")
+        fn = self.function
+        key = getattr(fn, "length_kwarg", None)
+        if key is None:
+            grows = ", ".join(growing_tasks())
+            raise RecallLabError(f"task {self.generator} cannot be lengthened (its generator "
+                                 "names no length argument): evaluate another length with "
+                                 f"--task; --length-factor grows {grows} and the joint-recall "
+                                 "tasks trained with filler (passkey)")
+        default = inspect.signature(fn).parameters[key].default
+        current = self.kwargs.get(key, default)
+        return GeneratorTask(generator=self.generator,
+                             kwargs={**self.kwargs, key: int(current) * factor})
 
     def rows(self, n: int, seed: Any) -> Rows:
         if n < 0:

@@ -16,6 +16,25 @@ from recall_lab.ssm import backend
 from recall_lab.version import __version__
 
 
+def kernel_status(report: object) -> str:
+    """The mamba-ssm kernels' status as words: `{kernel: "ok" or the error}` becomes "ok
+    (selective_scan, ssd)" or "unavailable (selective_scan, ssd): No module named ..." (kernels
+    that fail alike are named together), never a Python dict."""
+    if not isinstance(report, dict):
+        return str(report)
+    by_status: dict[str, list[str]] = {}
+    for kernel, status in report.items():
+        by_status.setdefault(str(status), []).append(str(kernel))
+    parts = []
+    for status, kernels in by_status.items():
+        names = ", ".join(kernels)
+        if status in ("ok", "True", "available"):
+            parts.append(f"ok ({names})")
+        else:
+            parts.append(f"unavailable ({names}): {status.split(': ', 1)[-1]}")
+    return "; ".join(parts)
+
+
 def environment_rows() -> list[tuple[str, str]]:
     """(item, value) rows of `recall-lab info`: versions, the device, the backends in use."""
 
@@ -33,7 +52,8 @@ def environment_rows() -> list[tuple[str, str]]:
         dev = f"cuda: {torch.cuda.get_device_name(0)} (bf16 autocast: " \
               f"{torch.cuda.is_bf16_supported()})"
     else:
-        dev = f"cpu ({torch.get_num_threads()} threads), fp32"
+        threads = torch.get_num_threads()
+        dev = f"cpu ({threads} thread{'s' if threads != 1 else ''}), fp32"
     rows.append(("device", dev))
     try:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -41,7 +61,8 @@ def environment_rows() -> list[tuple[str, str]]:
                      f"{ssm.scan_backend(dev, 'ssd')} (Mamba2)"))
         rows.append(("native cpu kernels", ssm.backend_report()["native"]))
         if torch.cuda.is_available() or version("mamba-ssm") != "not installed":
-            rows.append(("mamba-ssm kernels", str(ssm.backend_report().get("mamba_ssm"))))
+            rows.append(("mamba-ssm kernels",
+                         kernel_status(ssm.backend_report().get("mamba_ssm"))))
     except ImportError as exc:
         rows.append(("ssm scan backend", f"unavailable ({exc})"))
     try:

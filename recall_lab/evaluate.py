@@ -231,6 +231,13 @@ def fit_vocab(spec, train_spec):
             f"task has {spec.values} values and {spec.n_levels} levels but the model was trained "
             f"with {train_spec.values} values and {train_spec.n_levels} levels"
         )
+    if spec.filler_ids > train_spec.filler_ids and train_spec.filler_ids == 0:
+        raise RecallLabError(
+            "this run's task has no filler tokens, so it cannot be lengthened with filler "
+            "(--length-factor): train with filler ids (a [task] with filler_ids = 1, as the "
+            "passkey preset), use zoology-mqar (it grows its noise), or evaluate other "
+            "table sizes with --task"
+        )
     if spec.filler_ids > train_spec.filler_ids:
         raise RecallLabError(
             f"task uses {spec.filler_ids} filler ids but the model was trained with "

@@ -168,8 +168,14 @@ def load_run_config(run: Path) -> RunConfig:
 # ---- run folders --------------------------------------------------------------------------------
 
 def run_dir_name(cfg: RunConfig) -> Path:
-    """Where `recall-lab train` puts a run without --out."""
-    return Path("runs") / f"{cfg.model.name}-{cfg.task_name or 'task'}-s{cfg.train.seed}"
+    """Where `recall-lab train` puts a run without --out: runs/MODEL-TASK-sSEED, where TASK is
+    the preset's name, or for a run on a dataset (`--data`) the dataset's name (its folder's or
+    file's, `data/qa.parquet` -> `qa`), so runs on two datasets do not share a folder."""
+    task = cfg.task_name
+    if cfg.train.data is not None:
+        data = Path(cfg.train.data)
+        task = data.stem if data.is_file() else data.name
+    return Path("runs") / f"{cfg.model.name}-{task or 'task'}-s{cfg.train.seed}"
 
 
 def finetune_dir_name(run: Path, attention: str, adapter: str) -> Path:

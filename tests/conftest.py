@@ -7,10 +7,18 @@ the kernels are compiled (tests/gpu/); without, they run in the interpreter on C
 """
 
 import os
+import shutil
 
 # One torch thread: the tests' tensors are small, and on 2 shared cores intra-op threading made
 # small ops up to hundreds of times slower; also inherited by the notebook kernel the tests start.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Output that is not a terminal is COLUMNS wide (100 by default: commands/shell.py). The suite
+# renders it wide, so a test that looks for a phrase finds it on one line; the 100-column
+# rendering itself, with every word kept, is tests/test_piped_width.py's (it sets its widths).
+WIDE = "4096"
+# pytest's own report keeps its width (80 in a pytest that a test started, which inherits WIDE)
+PYTEST_WIDTH = 80 if os.environ.get("COLUMNS") == WIDE else shutil.get_terminal_size().columns
+os.environ["COLUMNS"] = WIDE
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -39,3 +47,64 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    writer = config.get_terminal_writer() if hasattr(config, "get_terminal_writer") else None
+    if writer is not None:
+        writer.fullwidth = PYTEST_WIDTH
+
+
+# ---- the oracles: `make test` requires them ----------------------------------------------------
+# The external oracles the Makefile installs (mamba-ssm's references and kernels, FLA's naive
+# loops, peft): their tests skip where they are missing, which is right for a user's `pytest`
+# but hid a failed install in CI. With RECALL_LAB_REQUIRE_ORACLES=1 (`make test` sets it) a test
+# skipped for a missing oracle fails instead, and the summary names what ran.
+ORACLES = {  # oracle -> (the words of its tests' skip reason, the test files that use it)
+    "mamba-ssm": ("mamba-ssm", ("tests/ssm/test_ssm_oracle.py",)),
+    "flash-linear-attention": ("flash-linear-attention", ("tests/mixers/test_zoo_",)),
+    "peft": ("'peft'", ("tests/models/test_adapters.py",)),
+}
+REQUIRE_ORACLES = os.environ.get("RECALL_LAB_REQUIRE_ORACLES") == "1"
+
+
+def oracle_of_skip(reason: str) -> str | None:
+    """The oracle whose absence a skip reason states, or None."""
+    for name, (words, _) in ORACLES.items():
+        if words in reason and ("not installed" in reason or "could not import" in reason):
+            return name
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (REQUIRE_ORACLES and report.skipped and isinstance(report.longrepr, tuple)):
+        return
+    oracle = oracle_of_skip(str(report.longrepr[2]))
+    if oracle is not None:
+        report.outcome = "failed"
+        report.longrepr = (f"{oracle} (a test oracle) is missing, and RECALL_LAB_REQUIRE_ORACLES=1 "
+                           "(make test) requires it: its install failed; rm .venv/.oracle and run "
+                           "`make test` again to see why")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line per oracle: how many of its tests passed, failed and skipped."""
+    stats = terminalreporter.stats
+    lines = []
+    for name, (_, files) in ORACLES.items():
+        counts = {kind: sum(1 for r in stats.get(kind, [])
+                            if getattr(r, "when", "call") in ("call", "setup")
+                            and any(r.nodeid.startswith(f) for f in files))
+                  for kind in ("passed", "failed", "skipped")}
+        if any(counts.values()):
+            lines.append(f"{name}: {counts['passed']} passed, {counts['failed']} failed, "
+                         f"{counts['skipped']} skipped")
+    if lines:
+        terminalreporter.write_sep("-", "oracle tests" + (" (required)" if REQUIRE_ORACLES
+                                                          else ""))
+        for line in lines:
+            terminalreporter.write_line(line)

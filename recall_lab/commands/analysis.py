@@ -31,7 +31,8 @@ def register(app: GuardedApp) -> None:
         task: str = typer.Option(
             None, help="Task preset or TOML for the inputs (default: the run's task)."
         ),
-        samples: int = typer.Option(4, help="Sequences per length (results are batch means)."),
+        samples: int = typer.Option(4, help="Sequences measured per length, drawn from the "
+                                    "task's generator (results are their means)."),
         seed: int = typer.Option(0, help="Seed of the evaluation inputs."),
         checkpoint: str = checkpoint_option(),
         all_tokens: bool = typer.Option(

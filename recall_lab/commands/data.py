@@ -64,9 +64,12 @@ def register(app: GuardedApp) -> None:
         values: int = typer.Option(None, help="Number of value tokens |V| (with --levels)."),
         pools: str = typer.Option(None, help="Token ids per level, e.g. '16,16' (default: max)."),
         seq_len: int = typer.Option(None, help="Pad every sample to this length."),
-        train: int = typer.Option(None, help="Training samples (default: the preset's)."),
-        valid: int = typer.Option(None, help="Validation samples."),
-        test: int = typer.Option(None, help="Test samples."),
+        train: int = typer.Option(None, help="Samples in the train split (default: "
+                                  "the preset's; 10,000 without one)."),
+        valid: int = typer.Option(None, help="Samples in the validation split (default: "
+                                  "the preset's; 1,000 without one)."),
+        test: int = typer.Option(None, help="Samples in the test split (default: "
+                                  "the preset's; 1,000 without one)."),
         seed: int = typer.Option(0, help="Seed; the same seed gives the same bytes."),
         workers: int = typer.Option(2, help="Worker processes (the bytes do not depend on it)."),
         shard_size: int = typer.Option(
@@ -218,15 +221,15 @@ def register(app: GuardedApp) -> None:
 
         t = Table(title="task presets")
         for col in ("name", "task", "max length", "train/valid/test", "about"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col in ("name", "train/valid/test"))
         for name, p in PRESETS.items():
             t.add_row(name, p.spec.describe(), str(p.spec.seq_len or p.spec.max_len),
                       f"{p.train:,}/{p.valid:,}/{p.test:,}", p.about)
         console.print(t)
-        tasks = Table(title="built-in tasks (--task NAME, or [task] generator = NAME with "
-                            "[task.kwargs]; docs/tasks.md)")
+        tasks = Table(title=escape("built-in tasks (--task NAME, or [task] generator = NAME "
+                                   "with [task.kwargs]; docs/tasks.md)"))
         for col in ("name", "function", "vocabulary", "max length (defaults)"):
-            tasks.add_column(col)
+            tasks.add_column(col, no_wrap=col in ("name", "function"))
         for name, path in BUILTIN.items():
             if name in ("dataset", "joint-recall"):  # data files' task; the presets above
                 continue

@@ -66,6 +66,7 @@ def register(app: GuardedApp) -> None:
 
         from recall_lab.experiments.engine import ENGINES, outside_grid, plan, run_sweep
         from recall_lab.experiments.grid import load_experiment, parse_only, train_tokens
+        from recall_lab.experiments.overlap import group_overlaps, overlap_lines
 
         if engine not in ENGINES:  # checked before --dry-run too: a dry run shows a real plan
             raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
@@ -86,7 +87,7 @@ def register(app: GuardedApp) -> None:
         if others:
             console.print(f"{len(others)} run folders in {out / exp.name} are not runs of "
                           f"this grid (left alone), e.g. {others[0]}", markup=False,
-                          highlight=False, soft_wrap=True)
+                          highlight=False)
         if dry_run:
             jobs = plan(exp, out, rule)
             table = Table(title=escape(f"{exp.name}: {len(jobs)} runs -> {out / exp.name}"),
@@ -122,9 +123,12 @@ def register(app: GuardedApp) -> None:
         console.print(f"{exp.name}: {c['done']} of {c['runs']} runs done "
                       f"({c['skipped']} were already{left}), {c['failed']} failed; "
                       f"index {out / exp.name / 'sweep.json'}", highlight=False)
+        for line in overlap_lines(group_overlaps(out / exp.name, index.get("runs") or [])):
+            console.print(line, markup=False, highlight=False)
         tm = index.get("timing")
         if tm and tm["overhead_per_run_s"] is not None:
-            console.print(f"time: {tm['wall_s']:.1f} s wall on {tm['workers']} workers, "
+            console.print(f"time: {tm['wall_s']:.1f} s wall on {tm['workers']} "
+                          f"worker{'s' if tm['workers'] != 1 else ''}, "
                           f"{tm['train_s']:.1f} s in training loops; "
                           f"{tm['overhead_per_run_s']:.2f} s per run outside training "
                           f"({tm['in_run_overhead_per_run_s']:.2f} s of it inside the runs)",
@@ -170,15 +174,13 @@ def register(app: GuardedApp) -> None:
             mark = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]",
                     "open": "[yellow]OPEN[/]"}[c["verdict"]]
             console.print(f"{mark} {escape(c['claim'])}: {escape(c['detail'])}",
-                          highlight=False, soft_wrap=True)
+                          highlight=False)
             console.print(f"     {c['registered']['status']}: "
-                          f"{escape(c['registered']['text'])}", highlight=False,
-                          soft_wrap=True)
+                          f"{escape(c['registered']['text'])}", highlight=False)
         if rep.get("replication"):
             for line in replication_lines(rep["replication"]):
-                console.print(escape(line), highlight=False, soft_wrap=True)
-        console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False,
-                      soft_wrap=True)
+                console.print(escape(line), highlight=False)
+        console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False)
         failed = sum(not c["ok"] for c in rep["checks"])
         return 1 if (check and failed) else 0
 
@@ -196,8 +198,7 @@ def register(app: GuardedApp) -> None:
         from recall_lab.experiments.archive import archive_runs
 
         n = archive_runs(sweep_dir, dest)
-        console.print(f"archived {n} finished runs of {sweep_dir} to {dest}", highlight=False,
-                      soft_wrap=True)
+        console.print(f"archived {n} finished runs of {sweep_dir} to {dest}", highlight=False)
 
     @app.command()
     def power(
@@ -257,19 +258,64 @@ def by_table_table(rep: dict):
     return table
 
 
-def report_table(rep: dict):
-    """The report's table for the terminal (rich; cells never truncated when piped)."""
+# The report table's columns a reader needs first; when the whole table does not fit the width
+# at hand (a pipe: 100 columns), the rest move to a second table with the same group columns.
+HEADLINE = ("solved [95% CI]", "KM median steps [95% CI]", "mean +/- std", "seeds")
+
+
+def report_table(rep: dict, width: int | None = None):
+    """The report's table for the terminal (rich; cells never truncated when piped). Wider than
+    `width` (default: the console's): two tables, the headline columns and then the detail, each
+    with the group's columns, so nothing is folded into one-character columns."""
+    from rich.console import Group
+    from rich.measure import Measurement
+
+    head, cells = report_columns(rep)
+    full = _table(f"{rep['metric']} at the best lr per group ({rep['runs']} runs)", head, cells,
+                  rep["by"])
+    width = console.width if width is None else width
+    if Measurement.get(console, console.options.update_width(10**4), full).maximum <= width:
+        return full
+    # headline columns first, then the rest in the report's order, packed into tables that fit
+    by = [i for i, h in enumerate(head) if h in rep["by"]]
+    order = [i for i, h in enumerate(head) if h in HEADLINE]
+    order += [i for i, h in enumerate(head) if i not in by and h not in HEADLINE]
+    parts: list[list[int]] = [[]]
+    for i in order:
+        trial = _table("", [head[j] for j in by + parts[-1] + [i]],
+                       [[row[j] for j in by + parts[-1] + [i]] for row in cells], rep["by"])
+        if parts[-1] and Measurement.get(console, console.options.update_width(10**4),
+                                         trial).maximum > width:
+            parts.append([])
+        parts[-1].append(i)
+    titles = [full.title] + ["the same groups, continued"] * (len(parts) - 1)
+    return Group(*(_table(t, [head[j] for j in by + part], [[row[j] for j in by + part]
+                                                           for row in cells], rep["by"])
+                   for t, part in zip(titles, parts, strict=True)))
+
+
+def _table(title: str, head: list[str], cells: list[list[str]], by: list[str]):
     from rich.table import Table
 
-    table = Table(title=f"{rep['metric']} at the best lr per group ({rep['runs']} runs)")
+    table = Table(title=escape(title) if title else None)
+    for col in head:
+        table.add_column(escape(col), justify="left" if col in by else "right",
+                         overflow="fold")
+    for row in cells:
+        table.add_row(*map(escape, row))
+    return table
+
+
+def report_columns(rep: dict) -> tuple[list[str], list[list[str]]]:
+    """The report table's header and cells, as text."""
     # as report.md: only where some group has a fixed state, and last
     state = any(row.get("state_per_layer") is not None for row in rep["rows"])
-    for col in [*rep["by"], "best lr", "valid", "solved [95% CI]", "KM median steps [95% CI]",
-                "restricted mean steps", "steps to solve", "mean +/- std", "per seed", "seeds",
-                "missing", "failed",
-                *(["reference"] if rep["reference"].get("values") else []),
-                *(["recurrent state per layer", "conv per layer"] if state else [])]:
-        table.add_column(col, justify="left" if col in rep["by"] else "right")
+    head = [*rep["by"], "best lr", "valid", "solved [95% CI]", "KM median steps [95% CI]",
+            "restricted mean steps", "steps to solve", "mean +/- std", "per seed", "seeds",
+            "missing", "failed",
+            *(["reference"] if rep["reference"].get("values") else []),
+            *(["recurrent state per layer", "conv per layer"] if state else [])]
+    rows = []
     for row in rep["rows"]:
         cells = [str(row[f]) for f in rep["by"]]
         cells += ["-" if row["best_lr"] is None else f"{row['best_lr']:g}",
@@ -284,5 +330,5 @@ def report_table(rep: dict):
             cells.append("-" if ref is None else f"{ref:.4f}")
         if state:
             cells += [row["state_text"], row["conv_text"]]
-        table.add_row(*cells)
-    return table
+        rows.append(cells)
+    return head, rows

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
@@ -22,7 +23,8 @@ def register(app: GuardedApp) -> None:
                                            "variant, key=value pairs (repeatable), e.g. "
                                            "L_base=63 or L_base=63,score=random; 'off' "
                                            "evaluates a mamba+deci run without decimation."),
-        n: int = typer.Option(128, "--n", help="Test samples per length."),
+        n: int = typer.Option(128, "--n", help="Samples in the test set drawn at each length "
+                              "(seeded by --data-seed)."),
         data_seed: int = typer.Option(0, "--data-seed", help="Seed of the test samples."),
         batch_size: int = typer.Option(32, "--batch-size", help="Evaluation batch size."),
         md_samples: int = typer.Option(0, "--md-samples", help="Also measure the Mamba Mean "
@@ -55,5 +57,20 @@ def register(app: GuardedApp) -> None:
                                   progress=lambda s: console.print(s, highlight=False))
         command = "recall-lab " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         files = write_outputs(rows, out, command)
-        console.print(markdown(rows), soft_wrap=True)
+        console.print(markdown_table(markdown(rows)))
         console.print("written: " + ", ".join(str(f) for f in files))
+
+
+def markdown_table(md: str):
+    """extrapolation.md's table as a rich table for the terminal (its cells fold to the width
+    at hand when piped, where the Markdown's long rows did not fit 100 columns)."""
+    from rich.table import Table
+
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in md.splitlines()
+            if line.strip() and not line.startswith("|---")]
+    table = Table(title="accuracy by evaluation length")
+    for i, col in enumerate(rows[0]):
+        table.add_column(escape(col), justify="left" if i == 0 else "right")
+    for row in rows[1:]:
+        table.add_row(*map(escape, row))
+    return table

@@ -31,6 +31,9 @@ def register(app: GuardedApp) -> None:
                                  "(a generator by import path too)."),
         steps: int = typer.Option(None, help="Optimizer steps (default 2000)."),
         lr: float = typer.Option(None, help="Peak learning rate (default 3e-3)."),
+        warmup: int = typer.Option(None, help="Steps of linear learning-rate warm-up "
+                                   "(default 500; a run no longer than its warm-up never "
+                                   "reaches --lr)."),
         batch_size: int = typer.Option(None, "--batch-size", help="Batch size (default 32)."),
         k: int = typer.Option(None, help="Sparse-attention key budget per query (default 64)."),
         d_model: int = typer.Option(None, "--d-model", help="Hidden size (default 64)."),
@@ -38,7 +41,10 @@ def register(app: GuardedApp) -> None:
         data_seed: int = typer.Option(None, "--data-seed", help="Data stream / held-out seed."),
         eval_every: int = typer.Option(None, "--eval-every", help="Evaluate and checkpoint "
                                        "every N steps (default 200)."),
-        eval_samples: int = typer.Option(None, "--eval-samples", help="Held-out set size."),
+        eval_samples: int = typer.Option(None, "--eval-samples", help="Samples in the "
+                                         "validation set, evaluated every --eval-every steps "
+                                         "(default 512; the test set's size is "
+                                         "train.test_samples in --config)."),
         stop_at: float = typer.Option(None, "--stop-at", help="Stop once the held-out accuracy "
                                       "reaches this (e.g. 0.99, as zoology)."),
         patience: int = typer.Option(None, help="Stop after this many evaluations without a "
@@ -75,7 +81,8 @@ def register(app: GuardedApp) -> None:
 
         set_threads(threads)
         kinds = parse_log(log)
-        over = {"steps": steps, "lr": lr, "batch_size": batch_size, "seed": seed,
+        over = {"steps": steps, "lr": lr, "warmup": warmup, "batch_size": batch_size,
+                "seed": seed,
                 "data_seed": data_seed, "eval_every": eval_every,
                 "eval_samples": eval_samples, "device": device, "stop_at": stop_at,
                 "patience": patience,
@@ -108,7 +115,8 @@ def register(app: GuardedApp) -> None:
         run: Path = typer.Argument(..., help="Run directory written by `recall-lab train`."),
         task: str = typer.Option(None, "--task", "-t", help="Task preset or TOML (default: the "
                                  "run's own task); other lengths/table sizes test extrapolation."),
-        n: int = typer.Option(512, "--n", help="Number of test samples."),
+        n: int = typer.Option(512, "--n", help="Samples in the test set this command draws "
+                              "(seeded by --data-seed)."),
         data_seed: int = typer.Option(0, "--data-seed", help="Seed of the test samples."),
         checkpoint: str = checkpoint_option(),
         batch_size: int = typer.Option(64, "--batch-size", help="Evaluation batch size."),
@@ -229,7 +237,8 @@ def register(app: GuardedApp) -> None:
 
         set_threads(None)
         console.print(f"demo: {', '.join(exp['grid']['model.name'])} on MQAR with 2 / 4 / 8 "
-                      f"pairs, {steps or exp['train']['steps']} steps each, {workers} workers",
+                      f"pairs, {steps or exp['train']['steps']} steps each, {workers} "
+                      f"worker{'s' if workers != 1 else ''}",
                       highlight=False)
         monitor = SweepProgress(console, "demo")
         try:
@@ -237,7 +246,9 @@ def register(app: GuardedApp) -> None:
         finally:
             monitor.close()
         console.print(report_table(res["report"]))
-        console.print(res["sentence"], highlight=False, soft_wrap=True)
-        pngs = [p for p in res["report"]["figures"] if "task_levels" in p]
-        console.print(f"wall time {res['wall_s']:.0f} s; plot {pngs[0] if pngs else '-'}; "
-                      f"report {res['out'] / 'report.md'}", highlight=False, soft_wrap=True)
+        console.print(res["sentence"], highlight=False)
+        pngs = res["report"]["figures"]
+        console.print(f"wall time {res['wall_s']:.0f} s; report {res['out'] / 'report.md'}; "
+                      f"{len(pngs)} figure{'s' if len(pngs) != 1 else ''}: "
+                      f"{', '.join(str(p) for p in pngs) or '-'}", highlight=False,
+                      markup=False)

@@ -35,7 +35,7 @@ class Ticker:
         """Print `text` unless it is the line printed last (no repeats at the end)."""
         if text != self.last:
             self.last = text
-            self.console.print(text, highlight=False, soft_wrap=True)
+            self.console.print(text, highlight=False)
 
     def __enter__(self) -> Ticker:
         self._thread.start()
@@ -134,7 +134,7 @@ class SweepProgress:
         self.t0 = time.monotonic()
         self.console.print(f"{self.label}: {total} runs, {self.skipped} finished already (or left "
                            "out by --only), "
-                           f"{len(todo)} to run", highlight=False, soft_wrap=True)
+                           f"{len(todo)} to run", highlight=False)
         if not todo:
             return
         if self.tty:
@@ -174,7 +174,7 @@ class SweepProgress:
             else:
                 self.failed += 1
                 msg = f"FAILED {name}: {result['error']}"
-        self.console.print(msg, highlight=False, soft_wrap=True)
+        self.console.print(msg, highlight=False)
         self._refresh()
 
     # -- drawing

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import signal
 import sys
 import threading
@@ -29,6 +30,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 from typer.core import TyperGroup
 
 try:  # typer >= 0.22 vendors click
@@ -38,15 +40,51 @@ except ImportError:  # pragma: no cover - older typer
 
 from generators.errors import RecallLabError
 
-# When stdout is not a terminal (CI, nohup, pipes) rich fits tables into 80 columns by cutting
-# cells ("train/valid/te…"); a wide virtual width keeps every cell whole and long lines unbroken.
-PIPE_WIDTH = 4096
-console = Console()
+# When stdout is not a terminal (CI, nohup, pipes, files) output is PIPE_WIDTH columns wide, or
+# COLUMNS where that is set: tables fold their cells (a word longer than its column is folded
+# onto the next line, never cut to "…") and text wraps at word boundaries, so no content is lost.
+# Error lines stay one line whatever their length (`fail`).
+PIPE_WIDTH = 100
+
+
+def pipe_width() -> int:
+    """The width of output that is not a terminal: COLUMNS if it is a positive integer, else
+    PIPE_WIDTH."""
+    try:
+        width = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return PIPE_WIDTH
+    return width if width > 0 else PIPE_WIDTH
+
+
+class FoldingConsole(Console):
+    """A console whose tables never cut a cell: every column folds what does not fit."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for obj in objects:
+            if isinstance(obj, Table):
+                fold_cells(obj)
+        super().print(*objects, **kwargs)
+
+
+def fold_cells(table: Table) -> Table:
+    """Every column of `table` (and of tables nested in its cells) folds what does not fit,
+    never cuts it; a `no_wrap` column keeps its cells on one line while the wrapping columns
+    can give way (rich shrinks those first)."""
+    for col in table.columns:
+        col.overflow = "fold"
+        for cell in col.cells:
+            if isinstance(cell, Table):
+                fold_cells(cell)
+    return table
+
+
+console = FoldingConsole()
 if not console.is_terminal:
-    console = Console(width=PIPE_WIDTH)
-err_console = Console(stderr=True)
+    console = FoldingConsole(width=pipe_width())
+err_console = FoldingConsole(stderr=True)
 if not err_console.is_terminal:
-    err_console = Console(stderr=True, width=PIPE_WIDTH)
+    err_console = FoldingConsole(stderr=True, width=pipe_width())
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -182,6 +220,14 @@ class OneLineGroup(TyperGroup):
         fail(one_line(RuntimeError(exc.format_message())).rstrip(".") + where)
 
 
+def help_text(doc: str) -> str:
+    """A command's docstring as help: each paragraph one line, so the help (and the command
+    list of `recall-lab --help`) wraps it at word boundaries to the width at hand instead of
+    keeping the docstring's own line breaks ("causality, padding and / length")."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs if p.strip())
+
+
 class GuardedApp:
     """What a command module's `register(app)` receives: `app.command(...)` registers the
     command on the typer app with `guarded` applied."""
@@ -191,6 +237,8 @@ class GuardedApp:
 
     def command(self, *args: Any, **kwargs: Any) -> Callable[[F], F]:
         def register(fn: F) -> F:
+            if kwargs.get("help") is None and fn.__doc__:
+                kwargs["help"] = help_text(fn.__doc__)
             self.app.command(*args, **kwargs)(guarded(fn))
             return fn
 

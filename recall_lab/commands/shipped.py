@@ -46,6 +46,6 @@ def register(app: GuardedApp) -> None:
         """Copy a shipped experiment (and its base files) into a folder, to edit and sweep."""
         written = copy_shipped(name, dest, force)
         console.print("written: " + ", ".join(str(p) for p in written), markup=False,
-                      highlight=False, soft_wrap=True)
+                      highlight=False)
 
     app.app.add_typer(sub)

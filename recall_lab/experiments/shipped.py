@@ -53,17 +53,35 @@ def shipped_path(name: str) -> Path:
     return shipped_dir() / f"{stem}.toml"
 
 
-def summary(path: Path, width: int = 110) -> str:
-    """One line about an experiment file: its `description`, else its first comment line,
-    cut to `width` characters."""
+def summary(path: Path) -> str:
+    """What an experiment file is about, whole: its `description`, else the first sentence of
+    its first comment paragraph (comment lines joined; never cut mid-sentence: the table that
+    shows it wraps it)."""
     text = path.read_text(encoding="utf-8")
     found = re.search(r"""^description\s*=\s*["'](.+)["']\s*$""", text, re.MULTILINE)
     if found:
-        line = found.group(1)
-    else:
-        line = next((x.lstrip("#").strip() for x in text.splitlines()
-                     if x.startswith("#") and x.lstrip("#").strip()), "")
-    return line if len(line) <= width else line[:width - 1].rstrip() + "…"
+        return found.group(1)
+    para: list[str] = []
+    for line in text.splitlines():
+        body = line.lstrip("#").strip() if line.startswith("#") else None
+        if body:
+            para.append(body)
+        elif para:
+            break
+    return first_sentence(" ".join(para))
+
+
+def first_sentence(text: str) -> str:
+    """`text` up to its first full stop outside parentheses that a capital letter or the end
+    follows ("the joint-recall paper's Cor. 3.1" does not end a sentence); all of it if none."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "." and depth <= 0:
+            rest = text[i + 1:]
+            if not rest.strip() or (rest[:1] == " " and rest[1:2].isupper()):
+                return text[:i + 1]
+    return text
 
 
 def base_chain(path: Path) -> list[Path]:

@@ -188,9 +188,13 @@ class Survival:
     def median_text(self) -> str:
         def fmt(x: float | None) -> str:
             return f">{self.horizon:g}" if x is None else f"{x:g}"
+        if self.n < 2:  # one run: its step, and no interval ("100 [100, 100]" said one)
+            return f"{fmt(self.median)} (1 seed: no interval)"
         return f"{fmt(self.median)} [{fmt(self.median_lo)}, {fmt(self.median_hi)}]"
 
     def rmst_text(self) -> str:
+        if self.n < 2:
+            return f"{self.rmst:.0f} (1 seed: no interval)"
         return f"{self.rmst:.0f} [{self.rmst_lo:.0f}, {self.rmst_hi:.0f}]"
 
 

@@ -26,6 +26,8 @@ swapped model unchanged.
 
 from __future__ import annotations
 
+import difflib
+
 from generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
@@ -202,10 +204,19 @@ def build_model(name: str | ModelConfig, vocab_size: int | None = None, **overri
     return RecallLM(cfg)
 
 
+def suggest(name: str, known: list[str]) -> str:
+    """'did you mean X?' for the closest of `known` to a mistyped `name` (difflib), else ''."""
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.75)
+    if not close:
+        return ""
+    return f"did you mean {' or '.join(repr(c) for c in close)}? "
+
+
 def _unknown(name: str) -> str:
     mixers = ", ".join(mixer_models())
+    known = [*PAPER_MODELS, *(r for r in MODEL_ROWS if r not in PAPER_MODELS), *mixer_models()]
     return (
-        f"unknown model {name!r}; choose from {', '.join(PAPER_MODELS)}, "
+        f"unknown model {name!r}; {suggest(name, known)}choose from {', '.join(PAPER_MODELS)}, "
         f"{', '.join(r for r in MODEL_ROWS if r not in PAPER_MODELS)}"
         f"{', ' + mixers if mixers else ''} "
         f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "

@@ -200,3 +200,33 @@ def test_held_out_rows_also_in_train_are_counted_for_foreign_data(tmp_path):
         assert 0 < expect < 1 or s == "valid"
         assert got[s] == pytest.approx(expect)
     assert got["train_rows_checked"] == src.reader.count("train")
+
+
+def test_runs_are_named_after_their_dataset_and_a_missing_one_is_missing(tmp_path):
+    """Without --out, a run on data/qa.parquet is runs/MODEL-qa-s0 (a second dataset gets its
+    own folder, not runs/MODEL-task-s0); a path that does not exist is reported as missing."""
+    _frame().to_parquet(tmp_path / "qa.parquet")
+    (tmp_path / "other").mkdir()
+    _frame(seed=1).to_parquet(tmp_path / "other" / "train.parquet")
+    for data, name in (("qa.parquet", "transformer-qa-s0"), ("other", "transformer-other-s0")):
+        res = _train(["--data", data], cwd=tmp_path)
+        assert res.exit_code == 0, res.output
+        assert (tmp_path / "runs" / name / "summary.json").is_file()
+    res = _train(["--data", str(tmp_path / "nowhere")])
+    line = _last_line(res)
+    assert "does not exist" in line and "manifest" not in line
+    assert not (tmp_path / "runs" / "transformer-nowhere-s0").exists()
+
+
+def test_labels_i_is_the_target_of_position_i():
+    """The alignment docs/tasks.md states: the output at position i (having read input_ids[:i+1])
+    is scored against labels[i], with no shift inside the lab."""
+    import torch
+
+    from recall_lab.evaluate import batch_metrics
+
+    targets = torch.tensor([[-100, 3, 1, -100]])
+    logits = torch.nn.functional.one_hot(torch.tensor([[0, 3, 1, 2]]), 5).float()
+    assert batch_metrics(logits, targets)["acc_sum"].item() == 1.0
+    shifted = torch.nn.functional.one_hot(torch.tensor([[3, 1, 0, 2]]), 5).float()
+    assert batch_metrics(shifted, targets)["acc_sum"].item() == 0.0

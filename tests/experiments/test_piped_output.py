@@ -29,6 +29,9 @@ def test_piped_train_prints_plain_progress_and_whole_cells(tmp_path):
                  "--d-model", "16", "--device", "cpu", "--out", str(tmp_path / "r"))
     assert "…" not in out and "\x1b[" not in out
     assert "mamba: step 4/4" in out  # the plain progress line
+    # 4 steps under the default warm-up of 500: one line says the lr never reached its peak
+    assert out.count("warning: the warm-up (500 steps) is as long as the run (4 steps)") == 1
+    assert "--warmup" in out
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert f"{summary['n_params']:,}" in out  # the whole parameter count (was cut to "2000…")
 
@@ -83,3 +86,14 @@ def test_sweep_progress_gives_no_eta_before_a_run_finished(monkeypatch):
     assert bar.eta() == 50 / 1 * 3  # 50 s for one run of four
     assert "eta 2m30s" in bar.line()
     bar.close()
+
+
+def test_warmup_note_only_when_the_run_never_leaves_its_warmup():
+    from recall_lab.commands.training import warmup_note
+    from recall_lab.config import TrainConfig
+
+    assert warmup_note(TrainConfig(steps=300, warmup=100)) is None
+    assert warmup_note(TrainConfig(steps=301, warmup=300)) is None
+    for steps in (300, 299):
+        note = warmup_note(TrainConfig(steps=steps, warmup=300))
+        assert note is not None and f"({steps:,} steps)" in note and "--warmup" in note

@@ -1,0 +1,203 @@
+"""The README's numbers, generated from committed records (`make readme-numbers`).
+
+Two sections of README.md, each between marker comments, are written here and nowhere else:
+- `tour`: the tour's commands with their wall times, and the numbers they gave, from
+  docs/results/tour/record.json (written by `scripts/tour.py`);
+- `results`: one line per experiment with a report in docs/results/<name>/report.json: its
+  runs, the seeds solved of its lowest and highest group with Wilson 95% intervals, its
+  claims counted by verdict and by registration status (pre-registered, on shared runs that
+  predate the record, written after runs started), and the held-out overlap its archived runs
+  recorded, linking to its results README.
+
+    python scripts/readme_numbers.py           # rewrite the sections in README.md
+    python scripts/readme_numbers.py --check   # exit 1 (and say which) if README.md differs
+
+A number without a record is not quoted. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "results"
+TOUR = RESULTS / "tour" / "record.json"
+WIDTH = 100
+
+# a claim's registration status in report.json -> how the README counts it
+STATUS = {"pre-registered": "pre-registered", "not recorded": "on shared runs",
+          "after runs": "written after runs"}
+
+
+def marker(name: str, end: bool = False) -> str:
+    return f"<!-- readme-numbers:{name} {'end' if end else 'begin'} (make readme-numbers) -->"
+
+
+def wall(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def tour_section(record: dict) -> str:
+    """The tour's code block (commands, what they do, wall times) and the numbers paragraph."""
+    lines = record["lines"]
+    pad = max(len(x["cmd"]) for x in lines) + 2
+    block = ["```bash"]
+    for x in lines:
+        note = (f"{wall(x['wall_s'])}: " if x.get("timed") else "") + x["what"]
+        block.append(f"{x['cmd']:<{pad}}# {note}")
+    block.append("```")
+    num = record["numbers"]
+    pk = num["passkey"]
+    text = (f"Wall times and numbers from one run of `scripts/tour.py` (its record: "
+            f"[docs/results/tour/record.json](docs/results/tour/record.json); "
+            f"{record['machine']}, {record['threads']} torch thread, commit {record['commit']}, "
+            f"{record['date']}): "
+            f"the passkey run reached test accuracy {pk['test_acc']:.3f} at its training length "
+            f"and {pk['x4_acc']:.3f} at 4x")
+    tiny = num.get("tiny")
+    if tiny:
+        parts = [f"{g['mean']:.3f} +/- {g['std']:.3f} (`{label}`, {g['seeds']} seeds)"
+                 for label, g in tiny["groups"].items()]
+        text += (f"; tiny's report gave {' and '.join(parts)}, {tiny['claims']['pass']} of "
+                 f"{tiny['claims']['n']} claims passing")
+    text += "."
+    return "\n".join(block + [""] + textwrap.wrap(text, WIDTH, break_long_words=False,
+                                                  break_on_hyphens=False))
+
+
+def wilson(s: dict) -> str:
+    return f"{s['k']}/{s['n']} [{s['lo']:.2f}, {s['hi']:.2f}]"
+
+
+def title(folder: Path) -> str:
+    readme = folder / "README.md"
+    if readme.exists():
+        first = readme.read_text().splitlines()[0]
+        return first.lstrip("# ").strip()
+    return folder.name
+
+
+def experiment_line(folder: Path, rep: dict) -> str:
+    """One experiment: runs, lowest and highest group by seeds solved, claims by status."""
+    link = f"docs/results/{folder.name}/README.md"
+    groups = [g for g in rep["groups"] if (g.get("solved") or {}).get("n")]
+    text = f"- **{folder.name}** ([{title(folder)}]({link})): {rep['runs']} runs"
+    if groups:
+        ns = sorted({g["solved"]["n"] for g in groups})
+        per = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+        text += f" in {len(rep['groups'])} groups of {per} seeds"
+
+        def rate(g: dict) -> tuple[float, float]:
+            return g["solved"]["k"] / g["solved"]["n"], g["solved"]["lo"]
+
+        low, high = min(groups, key=rate), max(groups, key=rate)
+        n_low = sum(rate(g) == rate(low) for g in groups)
+        n_high = sum(rate(g) == rate(high) for g in groups)
+
+        def named(g: dict, ties: int) -> str:
+            more = f" and {ties - 1} more" if ties > 1 else ""
+            return f"{wilson(g['solved'])} (`{g['label']}`{more})"
+
+        if rate(low) == rate(high):
+            text += f"; every group solves {wilson(low['solved'])} seeds"
+        else:
+            text += (f"; seeds solved from {named(low, n_low)} to {named(high, n_high)}")
+    else:
+        text += f" in {len(rep['groups'])} groups (no seeds-solved counts recorded)"
+    checks = rep.get("checks") or []
+    if checks:
+        passed = [c for c in checks if (c.get("verdict") or ("pass" if c.get("ok") else
+                                                              "fail")) == "pass"]
+        text += f"; claims: {len(passed)} of {len(checks)} pass"
+        counts = []
+        for status, words in STATUS.items():
+            of = [c for c in checks if (c.get("registered") or {}).get("status") == status]
+            if of:
+                p = sum(c in passed for c in of)
+                counts.append(f"{words} {p} of {len(of)}")
+        unknown = [c for c in checks if (c.get("registered") or {}).get("status") not in STATUS]
+        if unknown:
+            counts.append(f"registration not recorded {sum(c in passed for c in unknown)} "
+                          f"of {len(unknown)}")
+        text += " (" + ", ".join(counts) + ")"
+    return text + overlap_text(folder, rep["runs"]) + "."
+
+
+def overlap_text(folder: Path, runs: int) -> str:
+    """The held-out overlap its archived runs recorded (`summary.json`'s
+    `held_out_in_training`): the largest share of valid or test samples also trained on."""
+    shares = []
+    for summary in sorted((folder / "runs").glob("*/summary.json")):
+        seen = json.loads(summary.read_text()).get("held_out_in_training")
+        if isinstance(seen, dict):
+            shares.append(max(float(seen.get("valid", 0)), float(seen.get("test", 0))))
+    if not shares:
+        return ""
+    of = "" if len(shares) == runs else f" (in the {len(shares)} runs that record it)"
+    if max(shares) == 0:
+        return f"; held-out overlap none{of}"
+    warn = " (above 1%: memorised samples)" if max(shares) > 0.01 else ""
+    return f"; held-out overlap up to {max(shares):.1%}{warn}{of}"
+
+
+def results_section() -> str:
+    lines, others = [], []
+    for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()):
+        if folder.name == "tour":
+            continue
+        rep_file = folder / "report.json"
+        if rep_file.exists():
+            rep = json.loads(rep_file.read_text())
+            lines.append(textwrap.fill(experiment_line(folder, rep), WIDTH,
+                                       subsequent_indent="  ", break_long_words=False,
+                                       break_on_hyphens=False))
+        elif (folder / "README.md").exists():
+            others.append(f"[{folder.name}](docs/results/{folder.name}/README.md)")
+    if others:
+        lines.append(textwrap.fill("- Without a report.json (their numbers are in their "
+                                   "READMEs): " + ", ".join(others) + ".", WIDTH,
+                                   subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+def sections() -> dict[str, str]:
+    return {"tour": tour_section(json.loads(TOUR.read_text())), "results": results_section()}
+
+
+def render(text: str, parts: dict[str, str]) -> str:
+    for name, body in parts.items():
+        begin, end = marker(name), marker(name, end=True)
+        pat = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
+        if not pat.search(text):
+            raise SystemExit(f"README.md lacks the markers of section '{name}': {begin}")
+        section = f"{begin}\n{body}\n{end}"
+        text = pat.sub(lambda _m, s=section: s, text)
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare, do not write")
+    ap.add_argument("--readme", type=Path, default=README)
+    args = ap.parse_args()
+    old = args.readme.read_text()
+    new = render(old, sections())
+    if args.check:
+        if new != old:
+            print(f"{args.readme} differs from its records: run `make readme-numbers`",
+                  file=sys.stderr)
+            return 1
+        return 0
+    args.readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
