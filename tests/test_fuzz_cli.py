@@ -53,6 +53,7 @@ ARGS = {
     "train": ["--model", "mamba", "--task", "TASK.toml", "--steps", "1", "--eval-samples", "4",
               "--device", "cpu"],
     "check": ["mha", "--no-learning", "--no-speed"],
+    "place": ["mha", "--dry-run"],
 }
 # Options whose every string is a valid value (an output path): not fuzzed (any value is good).
 # Each is named with its reason; test_every_command_has_its_arguments keeps the list honest.

@@ -90,9 +90,16 @@ def register(app: GuardedApp) -> None:
 
         set_threads(1)
         if all_in is not None:
+            if target is not None or kwargs is not None or json_out is not None:
+                raise RecallLabError("--all PACKAGE checks every mixer of a package: give it "
+                                     "without a TARGET, --kwargs or --json (--kwargs-file and "
+                                     "--out instead)")
             return _audit(all_in, kwargs_file, out, learning, speed, force)
         if target is None:
             raise RecallLabError("give a mixer or model to check, or --all PACKAGE")
+        if kwargs_file is not None or out is not None:
+            raise RecallLabError("--kwargs-file and --out go with --all PACKAGE (for one mixer: "
+                                 "--kwargs and --json)")
         if json_out is not None:
             refuse_overwrite(json_out, force)
         if dtype not in (None, "float32", "float64"):

@@ -187,6 +187,12 @@ def lab_count(lab: dict, where: str) -> tuple[int | None, str]:
 def audit(package: str, spec: dict, learning: bool = True, speed: bool = True,
           progress: Callable[[str], None] | None = None) -> list[AuditRow]:
     """Every mixer of `package`, checked (see the module docstring)."""
+    for table in ("source", "mixers", "modules"):
+        entries = spec.get(table, {})
+        if not isinstance(entries, dict) or (table != "source" and not all(
+                isinstance(v, dict) for v in entries.values())):
+            raise RecallLabError(f"--kwargs-file: [{table}] must be a table"
+                                 + ("" if table == "source" else " of tables, one per name"))
     package = package_name(package)
     found, broken = discover(package)
     given = spec.get("mixers", {})

@@ -73,7 +73,9 @@ def package(tmp_path, monkeypatch):
     (tmp_path / "fieldpkg" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "simple.py").write_text(textwrap.dedent(MIXERS))
-    (pkg / "needs_cuda.py").write_text("import selective_scan_cuda\n")
+    # as zoology's rwkv module does at import on a machine without CUDA
+    (pkg / "needs_cuda.py").write_text(
+        'raise OSError("CUDA_HOME environment variable is not set.")\n')
     spec = tmp_path / "audit.toml"
     spec.write_text(textwrap.dedent('''
         [source]
