@@ -23,6 +23,7 @@ from recall_lab.models.decode import decode, state_growth
 from recall_lab.models.registry import check_model_name, listing_row, mixer_models
 from recall_lab.models.state import state_count
 from recall_lab.runs import run_config_from_flags, run_config_from_json
+from tests.mixers.plugins import fake_distribution
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mixer-package"
@@ -141,17 +142,8 @@ def test_the_labs_own_mixer_is_built_through_the_entry_point_path():
     assert row["decode state"] == "grows as L" and row["state"] == "grows as L"
 
 
-def _plugin(tmp_path: Path, lines: str) -> Path:
-    """A fake installed distribution whose metadata publishes `lines` in the mixer group."""
-    dist = tmp_path / "site" / "fake_mixers-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-mixers\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[recall_lab.mixers]\n{lines}\n")
-    return dist.parent
-
-
 def test_an_installed_plugin_is_a_model_name(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(_plugin(tmp_path, f"fake-retention = {RETENTION}\n"
+    monkeypatch.syspath_prepend(str(fake_distribution(tmp_path, f"fake-retention = {RETENTION}\n"
                                                       "fake-broken = no_such_pkg.mod:Mixer")))
     named_mixers.cache_clear()
     try:

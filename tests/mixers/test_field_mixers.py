@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +30,7 @@ from recall_lab.models import build_model, model_config
 from recall_lab.models.state import state_count
 from recall_lab.testing import resolve_target, run_checks
 from tests.cli_checks import fails_with
+from tests.mixers.plugins import fake_distribution
 
 HERE = __name__
 runner = CliRunner()
@@ -194,23 +194,15 @@ def test_fla_layers_on_a_cpu_say_they_need_a_gpu():
 
 # ---- plug-ins ---------------------------------------------------------------------------------
 
-def _plugin(tmp_path: Path, lines: str) -> Path:
-    dist = tmp_path / "site" / "field_mixers-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: field-mixers\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[recall_lab.mixers]\n{lines}\n")
-    return dist.parent
-
-
 @pytest.fixture
 def plugins(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(_plugin(tmp_path, "\n".join([
+    monkeypatch.syspath_prepend(str(fake_distribution(tmp_path, "\n".join([
         f"field-mha = {HERE}:AttentionWithBatch",
         f"field-bigbird = {HERE}:RandomBlocks",
         f"field-baseconv = {HERE}:ShortConvMixer",
         "field-missing = no_such_pkg.mod:Mixer",
         f"field-tuple = {HERE}:TupleOut",
-    ]))))
+    ]), "field_mixers")))
     named_mixers.cache_clear()
     yield
     named_mixers.cache_clear()
