@@ -6,10 +6,25 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
+
+
+def audit_table(rows: list) -> Table:
+    """The audit for the terminal: one row per mixer (audit.md has every column and why)."""
+    from recall_lab.experiments.audit import state_verdict
+
+    table = Table(title="field audit (audit.md: every column, and why each failed or did not "
+                  "run)")
+    for col in ("mixer", "status", "correctness rows", "declared state", "state"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(escape(c) for c in (r.path, r.status_text(), r.correctness_text(),
+                                             r.declared_text(), state_verdict(r))))
+    return table
 
 
 def _audit(package: str, kwargs_file: Path | None, out: Path | None, learning: bool,
@@ -32,7 +47,7 @@ def _audit(package: str, kwargs_file: Path | None, out: Path | None, learning: b
     meta = {**spec.get("source", {}), "package": package,
             "command": "recall-lab " + shlex.join(sys.argv[1:])}
     text = audit_markdown(rows, meta)
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print(audit_table(rows))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "audit.md").write_text(text)

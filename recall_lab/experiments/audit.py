@@ -85,6 +85,20 @@ class AuditRow:
             return []
         return [r.name for r in self.rows if r.passed is False and r.correctness]
 
+    def status_text(self) -> str:
+        return self.status if self.status == "checked" else f"not run: {self.why.split(':')[0]}"
+
+    def correctness_text(self) -> str:
+        failed = self.failed()
+        return ("FAIL: " + ", ".join(failed)) if failed else \
+            ("pass" if self.status == "checked" else "-")
+
+    def declared_text(self) -> str:
+        """The state row's value; for a mixer that did not run, its declared count alone."""
+        if self.declared != "-" or self.declared_n is None:
+            return self.declared
+        return f"declared {self.declared_n:,}"
+
     def to_json(self) -> dict:
         return {**asdict(self), "rows": [r.to_json() for r in self.rows],
                 "failed": self.failed()}
@@ -280,13 +294,9 @@ def audit_markdown(rows: list[AuditRow], meta: dict) -> str:
     for r in rows:
         got = {c.name: c for c in r.rows}
         gate, speed = got.get("learning gate"), got.get("speed")
-        failed = r.failed()
         lines.append("| " + " | ".join(_cell(c) for c in [
-            f"`{r.path}`", r.status if r.status == "checked" else f"not run: {r.why.split(':')[0]}",
-            ("FAIL: " + ", ".join(failed)) if failed else
-            ("pass" if r.status == "checked" else "-"),
-            r.declared if r.declared != "-" or r.declared_n is None
-            else f"declared {r.declared_n:,}", "-" if r.formula is None else f"{r.formula:,}",
+            f"`{r.path}`", r.status_text(), r.correctness_text(), r.declared_text(),
+            "-" if r.formula is None else f"{r.formula:,}",
             "-" if r.lab is None else f"{r.lab:,} ({r.lab_name})", state_verdict(r),
             "-" if gate is None else ("pass" if gate.passed else "FAIL") + f": {gate.value}",
             "-" if speed is None else speed.value]) + " |")
