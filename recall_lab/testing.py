@@ -513,6 +513,8 @@ def resolve_target(target: str, kwargs: dict[str, Any] | None = None,
                                side_scale_init=1.0, max_len=96, **extra)
 
         return Target(target, {"name": target}, ModelSubject(factory))
+    if ":" not in target and "." not in target and target not in mixer_models():
+        build_model(target, 23)  # not a name at all: one line naming every model, with hints
     path = resolve_mixer(target)
     kwargs = dict(kwargs or {})
     # a bad path, a constructor that rejects its arguments: one line here (exit 2); what its

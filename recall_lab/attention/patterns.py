@@ -128,6 +128,7 @@ class PatternRow:
     splits_k: bool = False
     branch: tuple[str, ...] = ()
     test_options: Callable[[int, int], dict] = field(default=_no_test_options)
+    about: str = ""  # a few words for listings (`recall-lab models`' legend)
 
     def __post_init__(self) -> None:
         unknown = set(self.branch) - set(BRANCH_DEFAULTS)
@@ -177,25 +178,35 @@ ATTAMBA_OPTIONS = frozenset({"leading", "chunking", "offset", "layer", "n_layers
 
 # The order is the order of every listing (`PATTERNS`, error messages).
 PATTERN_TABLE: dict[str, PatternRow] = {
-    "sw": PatternRow(_fixed("sw")),
-    "d": PatternRow(_dilated, D_OPTIONS, branch=("max_len",)),
-    "sink": PatternRow(_fixed("sink")),
-    "a": PatternRow(a_pattern, splits_k=True),
-    "sw+d": PatternRow(sw_d_pattern, D_OPTIONS, splits_k=True, branch=("max_len",)),
+    "sw": PatternRow(_fixed("sw"), about="sliding window: the k latest keys"),
+    "d": PatternRow(_dilated, D_OPTIONS, branch=("max_len",),
+                    about="dilated: every gap-th key, k of them"),
+    "sink": PatternRow(_fixed("sink"), about="the first k tokens"),
+    "a": PatternRow(a_pattern, splits_k=True, about="A-shaped: sink + sliding window"),
+    "sw+d": PatternRow(sw_d_pattern, D_OPTIONS, splits_k=True, branch=("max_len",),
+                       about="sliding window + dilated"),
     "lsh": PatternRow(LSHPattern, LSH_OPTIONS, branch=("lsh_bits", "layer_seed"),
-                      test_options=_lsh_test),
+                      test_options=_lsh_test, about="LSH: keys in the query's hash bin"),
     "ks": PatternRow(KSPattern, KS_OPTIONS, needs=NEEDS_DIM, branch=("dim",),
-                     test_options=_ks_test),
+                     test_options=_ks_test, about="key selection: each query's top-k scored keys"),
     "hax": PatternRow(hax_pattern, LSH_OPTIONS | KS_OPTIONS, needs=NEEDS_DIM, splits_k=True,
-                      branch=("lsh_bits", "layer_seed", "dim"), test_options=_hax_test),
-    "full": PatternRow(_fixed("full")),
+                      branch=("lsh_bits", "layer_seed", "dim"), test_options=_hax_test,
+                      about="HAX: LSH + key selection"),
+    "full": PatternRow(_fixed("full"), about="every earlier key"),
     **{name: PatternRow(_seattn(name), frozenset(SEATTN_OPTIONS - set(fixed)),
-                        branch=("key_summary",), test_options=_seattn_test)
+                        branch=("key_summary",), test_options=_seattn_test,
+                        about="SE-Attn: a chunk and " + {
+                            "seattn-nomem": "no memory blocks",
+                            "seattn-random": "randomly retrieved memory blocks",
+                            "seattn-landmark": "memory blocks retrieved by landmark summaries",
+                        }.get(name, "retrieved memory blocks"))
        for name, fixed in SEATTN_VARIANTS.items()},
-    "attamba": PatternRow(AttambaPattern, ATTAMBA_OPTIONS),
+    "attamba": PatternRow(AttambaPattern, ATTAMBA_OPTIONS,
+                          about="Attamba: chunk-end keys and leading tokens"),
     # the control for KS: keys chosen from the token ids (attention/oracle.py); `keys` is the
     # task's key-id range, filled by RunConfig (config.TASK_KEY_PATTERNS lists this row)
-    "oracle": PatternRow(OraclePattern, ORACLE_OPTIONS),
+    "oracle": PatternRow(OraclePattern, ORACLE_OPTIONS,
+                         about="oracle control: keys chosen from the token ids"),
 }
 # A live view: a pattern registered later is listed too.
 PATTERNS = PATTERN_TABLE.keys()

@@ -199,6 +199,13 @@ def register(app: GuardedApp) -> None:
         for row in rows:
             table.add_row(*(escape(v) for v in row.values()))
         console.print(table)
+        from recall_lab.attention.patterns import PATTERN_TABLE
+
+        branches = sorted({r["branch"] for r in rows} & set(PATTERN_TABLE))
+        console.print("branch: " + "; ".join(f"{b} = {PATTERN_TABLE[b].about}"
+                                            for b in branches if PATTERN_TABLE[b].about)
+                      + ". -2x: hidden size doubled; +deci: DeciMamba's decimation",
+                      highlight=False, markup=False)
         console.print("state: recurrent state per sequence in numbers (models/state.py: "
                       "'(declared)' where a mixer's own state_size stands in); conv: the short "
                       "convolutions' caches, kernel - 1 columns per channel", highlight=False,

@@ -231,3 +231,15 @@ def test_a_broken_plugin_as_a_model_is_one_line(plugins, tmp_path):
     cfg = model_config("field-baseconv", 20, d_model=16, mixer_kwargs={"l_max": 64})
     count = state_count(build_model(cfg), 64)
     assert count.source == "declared" and count.recurrent.numbers == 2 * 16 * 3
+
+
+def test_models_legend_names_every_branch_and_check_suggests_any_model():
+    """`models` says what each branch in its table is; `check` with a mistyped name suggests
+    among every model it takes, not the mixers alone."""
+    r = runner.invoke(app, ["models", "--task", "mini-mqar"], env={"COLUMNS": "400"})
+    legend = next(ln for ln in r.output.splitlines() if ln.startswith("branch: "))
+    for branch in ("sw", "d", "a", "sw+d", "lsh", "ks", "hax"):
+        assert f" {branch} = " in f" {legend[len('branch: '):]}", branch
+    line = fails_with(["check", "mambaa", "--no-learning", "--no-speed"], "unknown model")
+    assert "'mamba+a'" in line and "transformer" in line
+
