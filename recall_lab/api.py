@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 from torch import nn
 
 from generators import TaskSpec
@@ -181,10 +182,16 @@ def report(runs: str | Path | list, *, out: str | Path | None = None, plots: boo
 
 
 def check(target: str, kwargs: dict | None = None, *, learning: bool = True,
-          speed: bool = True) -> list[Check]:
+          speed: bool = True, strict_state: bool = False, dtype: str | None = None
+          ) -> list[Check]:
     """The generic checks (recall_lab.testing) on a mixer (import path or name) or a built-in
-    model: one `Check` per row."""
-    return run_checks(resolve_target(target, kwargs), learning=learning, speed=speed)
+    model: one `Check` per row. `strict_state`: a declared `state_size` that differs from the
+    recurrent state the step cache carries fails the state row (else it is a finding);
+    `dtype="float32"`: compare a mixer that casts to float32 inside at float32's tolerance."""
+    if dtype not in (None, "float32", "float64"):
+        raise RecallLabError(f"dtype {dtype!r}: float32 or float64")
+    target_ = resolve_target(target, kwargs, None if dtype is None else getattr(torch, dtype))
+    return run_checks(target_, learning=learning, speed=speed, strict_state=strict_state)
 
 
 def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None = None,
