@@ -201,3 +201,13 @@ def test_an_overstated_state_size_is_a_finding_and_fails_when_strict():
     assert "declared 64 != measured 16" in row.value and "4.00x" in row.detail
     strict = check_state(subject, strict=True)
     assert strict.passed is False and strict.correctness
+
+
+def test_the_api_and_check_fail_an_overstated_state_only_when_strict():
+    import recall_lab as rl
+
+    plain = {r.name: r for r in rl.check(f"{__name__}:Overstated", learning=False, speed=False)}
+    strict = {r.name: r for r in rl.check(f"{__name__}:Overstated", learning=False, speed=False,
+                                          strict_state=True)}
+    assert plain["state"].passed is None and strict["state"].passed is False
+    assert [n for n, r in plain.items() if r.passed is False] == []  # a finding, not a failure
