@@ -182,7 +182,12 @@ def register(app: GuardedApp) -> None:
         A plug-in that cannot be built gets one line under the table saying why."""
         from rich.table import Table
 
-        from recall_lab.models.registry import listed_models, listing_row, unlisted_plugin
+        from recall_lab.models.registry import (
+            branch_legend,
+            listed_models,
+            listing_row,
+            unlisted_plugin,
+        )
 
         spec, name = resolve_task(task)
         table = Table(title=escape(f"models (vocabulary of {name or task}: "
@@ -199,13 +204,8 @@ def register(app: GuardedApp) -> None:
         for row in rows:
             table.add_row(*(escape(v) for v in row.values()))
         console.print(table)
-        from recall_lab.attention.patterns import PATTERN_TABLE
-
-        branches = sorted({r["branch"] for r in rows} & set(PATTERN_TABLE))
-        console.print("branch: " + "; ".join(f"{b} = {PATTERN_TABLE[b].about}"
-                                            for b in branches if PATTERN_TABLE[b].about)
-                      + ". -2x: hidden size doubled; +deci: DeciMamba's decimation",
-                      highlight=False, markup=False)
+        console.print(branch_legend({r["branch"] for r in rows}), highlight=False,
+                      markup=False)
         console.print("state: recurrent state per sequence in numbers (models/state.py: "
                       "'(declared)' where a mixer's own state_size stands in); conv: the short "
                       "convolutions' caches, kernel - 1 columns per channel", highlight=False,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import difflib
 
 from generators.errors import RecallLabError
-from recall_lab.attention import PATTERNS
+from recall_lab.attention import PATTERN_TABLE, PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.mixers import load_mixer_class, named_mixers, required_kwargs, resolve_mixer
 from recall_lab.mixers.contract import one_line
@@ -272,6 +272,14 @@ def listing_row(name: str, vocab_size: int) -> dict:
             "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}",
             "state": count.text(), "conv": count.conv_text(),
             "decode state": decode_state(m)}
+
+
+def branch_legend(branches: set[str]) -> str:
+    """`recall-lab models`' legend: what each attention branch in the listing is (the pattern
+    table's `about`), and the name suffixes that are not patterns."""
+    known = [b for b in sorted(branches) if b in PATTERN_TABLE and PATTERN_TABLE[b].about]
+    return ("branch: " + "; ".join(f"{b} = {PATTERN_TABLE[b].about}" for b in known)
+            + ". -2x: hidden size doubled; +deci: DeciMamba's decimation")
 
 
 def unlisted_plugin(name: str, exc: Exception) -> tuple[str, str]:
