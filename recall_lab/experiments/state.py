@@ -68,7 +68,7 @@ def run_state(tables: dict | None, where: str = "run config") -> LayerState:
     """The state per layer of one run, from its config's tables (config.json's content)."""
     if not isinstance(tables, dict) or not isinstance(tables.get("model"), dict):
         return UNKNOWN
-    # the task counts: it fixes the model's max_len (the length state_numbers is taken at) and
+    # the task counts: it fixes the model's max_len (the length the state is counted at) and
     # the key ids of the key patterns
     key = json.dumps([tables.get("model"), tables.get("task"), tables.get("task_name")],
                      sort_keys=True, default=str)
