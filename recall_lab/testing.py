@@ -374,6 +374,21 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
+def measured_state(subject: MixerSubject, module: nn.Module, length: int) -> dict | None:
+    """A mixer's decode cache for one sequence of `length` after one step, split by the state
+    convention (`cache_parts`: "recurrent" and "conv"); None for a mixer without `step`."""
+    if not has_step(module):
+        return None
+    x = subject.inputs(1, 1, torch.Generator().manual_seed(0), torch.float32)
+    try:
+        cache = module.allocate_cache(1, length)
+        y = module.step(x[:, 0], cache)
+        cache = y[1] if isinstance(y, tuple) else cache
+    except Exception as exc:
+        raise UserCodeError(f"allocate_cache(1, {length}) and one step", exc) from exc
+    return cache_parts(cache)
+
+
 def check_state(subject: Subject, length: int = 128, strict: bool = False) -> Check:
     """The state under the lab's convention (recall_lab/mixers/state.py), per sequence at
     length `length`: measured from the decode cache after one step where there is one (the
@@ -389,15 +404,8 @@ def check_state(subject: Subject, length: int = 128, strict: bool = False) -> Ch
         return Check("state", None, count.text() + conv, f"per sequence at L={length}, "
                      f"{count.source}", correctness=False)
     declared = declared_state(module, length)
-    if has_step(module):
-        x = subject.inputs(1, 1, torch.Generator().manual_seed(0), torch.float32)
-        try:
-            cache = module.allocate_cache(1, length)
-            y = module.step(x[:, 0], cache)
-            cache = y[1] if isinstance(y, tuple) else cache
-        except Exception as exc:
-            raise UserCodeError(f"allocate_cache(1, {length}) and one step", exc) from exc
-        parts = cache_parts(cache)
+    parts = measured_state(subject, module, length)
+    if parts is not None:
         rec, conv = parts["recurrent"], parts["conv"]
         measured = (f"measured {_count(rec.numbers)} ({rec.nbytes:,} B) + conv caches "
                     f"{_count(conv.numbers)}")
@@ -568,4 +576,5 @@ __all__ = ["Check", "GATE_STEPS", "GATE_TASK", "GATE_THRESHOLD", "MixerSubject",
            "Target", "UserCodeError", "build", "check_causal", "check_decode",
            "check_deterministic", "check_finite_gradients", "check_forward", "check_padding",
            "check_state", "correctness", "future_leak", "guarded", "learning_gate",
-           "length_leak", "measurements", "resolve_target", "run_checks", "tokens_per_second"]
+           "length_leak", "measured_state", "measurements", "resolve_target", "run_checks",
+           "tokens_per_second"]

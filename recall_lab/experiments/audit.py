@@ -51,8 +51,8 @@ from recall_lab.testing import (
     Check,
     MixerSubject,
     check_forward,
-    check_state,
     guarded,
+    measured_state,
     resolve_target,
     run_checks,
 )
@@ -185,17 +185,16 @@ def lab_count(lab: dict, where: str) -> tuple[int | None, str]:
     from its decode cache (or declared where it has no step), and its name."""
     path = resolve_mixer(str(lab.get("mixer", "")))
     kwargs = dict(lab.get("kwargs") or {})
+    subject = MixerSubject(lambda: build_mixer(path, D_MODEL, 0, kwargs), d_model=D_MODEL)
     torch.manual_seed(0)
-    row = check_state(MixerSubject(lambda: build_mixer(path, D_MODEL, 0, kwargs),
-                                   d_model=D_MODEL), LENGTH)
-    value = row.value
-    for word in ("measured ", "declared "):
-        if word in value:
-            number = value.split(word, 1)[1].split()[0].replace(",", "")
-            label = f"{lab['mixer']}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
-            return int(number), label
-    raise RecallLabError(f"{where}: the lab's {lab.get('mixer')!r} has no fixed state "
-                         f"({value})")
+    module = subject.factory().float().eval()
+    parts = measured_state(subject, module, LENGTH)
+    number = parts["recurrent"].numbers if parts is not None else declared_state(module, LENGTH)
+    if number is None:
+        raise RecallLabError(f"{where}: the lab's {lab.get('mixer')!r} has neither a decode "
+                             "cache nor a state_size")
+    label = f"{lab['mixer']}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    return number, label
 
 
 def audit(package: str, spec: dict, learning: bool = True, speed: bool = True,
