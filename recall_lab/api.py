@@ -161,12 +161,15 @@ def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: 
 
 def report(runs: str | Path | list, *, out: str | Path | None = None, plots: bool = True,
            by: list[str] | None = None, metric: str | None = None,
-           experiment: dict | None = None, solve_at: float | None = None) -> Report:
+           experiment: dict | None = None, solve_at: float | None = None,
+           best_of_lr: bool = False) -> Report:
     """The report over sweep folders (or folders of run folders): best lr per group, solve
     rates with Wilson intervals, steps to solve as time to event, the experiment's claims
     checked, a replication beside its original. Written to `out` (default: the one runs
     folder) as report.md / .csv / .json and PNGs. `experiment`: the tables of an experiment
-    file whose `[report]` and `[reference]` to use instead of those the sweep recorded."""
+    file whose `[report]` and `[reference]` to use instead of those the sweep recorded.
+    `best_of_lr`: also best-of-lr.md / .json / .png, what one seed at its best lr (zoology's
+    way of reporting a cell) would have given, for every seed that ran every lr."""
     dirs = [Path(r) for r in (runs if isinstance(runs, list) else [runs])]
     if out is None:
         if len(dirs) != 1:
@@ -174,7 +177,8 @@ def report(runs: str | Path | list, *, out: str | Path | None = None, plots: boo
         if (dirs[0] / ck.CONFIG).is_file():  # a run folder holds the run's files only
             raise RecallLabError(f"{dirs[0]} is a single run's folder: pass --out for the "
                                  "report")
-    rep = build_report(dirs, by=by, metric=metric, experiment=experiment, solve_at=solve_at)
+    rep = build_report(dirs, by=by, metric=metric, experiment=experiment, solve_at=solve_at,
+                       best_of_lr=best_of_lr)
     add_replication(rep, dirs)
     paths = write_report(rep, Path(out) if out is not None else dirs[0], plots=plots)
     return Report(pd.DataFrame(rep["rows"]), rep["checks"],

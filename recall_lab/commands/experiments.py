@@ -155,6 +155,10 @@ def register(app: GuardedApp) -> None:
         solve_at: float = typer.Option(None, "--solve-at", help="A seed counts as solved when "
                                        "its test metric reaches this (default: the experiment's "
                                        "\\[report] solve_at, else 0.95)."),
+        best_of_lr: bool = typer.Option(False, "--best-of-lr", help="Also write "
+                                        "best-of-lr.md/.json/.png: every seed that ran every "
+                                        "lr, reported as zoology reports a cell (one seed at "
+                                        "its own best lr), beside the lab's solve rate."),
     ) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
@@ -164,7 +168,7 @@ def register(app: GuardedApp) -> None:
         exp = read_toml(experiment) if experiment is not None else None
         fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
         result = api.report(runs, out=out, plots=plots, by=fields, metric=metric,
-                            experiment=exp, solve_at=solve_at)
+                            experiment=exp, solve_at=solve_at, best_of_lr=best_of_lr)
         rep, paths = result.data, result.paths
         console.print(report_table(rep))
         pivot = by_table_table(rep)
@@ -180,6 +184,12 @@ def register(app: GuardedApp) -> None:
         if rep.get("replication"):
             for line in replication_lines(rep["replication"]):
                 console.print(escape(line), highlight=False)
+        if rep.get("best_of_lr") is not None:
+            from recall_lab.experiments.best_of_lr import lines as best_of_lr_lines
+
+            for line in best_of_lr_lines(rep["best_of_lr"], rep["metric"]) or [
+                    "best of lr: no group ran more than one lr"]:
+                console.print(escape(line.replace("**", "")), highlight=False)
         console.print(f"written: {', '.join(str(p) for p in paths)}", highlight=False)
         failed = sum(not c["ok"] for c in rep["checks"])
         return 1 if (check and failed) else 0

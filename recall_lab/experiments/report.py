@@ -54,6 +54,9 @@ from recall_lab import checkpoint as ck
 from recall_lab.config import run_tables
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
+from recall_lab.experiments.best_of_lr import best_of_lr as one_seed_points
+from recall_lab.experiments.best_of_lr import markdown as best_of_lr_markdown
+from recall_lab.experiments.best_of_lr import to_json as best_of_lr_json
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, format_value, group_label, numeric
 from recall_lab.experiments.state import UNKNOWN, LayerState, common_state
@@ -442,8 +445,9 @@ def _by_table_lines(rep: dict) -> list[str]:
 
 def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
                  metric: str | None = None, experiment: dict | None = None,
-                 solve_at: float | None = None) -> dict:
-    """Everything the report shows, as data (what report.json holds)."""
+                 solve_at: float | None = None, best_of_lr: bool = False) -> dict:
+    """Everything the report shows, as data (what report.json holds). `best_of_lr`: also what
+    one seed at the best lr would have reported, seed by seed (experiments/best_of_lr.py)."""
     runs, meta = load_runs(dirs)
     if experiment is not None:
         meta["report"] = experiment.get("report") or {}
@@ -461,10 +465,13 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
     expects = meta["report"].get("expect") or []
     checks = check_expectations(groups, expects if isinstance(expects, list) else [expects],
                                 meta["registry"])
-    return {"metric": metric, "by": fields, "experiments": meta["experiments"],
-            "reference": meta["reference"], "groups": groups, "solve_at": float(solve_at),
-            "rows": table_rows(fields, groups, meta["reference"], metric), "checks": checks,
-            "runs": len(runs)}
+    rep = {"metric": metric, "by": fields, "experiments": meta["experiments"],
+           "reference": meta["reference"], "groups": groups, "solve_at": float(solve_at),
+           "rows": table_rows(fields, groups, meta["reference"], metric), "checks": checks,
+           "runs": len(runs)}
+    if best_of_lr:
+        rep["best_of_lr"] = one_seed_points(groups, metric, float(solve_at))
+    return rep
 
 
 def _claim_lines(checks: list[dict]) -> list[str]:
@@ -632,8 +639,18 @@ def write_report(rep: dict, out: str | Path, plots: bool = True) -> list[Path]:
 
         rep["figures"] = [str(p) for p in report_figures(rep, out)]
     paths = [out / "report.md", out / "report.csv", out / "report.json"]
-    for path, text in zip(paths, (_markdown(rep), _csv(rep),
-                                  json.dumps(_json(rep), indent=2) + "\n"), strict=True):
+    texts = [_markdown(rep), _csv(rep), json.dumps(_json(rep), indent=2) + "\n"]
+    if rep.get("best_of_lr") is not None:  # its own files: report.md stays as it was
+        paths += [out / "best-of-lr.md", out / "best-of-lr.json"]
+        texts += [best_of_lr_markdown(rep["best_of_lr"], rep["metric"]),
+                  json.dumps(best_of_lr_json(rep["best_of_lr"]), indent=2) + "\n"]
+        if plots:
+            from recall_lab.experiments.best_of_lr_plot import plot_best_of_lr
+
+            rep["figures"].append(str(plot_best_of_lr(rep["best_of_lr"],
+                                                      out / "best-of-lr.png",
+                                                      rep["metric"])[0]))
+    for path, text in zip(paths, texts, strict=True):
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(text)
         tmp.replace(path)
