@@ -31,7 +31,7 @@ def test_each_seed_at_its_own_best_lr(sweep_dir):  # noqa: F811
 
 
 def test_report_md_is_unchanged_and_the_figure_has_every_seed(sweep_dir, tmp_path):  # noqa: F811
-    plain = write_report(build_report([sweep_dir]), tmp_path / "plain", plots=False)
+    write_report(build_report([sweep_dir]), tmp_path / "plain", plots=False)
     rep = build_report([sweep_dir], best_of_lr=True)
     paths = write_report(rep, tmp_path / "bol", plots=False)
     names = {p.name for p in paths}
