@@ -113,6 +113,62 @@ def zoology_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
     return inputs, targets, per_row
 
 
+# Based's MQAR training mixture (arXiv 2402.18668; zoology's `ar_extrapolate` configs): (length,
+# pairs) segments and how many of zoology's 180,000 training examples each holds; its test
+# segments run on to 256 pairs at length 1,024 (BASED_TEST)
+BASED_TRAIN = ((64, 4), (128, 8), (256, 16), (256, 32), (256, 64))
+BASED_WEIGHTS = (100_000, 20_000, 20_000, 20_000, 20_000)
+BASED_TEST = ((64, 4), (64, 8), (64, 16), (128, 32), (256, 64), (512, 128), (1024, 256))
+
+
+def _segments(segments) -> list[tuple[int, int]]:
+    try:
+        out = [(int(L), int(k)) for L, k in segments]
+    except (TypeError, ValueError):
+        raise RecallLabError(f"task zoology-mqar-mix: segments must be [length, pairs] pairs, "
+                             f"got {segments!r}") from None
+    _check(len(out) >= 1, "zoology-mqar-mix", "segments is empty")
+    pairs = [k for _, k in out]
+    _check(len(set(pairs)) == len(pairs), "zoology-mqar-mix", "two segments with the same "
+           f"number of pairs ({pairs}): the pairs are each row's slice label")
+    return out
+
+
+@task_generator(vocab_size=lambda vocab_size=8192, **_: vocab_size,
+                max_len=lambda segments=BASED_TRAIN, **_: max(L for L, _ in _segments(segments)))
+def zoology_mqar_mix(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
+                     segments=BASED_TRAIN, weights=None, power_a: float = 0.01,
+                     random_non_queries: bool = True):
+    """Rows of several zoology MQAR settings mixed (Based's training mixture by default): each
+    row draws a `[length, pairs]` segment with probability proportional to `weights` (default:
+    Based's example counts when `segments` is Based's, else equal), is drawn as `zoology_mqar`
+    draws a row of that setting, and is padded on the right to the longest segment with id 0
+    and no target. A causal model's outputs at a row's own positions do not depend on what
+    follows them, so the padding changes no score (it costs compute). Slices: each row's pairs."""
+    name = "zoology-mqar-mix"
+    segs = _segments(segments)
+    if weights is None:
+        weights = BASED_WEIGHTS if tuple(segs) == BASED_TRAIN else [1] * len(segs)
+    w = np.asarray(weights, dtype=np.float64)
+    _check(w.shape == (len(segs),) and bool(np.all(w >= 0)) and w.sum() > 0, name,
+           f"weights must be {len(segs)} non-negative numbers, one per segment, not all 0")
+    width = max(L for L, _ in segs)
+    rng = np.random.default_rng(seed)
+    which = rng.choice(len(segs), size=n, p=w / w.sum())
+    child = rng.integers(0, 2**63 - 1, size=len(segs))  # one stream per segment
+    inputs = np.zeros((n, width), dtype=np.int64)
+    targets = np.full((n, width), IGNORE, dtype=np.int64)
+    slices = np.zeros(n, dtype=np.int64)
+    for i, (L, k) in enumerate(segs):
+        rows = np.flatnonzero(which == i)
+        if len(rows) == 0:
+            continue
+        x, y, _ = zoology_mqar(len(rows), np.random.SeedSequence(int(child[i])), vocab_size,
+                               L, k, power_a, random_non_queries)
+        inputs[rows, :L], targets[rows, :L], slices[rows] = x, y, k
+    return inputs, targets, slices
+
+
 @task_generator(vocab_size=lambda vocab_size=16, **_: vocab_size,
                 max_len=lambda seq_len=4096, num_tokens=16, **_: seq_len + 2 * num_tokens,
                 length="seq_len")

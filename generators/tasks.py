@@ -48,6 +48,7 @@ IGNORE = -100
 BUILTIN: dict[str, str] = {
     "joint-recall": "generators.joint_recall:joint_recall",
     "zoology-mqar": "generators.builtin:zoology_mqar",
+    "zoology-mqar-mix": "generators.builtin:zoology_mqar_mix",
     "selective-copy": "generators.builtin:selective_copy",
     "mad-recall": "generators.builtin:mad_recall",
     "mad-noisy-recall": "generators.builtin:mad_noisy_recall",
