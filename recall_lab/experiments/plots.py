@@ -1,10 +1,13 @@
-"""The report's figures (matplotlib, Agg): bars per group with the reference numbers beside ours,
-the metric against each numeric grouping field with a std band, the validation curves of the
-runs each group's best lr selected, and the solve-rate figures: seeds solved against each numeric
-field (Wilson 95% band), survival (the Kaplan-Meier fraction of seeds solved against training
-samples, with its 95% band), the learning-rate window (solve rate against lr), and against the
-recurrent state per layer in numbers (experiments/state.py: `recall-lab models`' count over the
-layers; the short convolutions' caches are not on the axis):
+"""The report's figures (matplotlib, Agg): bars per group (the mean over seeds, one dot per seed,
++/- std clipped to [0, 1] for accuracies) with the reference numbers beside ours, the metric
+against each numeric grouping field (one dot per seed, the std band clipped likewise), the
+validation curves of the runs each group's best lr selected, and the solve-rate figures: seeds
+solved against each numeric field (Wilson 95% band), survival (the Kaplan-Meier fraction of
+seeds solved against training steps, with its 95% band; a row with no seed solved is named in
+words in its panel, "no seed solved within N steps", rather than drawn as a flat line at 0), the
+learning-rate window (solve rate against lr), and against the recurrent state per layer in
+numbers (experiments/state.py: `recall-lab models`' count over the layers; the short
+convolutions' caches are not on the axis):
 the seeds solved (one line per model family through its state sizes, one panel per table) and
 the frontier (largest table solved in >= half the seeds); rows whose state grows with the
 sequence (attention) are dashed lines at their value in both.
@@ -12,7 +15,9 @@ sequence (attention) are dashed lines at their value in both.
 Read across figures: each *row* (a group's values less the facet field, e.g. "mamba / d_state=4")
 keeps one colour in every figure of a report (a line through several rows, e.g. against d_state,
 takes its first row's; a family's line against state takes the family's hue, its points their
-rows' shades); rows of one model share its hue, in shades. Figures
+rows' shades); rows of one model share its hue, in shades. One quantity has one axis scale in
+every figure (`axis_scale`: the table size and d_state on log2, in the accuracy and the
+solve-rate figures alike). Figures
 with more than one table size draw one small panel per size (the facet field: `task.levels` when
 it varies; otherwise, past `MAX_LINES` groups, the first grouping field that is not the model),
 at most `MAX_LINES` lines a panel, and put the legend outside the axes."""
@@ -148,9 +153,11 @@ class Line:
 
 def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xlabel: str,
                 ylabel: str, rate: bool = False, xscale: tuple | None = None,
-                eng: bool = False) -> Path:
+                eng: bool = False, annotate: Callable | None = None) -> Path:
     """One small panel per panel key (at most MAX_LINES lines each: more are split over further
-    panels), shared axes, labels on the outer panels, one legend outside on the right."""
+    panels), shared axes, labels on the outer panels, one legend outside on the right.
+    `draw(ax, line)` draws a line and returns its legend handle (None: no entry);
+    `annotate(ax, lines)`, once every panel is drawn and scaled, writes into a panel."""
     panels: dict[str, list[Line]] = {}
     order: dict[str, tuple] = {}
     for ln in lines:
@@ -193,6 +200,9 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
             ax.tick_params(axis="x", labelrotation=30)
         elif eng:  # 160k, not 160000 (long tick labels run into each other)
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    if annotate is not None:
+        for ax, (_, panel_lines) in zip(flat, split, strict=False):
+            annotate(ax, panel_lines)
     for ax in flat[n:]:
         ax.set_visible(False)
     for col in range(ncols):  # the lowest visible panel of each column carries the x labels
@@ -223,33 +233,104 @@ def _panel_of(pal: Palette, g, skip: str | None = None) -> tuple[str, tuple]:
 
 # ---- figures ------------------------------------------------------------------------------------
 
+LOG2_AXES = ("task.levels", "model.d_state")  # drawn on log2 in every figure (`axis_scale`)
+SEED_DOT = "0.1"  # the bars' per-seed dots: one colour over every row's bar
+
+
+def bounded(metric: str) -> bool:
+    """Whether `metric` lies in [0, 1]: an accuracy (its last part `acc`, or starting or ending
+    with it), whose bars, error bars and bands are clipped to [0, 1]."""
+    leaf = metric.rsplit(".", 1)[-1]
+    return leaf.startswith("acc") or leaf.endswith("acc")
+
+
+def std_span(mean: float, std: float | None, unit: bool) -> tuple[float, float]:
+    """mean -/+ std, clipped to [0, 1] where the metric is `bounded` (`unit`): an accuracy of
+    0.95 +/- 0.13 is drawn up to 1.0, never 1.08."""
+    lo, hi = mean - (std or 0.0), mean + (std or 0.0)
+    return (max(0.0, lo), min(1.0, hi)) if unit else (lo, hi)
+
+
+def seed_values(rep: dict, g) -> list[float]:
+    """A group's finished seeds' values of the report's metric (its selected runs at the best
+    lr, in seed order; report.json's `per_seed` less the runs without the metric): the dots."""
+    return [v for r in g.selected if (v := r.metric(rep["metric"])) is not None]
+
+
+def axis_scale(axis: str) -> dict[str, Any]:
+    """The x scale of one numeric grouping field, the same in every figure that has it on its
+    x axis (the metric's and the solve rate's): log2 with the powers of 2 written out for the
+    table size and d_state, linear otherwise."""
+    return {"xscale": ("log", {"base": 2}), "eng": True} if axis in LOG2_AXES else {}
+
+
+def _spread(x: float, n: int, width: float) -> list[float]:
+    """n x positions spread evenly over the middle 60% of a bar at x (one seed each)."""
+    if n < 2:
+        return [x] * n
+    return [x + width * 0.6 * (i / (n - 1) - 0.5) for i in range(n)]
+
+
 def plot_bars(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    """One bar per group at the mean over its seeds, in its row's colour, one dark dot per
+    seed over it (spread across the bar: bimodal seeds show as two clusters), +/- std as an
+    error bar (clipped to [0, 1] for an accuracy), the reference's numbers as grey hatched bars
+    beside ours. The legend names the dots, the error bars, the reference and, where rows span
+    several bars (one panel key, e.g. the table size, per bar), each row's colour."""
     pal = pal or palette(rep)
     groups, metric = rep["groups"], rep["metric"]
+    unit = bounded(metric)
     ref = (rep["reference"] or {}).get("values") or {}
     has_ref = any(g.label in ref for g in groups)
     width = 0.4 if has_ref else 0.7
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(groups) + 2), 4.2))
-    xs = range(len(groups))
-    ours = [g.mean if g.mean is not None else 0.0 for g in groups]
-    errs = [g.std or 0.0 for g in groups]
-    colours = [pal.row(row_label(rep, g, pal.facet)) for g in groups]
-    shift = -width / 2 if has_ref else 0.0
-    ax.bar([x + shift for x in xs], ours, width, yerr=errs, capsize=3, color=colours,
-           label="ours (mean +/- std)")
-    if has_ref:
-        ax.bar([x + width / 2 for x in xs], [ref.get(g.label, 0.0) for g in groups], width,
-               hatch="//", alpha=0.45, color=colours, edgecolor="0.3",
-               label=rep["reference"].get("source", "reference"))
+    # room on the right for the legend, and on the left for the first slanted label
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.7 * len(groups) + 3.5), 4.2))
+    xs = [x - width / 2 if has_ref else float(x) for x in range(len(groups))]
+    rows = [row_label(rep, g, pal.facet) for g in groups]
+    bars = ax.bar(xs, [g.mean if g.mean is not None else 0.0 for g in groups], width,
+                  color=[pal.row(r) for r in rows], zorder=2)
+    handles: dict[str, Any] = {}
+    if pal.facet:  # a row's colour over several bars: the legend says which row it is
+        for r, patch in zip(rows, bars.patches, strict=True):
+            handles.setdefault(r, patch)
+    spread = [(x, g) for x, g in zip(xs, groups, strict=True)
+              if g.mean is not None and g.std is not None]
+    if spread:
+        spans = [std_span(g.mean, g.std, unit) for _, g in spread]
+        err = ax.errorbar([x for x, _ in spread], [g.mean for _, g in spread],
+                          yerr=[[g.mean - lo for (_, g), (lo, _) in zip(spread, spans,
+                                                                       strict=True)],
+                                [hi - g.mean for (_, g), (_, hi) in zip(spread, spans,
+                                                                       strict=True)]],
+                          fmt="none", ecolor="0.3", elinewidth=1, capsize=3, zorder=3)
+        handles["+/- std over seeds" + (" (clipped to [0, 1])" if unit else "")] = err
+    dots = None
     for x, g in zip(xs, groups, strict=True):
-        if g.mean is None:
-            ax.text(x + shift, 0.01, "none", ha="center", fontsize=7, rotation=90)
-    ax.set_xticks(list(xs), [g.label for g in groups], rotation=45, ha="right", fontsize=8)
+        vals = seed_values(rep, g)
+        if vals:
+            dots = ax.scatter(_spread(x, len(vals), width), vals, s=14, color=SEED_DOT,
+                              edgecolors="white", linewidths=0.6, zorder=4,
+                              gid=f"seeds:{g.label}")
+        else:
+            ax.text(x, 0.01, "none", ha="center", fontsize=7, rotation=90)
+    if dots is not None:
+        handles["one seed"] = dots
+    if has_ref:
+        handles[rep["reference"].get("source", "reference")] = ax.bar(
+            [x + width for x in xs], [ref.get(g.label, 0.0) for g in groups], width,
+            hatch="//", color="0.85", edgecolor="0.35", zorder=2)
+    ax.set_xticks([x + width / 2 if has_ref else x for x in xs], [g.label for g in groups],
+                  rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(metric)
+    if unit:
+        ax.set_ylim(-0.02, 1.05)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    ax.set_title(f"{metric} at the best lr per group")
-    return save_figure(fig, path)
+    ax.legend(list(handles.values()), list(handles), fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.02, 1.0), frameon=False)
+    ax.set_title(f"{metric} at the best lr per group\nbars: mean over seeds; dots: one per seed",
+                 fontsize=10)
+    fig.tight_layout()  # a first pass: the slanted labels move as the axes shrink (the second,
+    return save_figure(fig, path)  # save_figure's, then fits the first label in the figure)
 
 
 def _axis_lines(rep: dict, pal: Palette, axis: str, point) -> list[Line]:
@@ -283,21 +364,27 @@ def _axis_label(axis: str) -> str:
 
 
 def plot_axis(rep: dict, axis: str, path: Path, pal: Palette | None = None) -> Path:
-    """Metric vs one numeric grouping field (task.levels as table size), std band."""
+    """Metric vs one numeric grouping field (task.levels as table size): the mean over seeds
+    as a line, one dot per seed, +/- std as a band (clipped to [0, 1] for an accuracy)."""
     pal = pal or palette(rep)
+    unit = bounded(rep["metric"])
 
     def draw(ax, ln: Line):
-        x, m, s = zip(*[(p[0], p[1][0], p[1][1]) for p in ln.data], strict=True)
+        x, m, s, seeds = zip(*[(p[0], *p[1]) for p in ln.data], strict=True)
         (h,) = ax.plot(x, m, marker="o", color=ln.colour, lw=1.3, ms=3)
-        ax.fill_between(x, [a - b for a, b in zip(m, s, strict=True)],
-                        [a + b for a, b in zip(m, s, strict=True)], color=h.get_color(),
-                        alpha=0.15)
+        lo, hi = zip(*[std_span(a, b, unit) for a, b in zip(m, s, strict=True)], strict=True)
+        ax.fill_between(x, lo, hi, color=h.get_color(), alpha=0.15)
+        ax.scatter([xx for xx, vs in zip(x, seeds, strict=True) for _ in vs],
+                   [v for vs in seeds for v in vs], s=9, color=h.get_color(), alpha=0.55,
+                   linewidths=0, zorder=3, gid=f"seeds:{ln.label}")
         return h
 
     lines = _axis_lines(rep, pal, axis, lambda g: None if g.mean is None
-                        else (g.mean, g.std or 0.0))
-    return draw_panels(lines, draw, path, title=f"{rep['metric']} vs {axis} (band: +/- std "
-                       "over seeds)", xlabel=_axis_label(axis), ylabel=rep["metric"])
+                        else (g.mean, g.std, seed_values(rep, g)))
+    clip = ", clipped to [0, 1]" if unit else ""
+    return draw_panels(lines, draw, path, title=f"{rep['metric']} vs {axis}\n(dots: one per "
+                       f"seed; band: +/- std over seeds{clip})", xlabel=_axis_label(axis),
+                       ylabel=rep["metric"], rate=unit, **axis_scale(axis))
 
 
 def plot_solved_axis(rep: dict, axis: str, path: Path, pal: Palette | None = None) -> Path:
@@ -314,10 +401,9 @@ def plot_solved_axis(rep: dict, axis: str, path: Path, pal: Palette | None = Non
         return h
 
     lines = _axis_lines(rep, pal, axis, lambda g: g.solved if g.solved.n else None)
-    log = ("log", {"base": 2}) if axis in ("task.levels", "model.d_state") else None
     return draw_panels(lines, draw, path, title=f"solve rate vs {axis} (band: Wilson 95%)",
                        xlabel=_axis_label(axis), ylabel=f"seeds solved ({rep['metric']} >= "
-                       f"{rep['solve_at']:g})", rate=True, xscale=log)
+                       f"{rep['solve_at']:g})", rate=True, **axis_scale(axis))
 
 
 def _group_lines(rep: dict, pal: Palette, data) -> list[Line]:
@@ -359,27 +445,88 @@ def plot_curves(rep: dict, path: Path, pal: Palette | None = None) -> Path:
                        xlabel="step", ylabel="held-out accuracy")
 
 
-def _batch(g) -> int | None:
-    sizes = {int(r.config.get("train.batch_size") or 1) for r in g.selected}
-    return sizes.pop() if len(sizes) == 1 else None
+CORNERS = {  # where a panel's words go: axes position, alignment
+    "upper left": ((0.03, 0.97), "left", "top"),
+    "lower right": ((0.97, 0.03), "right", "bottom"),
+    "upper right": ((0.97, 0.97), "right", "top"),
+    "lower left": ((0.03, 0.03), "left", "bottom"),
+}
+
+
+def _quiet_corner(ax, curves: list[tuple[list, list]], text: str, style: dict) -> None:
+    """Write `text` (in a white box) in the corner of `ax` (CORNERS) where its box covers the
+    fewest points of the step curves drawn there (each sampled at 400 steps along x and 20
+    points up each rise; the first corner on ties)."""
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    data = []
+    for times, ys in curves:
+        for i in range(401):
+            t = x0 + (x1 - x0) * i / 400
+            if times[0] <= t <= times[-1]:
+                data.append((t, ys[max(j for j, tt in enumerate(times) if tt <= t)]))
+        data += [(times[k], ys[k - 1] + (ys[k] - ys[k - 1]) * i / 20)
+                 for k in range(1, len(times)) for i in range(21)]
+    pts = [((t - x0) / (x1 - x0), (y - y0) / (y1 - y0)) for t, y in data]
+    renderer = ax.figure.canvas.get_renderer()
+    best = None
+    for (cx, cy), ha, va in CORNERS.values():
+        t = ax.text(cx, cy, text, ha=ha, va=va, multialignment="left",
+                    bbox={"facecolor": "white", "alpha": 0.75, "edgecolor": "0.8", "pad": 2},
+                    **style)
+        box = t.get_window_extent(renderer).transformed(ax.transAxes.inverted())
+        n = sum(box.x0 <= px <= box.x1 and box.y0 <= py <= box.y1 for px, py in pts)
+        if best is None or n < best[0]:
+            if best is not None:
+                best[1].remove()
+            best = (n, t)
+        else:
+            t.remove()
+
+
+def unsolved_text(lines: list[Line]) -> str | None:
+    """The words for the rows of a panel that no seed solved (`lines`' data: (group, its
+    Kaplan-Meier estimate)), by the step their longest seed trained to: "no seed solved within
+    2,500 steps:" and the rows; None when every row solved some seed."""
+    by_steps: dict[float, list[str]] = {}
+    for ln in lines:
+        km = ln.data[1]
+        if not km.events:
+            by_steps.setdefault(km.horizon, []).append(ln.label)
+    return "\n".join(f"no seed solved within {steps:,.0f} steps:\n" + "\n".join(
+        f"  {label}" for label in labels) for steps, labels in sorted(by_steps.items())) or None
 
 
 def plot_survival(rep: dict, path: Path, pal: Palette | None = None) -> Path:
-    """Kaplan-Meier fraction of each group's seeds solved by each number of training samples
-    (steps x batch; steps when a group mixes batch sizes), unsolved seeds censored at their
-    last step, with the 95% band: speed and reliability in one picture."""
+    """Kaplan-Meier fraction of each group's seeds solved by each training step (the steps
+    every table counts), unsolved seeds censored at their last step, with the 95% band: speed
+    and reliability in one picture. A row no seed solved is not drawn (its flat line at 0
+    would hide the others'): its panel names it in words, "no seed solved within N steps"
+    (N: the last step its seeds trained), in the middle of a panel where no row solved, else
+    in the corner its curves leave free."""
     pal = pal or palette(rep)
-    groups = [g for g in rep["groups"] if g.survival is not None]
-    scale = {id(g): _batch(g) for g in groups}
-    samples = all(v is not None for v in scale.values())
 
     def draw(ax, ln: Line):
-        g, km = ln.data
-        k = scale[id(g)] if samples else 1
-        xs = [t * k for t in km.times]
-        (h,) = ax.step(xs, km.solved, where="post", color=ln.colour, lw=1.3)
-        ax.fill_between(xs, km.lo, km.hi, step="post", color=h.get_color(), alpha=0.12)
+        km = ln.data[1]
+        if not km.events:
+            return None  # named in words (`words`)
+        (h,) = ax.step(km.times, km.solved, where="post", color=ln.colour, lw=1.3)
+        ax.fill_between(km.times, km.lo, km.hi, step="post", color=h.get_color(), alpha=0.12)
         return h
+
+    def words(ax, panel: list[Line]) -> None:
+        text = unsolved_text(panel)
+        if text is None:
+            return
+        solved = [ln.data[1] for ln in panel if ln.data[1].events]
+        last = max(ln.data[1].horizon for ln in panel)
+        x0, x1 = ax.get_xlim()
+        if x1 < last:  # the axis reaches the step the words name (no curve may: none solved)
+            ax.set_xlim(min(x0, 0.0), last)
+        style = {"fontsize": 7, "transform": ax.transAxes, "gid": "unsolved", "zorder": 5}
+        if not solved:
+            ax.text(0.5, 0.5, text, ha="center", va="center", multialignment="left", **style)
+            return
+        _quiet_corner(ax, [(km.times, km.solved) for km in solved], text, style)
 
     lines = _group_lines(rep, pal, lambda g: g.survival)
     if not pal.facet:  # one panel: the seeds solved in the legend
@@ -388,8 +535,8 @@ def plot_survival(rep: dict, path: Path, pal: Palette | None = None) -> Path:
             ln.label = f"{ln.label} ({g.solved.k}/{g.solved.n})"
     return draw_panels(lines, draw, path, title=f"survival: seeds solved ({rep['metric']} >= "
                        f"{rep['solve_at']:g}), Kaplan-Meier, band 95%",
-                       xlabel="training samples (steps x batch)" if samples else "steps",
-                       ylabel="fraction of seeds solved", rate=True, eng=True)
+                       xlabel="training steps", ylabel="fraction of seeds solved", rate=True,
+                       eng=True, annotate=words)
 
 
 def plot_window(rep: dict, path: Path, pal: Palette | None = None) -> Path:
