@@ -722,22 +722,37 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     lines += [Line("", f"{_growing_name(rows, row)} ({_grows_text(growth)})", pal.row(row),
                    ("grows", value)) for row, (value, growth, _) in growing.items()]
 
+    sizes = sorted({v for g in rep["groups"]
+                    if (v := numeric("task.levels", g.values.get("task.levels"))) is not None})
+
+    none = sizes[0] / 2 if sizes else 0.5  # "no table solved": one step below the smallest
+
+    def y(v: float) -> float:  # table size on log2, as every figure draws it
+        return v or none
+
     def draw(ax, ln: Line):
         if ln.data[0] == "grows":
-            return _draw_growing(ax, ln)
+            return _draw_growing(ax, Line(ln.panel, ln.label, ln.colour,
+                                          ("grows", y(ln.data[1]))))
         pts, tables = ln.data[1], ln.data[2]
-        (h,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=ln.colour)
+        (h,) = ax.plot([p[0] for p in pts], [y(p[1]) for p in pts], marker="o",
+                       color=ln.colour)
         ranges = [stats.frontier_range(tables[x]) for x, _ in pts]
-        ax.vlines([p[0] for p in pts], [r[0] for r in ranges], [r[1] for r in ranges],
+        ax.vlines([p[0] for p in pts], [y(r[0]) for r in ranges], [y(r[1]) for r in ranges],
                   color=ln.colour, alpha=0.35, lw=4)
         return h
 
+    def log2_sizes(ax, _lines):
+        ax.set_yscale("log", base=2)
+        ax.set_yticks([none, *sizes], ["none", *(f"{v:g}" for v in sizes)])
+        ax.yaxis.set_minor_formatter(NullFormatter())
+
     return draw_panels(lines, draw, path,
-                       title="capacity frontier vs state per layer (0: no table solved)\n"
+                       title="capacity frontier vs state per layer (none: no table solved)\n"
                              "bars: the frontiers the seeds' Wilson 95% intervals allow",
                        xlabel=STATE_LABEL,
                        ylabel="frontier: largest table solved\nin >= 50% of seeds",
-                       xscale=("log",), eng=True)
+                       xscale=("log",), eng=True, annotate=log2_sizes)
 
 
 def report_figures(rep: dict, out: Path) -> list[Path]:

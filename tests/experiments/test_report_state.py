@@ -169,6 +169,11 @@ def test_figures_lines_per_panel_and_frontier(zoo, monkeypatch, tmp_path):
     assert drawn[pal.model("mamba2")] == (sorted(fixed["mamba2"]),
                                           [fixed["mamba2"][x] for x in sorted(fixed["mamba2"])])
     assert [ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "--"] == [8.0]
+    # table size on log2 as in every other figure; "no table solved" (DeltaNet's 0) one step
+    # below the smallest table (4 pairs)
+    assert ax.get_yscale() == "log" and ax.yaxis.get_transform().base == 2
+    assert drawn[pal.model("deltanet")][1] == [2.0, 4.0]
+    assert "none" in [t.get_text() for t in ax.get_yticklabels()]
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == (
         "transformer (state grows with the sequence)")
     assert "recall-lab models" in ax.get_xlabel()
