@@ -101,6 +101,23 @@ def validate(e: dict, stat: str, op: str) -> None:
                                  f"got {v!r}")
 
 
+def check_spec(e: dict) -> None:
+    """A claim's table read without any run: its keys, b or value, stat and op (one clear line
+    for the first problem). `evaluate_claim` calls it, and `sweep` before the claims are
+    registered, so a claim that could never be checked is refused before any run."""
+    if not isinstance(e, dict):
+        raise RecallLabError(f"a claim is a table ([[report.expect]]), got {e!r}")
+    unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at", "stat", "level"}
+    if unknown:
+        raise RecallLabError(f"unknown key {sorted(unknown)[0]!r}")
+    if ("b" in e) == ("value" in e):
+        raise RecallLabError("give b (a group) or value (a number), not both")
+    stat = e.get("stat", "mean")
+    if stat not in STATS:
+        raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    validate(e, stat, e.get("op", ">="))
+
+
 def _pct(x: float) -> str:
     return f"{x:.0%}"
 
@@ -429,16 +446,8 @@ def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
     used: list[Group] = []
     settled_now, missing, checked, tail, tests = False, 0, False, "", None
     try:
-        unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at", "stat", "level"}
-        if unknown:
-            raise RecallLabError(f"unknown key {sorted(unknown)[0]!r}")
-        if ("b" in e) == ("value" in e):
-            raise RecallLabError("give b (a group) or value (a number), not both")
-        stat = e.get("stat", "mean")
-        if stat not in STATS:
-            raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
-        op = e.get("op", ">=")
-        validate(e, stat, op)
+        check_spec(e)
+        stat, op = e.get("stat", "mean"), e.get("op", ">=")
         tests = describe(e)
         level = float(e.get("level", stats.LEVEL))
         pool = _restrict(groups, e.get("at") or {})

@@ -18,6 +18,7 @@ from recall_lab.experiments import claims, stats
 from recall_lab.experiments.grid import expand
 from recall_lab.experiments.report import Group, RunRecord, build_report, write_report
 from recall_lab.experiments.verdicts import check_expectations, evaluate_claim, three_way
+from tests.cli_checks import fails_with
 
 Z = 1.959963984540054  # the 97.5% normal quantile
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -215,6 +216,19 @@ def test_bad_claims_give_one_line(claim, needle):
     assert res["verdict"] == "fail" and res["detail"].startswith("cannot check: ")
     assert needle in res["detail"] and "\n" not in res["detail"]
     assert res["tests"] is None
+
+
+def test_sweep_refuses_a_claim_that_could_never_be_checked(tmp_path):
+    """Before any run and before its claims are registered: one line, exit 2, nothing written."""
+    toml = tmp_path / "bad.toml"
+    toml.write_text('name = "bad"\n[model]\nname = "mamba"\nd_model = 16\n'
+                    '[train]\nsteps = 2\n[task]\nlevels = [[3, 3]]\nvalues = 4\n'
+                    '[grid]\n"train.seed" = [0, 1]\n'
+                    '[[report.expect]]\nclaim = "as many"\nstat = "solved"\n'
+                    'a = { "train.seed" = 0 }\nb = { "train.seed" = 1 }\nop = "as many"\n')
+    line = fails_with(["sweep", toml, "--out", tmp_path / "runs"], "op 'as many' needs margin")
+    assert line.startswith("error: [[report.expect]] 1 (as many): ")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_three_way_reads_the_fisher_tests_of_both_directions():
