@@ -75,6 +75,11 @@ def validate(e: dict, stat: str, op: str) -> None:
             raise RecallLabError(f"op {op!r} is for stat = 'solved'; stat = {stat!r} takes "
                                  f"{', '.join(ops_for(stat))}")
         raise RecallLabError(f"stat = {stat!r} takes op {', '.join(ops_for(stat))}; got {op!r}")
+    if stat == "logrank" and ("value" in e or "margin" in e):
+        raise RecallLabError("stat = 'logrank' compares two groups: give b, no value or margin")
+    if op == "~" and "b" not in e:
+        raise RecallLabError("op '~' (no difference detected) compares two groups: give b, not "
+                             "value")
     if stat != "solved":
         return
     if op in AGAINST_B and "b" not in e:

@@ -205,6 +205,7 @@ def test_a_committed_report_keeps_its_verdicts_and_registrations():
     ({"op": "more", "stat": "mean"}, "op 'more' is for stat = 'solved'; stat = 'mean' takes "
                                      ">=, >, <=, <"),
     ({"op": "more", "stat": "logrank"}, "stat = 'logrank' takes >=, >, <=, <, ~"),
+    ({"op": "~", "value": 0.5, "b": None}, "op '~' (no difference detected) compares two groups"),
 ])
 def test_bad_claims_give_one_line(claim, needle):
     a, b = group("a", 3, 3), group("b", 0, 3)
