@@ -607,7 +607,8 @@ def replication_lines(r: dict) -> list[str]:
             if v is None:
                 lines.append(f"- {side}: {c['claim']}: no original found")
                 continue
-            lines.append(f"- {side}: {v['verdict'].upper()}: {c['claim']} ({v['detail']}); "
+            tests = f" (tests: {v['tests']})" if v.get("tests") else ""
+            lines.append(f"- {side}: {v['verdict'].upper()}: {c['claim']}{tests}. {v['detail']}; "
                          f"{v['registered']}: {v['text']}")
     return lines
 
