@@ -9,8 +9,12 @@ Two sections of README.md, each between marker comments, are written here and no
   predate the record, written after runs started), and the held-out overlap its archived runs
   recorded, linking to its results README.
 
-    python scripts/readme_numbers.py           # rewrite the sections in README.md
-    python scripts/readme_numbers.py --check   # exit 1 (and say which) if README.md differs
+and one section of docs/results/index.md:
+- `overlap`: the held-out overlap (`summary.json`'s `held_out_in_training`) of every committed
+  experiment, measured from its records, "not recorded" where its records are not committed.
+
+    python scripts/readme_numbers.py           # rewrite the sections
+    python scripts/readme_numbers.py --check   # exit 1 (and say which file) if one differs
 
 A number without a record is not quoted. Standard library only.
 """
@@ -27,6 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results"
+INDEX = RESULTS / "index.md"
+# results without training runs: no held-out overlap to measure
+NOT_TRAINING = ("bench", "decode", "field-audit", "gpu", "tour")
+# where a result folder keeps its run records: a sweep's archive, a placement's cells and pilot
+RECORDS = ("runs", "cells", "pilot")
 TOUR = RESULTS / "tour" / "record.json"
 WIDTH = 100
 
@@ -146,6 +155,49 @@ def overlap_text(folder: Path, runs: int) -> str:
     return f"; held-out overlap up to {max(shares):.1%}{warn}{of}"
 
 
+def overlap_of(folder: Path) -> tuple[int, float, float] | None:
+    """(runs that record it, largest valid share, largest test share) over a result folder's
+    own records (not its sub-folders'); None where it has no records."""
+    found, valid, test = 0, 0.0, 0.0
+    summaries = [p for sub in RECORDS for p in sorted((folder / sub).glob("*/summary.json"))]
+    for summary in summaries:
+        seen = json.loads(summary.read_text()).get("held_out_in_training")
+        if isinstance(seen, dict):
+            found += 1
+            valid = max(valid, float(seen.get("valid", 0)))
+            test = max(test, float(seen.get("test", 0)))
+    return (found, valid, test) if summaries else None
+
+
+def overlap_section() -> str:
+    """docs/results/index.md's table: per committed experiment (every result the index links to
+    and every folder with records), its held-out overlap from its records."""
+    index = INDEX.read_text()
+    linked = re.findall(r"\]\(([^)]+)/README\.md\)", index)
+    folders = {f for f in linked if not f.startswith(("..", "http"))}
+    for sub in RECORDS:
+        folders |= {str(p.parent.relative_to(RESULTS)) for p in RESULTS.glob(f"**/{sub}")
+                    if p.is_dir() and any(p.glob("*/summary.json"))}
+    folders = {f for f in folders if f.split("/")[0] not in NOT_TRAINING
+               and (RESULTS / f).is_dir()}
+    rows = ["| result | runs that record it | held-out overlap: valid / test (largest run) |",
+            "| --- | --- | --- |"]
+    for f in sorted(folders):
+        name = f"[{f}]({f}/README.md)" if (RESULTS / f / "README.md").exists() else f
+        got = overlap_of(RESULTS / f)
+        if got is None:
+            rows.append(f"| {name} | - | not recorded (its run records are not committed) |")
+            continue
+        n, valid, test = got
+        runs = len([p for sub in RECORDS for p in (RESULTS / f / sub).glob("*/summary.json")])
+        share = ("not recorded (its runs predate the record)" if not n
+                 else "none" if valid == test == 0 else f"{valid:.1%} / {test:.1%}")
+        warn = " (above 1%: held-out accuracy includes memorised samples)" if max(
+            valid, test) > 0.01 else ""
+        rows.append(f"| {name} | {n} of {runs} | {share}{warn} |")
+    return "\n".join(rows)
+
+
 def results_section() -> str:
     lines, others = [], []
     for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()):
@@ -171,12 +223,16 @@ def sections() -> dict[str, str]:
     return {"tour": tour_section(json.loads(TOUR.read_text())), "results": results_section()}
 
 
+def index_sections() -> dict[str, str]:
+    return {"overlap": overlap_section()}
+
+
 def render(text: str, parts: dict[str, str]) -> str:
     for name, body in parts.items():
         begin, end = marker(name), marker(name, end=True)
         pat = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
         if not pat.search(text):
-            raise SystemExit(f"README.md lacks the markers of section '{name}': {begin}")
+            raise SystemExit(f"a file lacks the markers of section '{name}': {begin}")
         section = f"{begin}\n{body}\n{end}"
         text = pat.sub(lambda _m, s=section: s, text)
     return text
@@ -186,17 +242,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare, do not write")
     ap.add_argument("--readme", type=Path, default=README)
+    ap.add_argument("--index", type=Path, default=INDEX)
     args = ap.parse_args()
-    old = args.readme.read_text()
-    new = render(old, sections())
-    if args.check:
-        if new != old:
-            print(f"{args.readme} differs from its records: run `make readme-numbers`",
-                  file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(new)
-    return 0
+    differ = []
+    for path, parts in ((args.readme, sections()), (args.index, index_sections())):
+        old = path.read_text()
+        new = render(old, parts)
+        if args.check:
+            if new != old:
+                print(f"{path} differs from its records: run `make readme-numbers`",
+                      file=sys.stderr)
+                differ.append(path)
+        else:
+            path.write_text(new)
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

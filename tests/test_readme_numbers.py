@@ -1,5 +1,6 @@
 """The README's generated sections (the tour's wall times and numbers, one line per experiment)
-equal what `scripts/readme_numbers.py` renders from the committed records: they cannot drift."""
+and the results index's held-out overlap table equal what `scripts/readme_numbers.py` renders
+from the committed records: they cannot drift."""
 
 import json
 import subprocess
@@ -48,3 +49,30 @@ def test_every_report_has_its_line():
             passed = sum(c.get("verdict") == "pass" or (c.get("verdict") is None and c.get("ok"))
                          for c in checks)
             assert f"claims: {passed} of {len(checks)} pass" in line
+
+
+def test_the_index_lists_the_overlap_of_every_committed_experiment(tmp_path):
+    """Every folder of committed run records has its row in docs/results/index.md, its overlap
+    read from its summaries; a hand-edited share is found."""
+    index = (ROOT / "docs" / "results" / "index.md").read_text()
+    section = index.split("<!-- readme-numbers:overlap begin", 1)[1]
+    results = ROOT / "docs" / "results"
+    for runs in sorted(results.glob("**/runs")):
+        if not list(runs.glob("*/summary.json")):
+            continue
+        # a result's records: its sweep's runs, and a pilot's or placement's where it has them
+        summaries = [p for sub in ("runs", "pilot", "cells")
+                     for p in (runs.parent / sub).glob("*/summary.json")]
+        name = str(runs.parent.relative_to(results))
+        row = next(ln for ln in section.splitlines()
+                   if ln.startswith((f"| {name} |", f"| [{name}](")))
+        shares = [json.loads(p.read_text())["held_out_in_training"] for p in summaries]
+        largest = max(max(s["valid"], s["test"]) for s in shares)
+        assert ("| none |" in row) == (largest == 0), row
+        assert f"| {len(summaries)} of " in row
+    assert "| [seattn](seattn/README.md) | - | not recorded" in section
+    copy = tmp_path / "index.md"
+    copy.write_text(index.replace("| 570 of 570 | none |", "| 570 of 570 | 0.1% / 0.0% |"))
+    r = subprocess.run([sys.executable, str(SCRIPT), "--check", "--index", str(copy)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "index.md differs" in r.stderr

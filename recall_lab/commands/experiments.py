@@ -6,6 +6,7 @@ Bodies only parse, call `recall_lab.experiments` and print."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import typer
@@ -163,24 +164,37 @@ def register(app: GuardedApp) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
         from recall_lab import api
-        from recall_lab.experiments.report import replication_lines
+        from recall_lab.experiments.report import (
+            overlap_recorded,
+            overlap_warnings,
+            replication_lines,
+        )
 
         exp = read_toml(experiment) if experiment is not None else None
         fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
         result = api.report(runs, out=out, plots=plots, by=fields, metric=metric,
                             experiment=exp, solve_at=solve_at, best_of_lr=best_of_lr)
         rep, paths = result.data, result.paths
+        for line in overlap_warnings(rep):
+            console.print(line, style="yellow" if line.startswith("warning") else None,
+                          markup=False, highlight=False)
         console.print(report_table(rep))
+        if not overlap_recorded(rep):
+            console.print("held-out overlap: not recorded by these runs", highlight=False)
         pivot = by_table_table(rep)
         if pivot is not None:
             console.print(pivot)
         for c in rep["checks"]:
             mark = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]",
                     "open": "[yellow]OPEN[/]"}[c["verdict"]]
-            console.print(f"{mark} {escape(c['claim'])}: {escape(c['detail'])}",
-                          highlight=False)
-            console.print(f"     {c['registered']['status']}: "
-                          f"{escape(c['registered']['text'])}", highlight=False)
+            # the claim; what its op tests; the numbers, required and found; its registration
+            console.print(f"{mark} {escape(c['claim'])}", highlight=False)
+            for line in ([f"tests: {c['tests']}"] if c.get("tests") else []) + [
+                    c["detail"], f"{c['registered']['status']}: {c['registered']['text']}"]:
+                console.print(textwrap.fill(line, max(console.width, 40), initial_indent=" " * 5,
+                                            subsequent_indent=" " * 5, break_long_words=False,
+                                            break_on_hyphens=False),
+                              markup=False, highlight=False, soft_wrap=True)
         if rep.get("replication"):
             for line in replication_lines(rep["replication"]):
                 console.print(escape(line), highlight=False)
@@ -320,11 +334,13 @@ def report_columns(rep: dict) -> tuple[list[str], list[list[str]]]:
     """The report table's header and cells, as text."""
     # as report.md: only where some group has a fixed state, and last
     state = any(row.get("state_per_layer") is not None for row in rep["rows"])
+    overlap = any(row.get("overlap_valid") is not None for row in rep["rows"])
     head = [*rep["by"], "best lr", "valid", "solved [95% CI]", "KM median steps [95% CI]",
             "restricted mean steps", "steps to solve", "mean +/- std", "per seed", "seeds",
             "missing", "failed",
             *(["reference"] if rep["reference"].get("values") else []),
-            *(["recurrent state per layer", "conv per layer"] if state else [])]
+            *(["recurrent state per layer", "conv per layer"] if state else []),
+            *(["held-out overlap valid / test"] if overlap else [])]
     rows = []
     for row in rep["rows"]:
         cells = [str(row[f]) for f in rep["by"]]
@@ -340,5 +356,7 @@ def report_columns(rep: dict) -> tuple[list[str], list[list[str]]]:
             cells.append("-" if ref is None else f"{ref:.4f}")
         if state:
             cells += [row["state_text"], row["conv_text"]]
+        if overlap:
+            cells.append(row["overlap_text"])
         rows.append(cells)
     return head, rows

@@ -33,6 +33,7 @@ from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.claims import register
 from recall_lab.experiments.grid import Experiment, Run, selected
+from recall_lab.experiments.verdicts import check_spec
 
 INDEX = "sweep.json"
 ENGINES = ("local", "ray")
@@ -372,6 +373,14 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if workers < 1 or threads < 1:
         raise RecallLabError(f"--workers and --threads must be >= 1, got {workers}, {threads}")
+    expects = exp.report.get("expect") or []
+    for i, e in enumerate(expects if isinstance(expects, list) else [expects]):
+        try:  # a claim that could never be checked is refused before anything is written
+            check_spec(e)
+        except RecallLabError as exc:
+            name = e.get("claim") if isinstance(e, dict) else None
+            raise RecallLabError(f"[[report.expect]] {i + 1}"
+                                 f"{f' ({name})' if name else ''}: {exc}") from None
     monitor = monitor or _Quiet()
     folder = Path(root) / exp.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -393,7 +402,8 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         # claims first: recorded (when they changed) before any run of this sweep starts, and
         # every run launched here carries the id of the claims in force (report --check reads it)
         expects = exp.report.get("expect") or []
-        reg_id = register(folder, expects if isinstance(expects, list) else [expects], exp.source)
+        expects = expects if isinstance(expects, list) else [expects]
+        reg_id = register(folder, expects, exp.source)
         entries: dict[str, dict] = {}
         for job in jobs:
             if job.action == "skip":

@@ -156,5 +156,5 @@ def _side(g: rp.Group) -> dict:
 
 
 def _verdict(c: dict) -> dict:
-    return {"verdict": c["verdict"], "detail": c["detail"],
+    return {"verdict": c["verdict"], "detail": c["detail"], "tests": c.get("tests"),
             "registered": c["registered"]["status"], "text": c["registered"]["text"]}

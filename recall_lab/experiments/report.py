@@ -33,6 +33,16 @@ settled in verdicts.py, which `place` shares):
                                             # last step; op "<" = a solves sooner than b
                                             # (log-rank test at `level`, default 0.05)
 
+For stat = "solved" the named ops say what they test: "more" / "fewer" (one-sided Fisher, as
+">" / "<"), "as many" with a `margin` (non-inferiority: the Newcombe interval of a's rate minus
+b's stays above -margin), "rate at least" / "rate at most" with a `value` (the Wilson bounds, as
+">=" / "<=" with a value). Each claim's line says in words what its op tests and then what was
+required and what was found (verdicts.describe).
+
+Each group's held-out overlap (the largest share of its valid and test samples also trained on,
+`summary.json`'s `held_out_in_training`; experiments/overlap.py) is the tables' last column,
+with a warning line above the tables for a group above 1%.
+
 `[report]` may also set `metric` (default "test.acc") and `by` (a list of dotted fields).
 """
 
@@ -53,6 +63,7 @@ from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import run_tables
 from recall_lab.experiments import claims as prereg
+from recall_lab.experiments import overlap as held_out
 from recall_lab.experiments import stats
 from recall_lab.experiments.best_of_lr import best_of_lr as one_seed_points
 from recall_lab.experiments.best_of_lr import markdown as best_of_lr_markdown
@@ -108,6 +119,9 @@ class Group:
     survival: stats.Survival | None = None
     lr_solved: dict[float, stats.SolveRate] = field(default_factory=dict)  # every lr's seeds
     state: LayerState = UNKNOWN  # state per layer in numbers (experiments/state.py)
+    # held-out overlap: the largest shares of valid / test samples also trained on over its
+    # finished runs (overlap.combine); None where no run recorded it
+    overlap: dict | None = None
 
     @property
     def steps_q(self) -> tuple[float, float, float] | None:
@@ -244,6 +258,7 @@ def aggregate(runs: list[RunRecord], by: list[str] | None = None,
             groups[key] = Group(key, values, group_label(values))
         groups[key].runs.append(r)
     for g in groups.values():
+        g.overlap = held_out.combine(r.summary for r in g.runs if r.status == "done")
         by_lr: dict[float, list[RunRecord]] = {}
         for r in g.runs:
             if r.status == "done" and r.metric(select) is not None:
@@ -361,6 +376,9 @@ def table_rows(fields: list[str], groups: list[Group], reference: dict,
                      "state_per_layer": g.state.numbers, "state_growth": g.state.growth,
                      "state_text": g.state.text(), "conv_per_layer": g.state.conv,
                      "conv_text": g.state.conv_text(), "state_source": g.state.source,
+                     "overlap_valid": None if g.overlap is None else g.overlap["valid"],
+                     "overlap_test": None if g.overlap is None else g.overlap["test"],
+                     "overlap_text": held_out.text(g.overlap),
                      "km_text": "-" if g.survival is None else g.survival.median_text(),
                      "rmst_text": "-" if g.survival is None else g.survival.rmst_text(),
                      **{f"km_{k}": getattr(g.survival, k, None)
@@ -475,8 +493,23 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
 
 
 def _claim_lines(checks: list[dict]) -> list[str]:
-    return [f"- {c['verdict'].upper()}: {c['claim']} ({c['detail']}); "
-            f"{c['registered']['status']}: {c['registered']['text']}" for c in checks]
+    """report.md's claims: verdict and claim, what its op tests, the numbers with what was
+    required and what was found, and its registration."""
+    return [f"- {c['verdict'].upper()}: {c['claim']}"
+            + (f" (tests: {c['tests']})" if c.get("tests") else "")
+            + f". {c['detail']}; {c['registered']['status']}: {c['registered']['text']}"
+            for c in checks]
+
+
+def overlap_recorded(rep: dict) -> bool:
+    """Whether some group's runs recorded their held-out overlap (then the tables show it)."""
+    return any(g.overlap is not None for g in rep["groups"])
+
+
+def overlap_warnings(rep: dict) -> list[str]:
+    """One line per group whose held-out overlap is above overlap.WARN_ABOVE, and what that
+    means (report.md and the terminal print them above the tables)."""
+    return held_out.warning_lines([(g.label, g.overlap) for g in rep["groups"]])
 
 
 def _markdown(rep: dict) -> str:
@@ -493,6 +526,9 @@ def _markdown(rep: dict) -> str:
         head.append(f"reference ({ref.get('source', 'reference')})")
     if state:
         head += ["recurrent state per layer (numbers)", "conv caches per layer"]
+    overlap = overlap_recorded(rep)
+    if overlap:  # last: the columns before it keep their places
+        head.append("held-out overlap (valid / test)")
     lines = [f"# Report: {', '.join(e for e in rep['experiments'] if e) or 'runs'}", "",
              f"{rep['runs']} runs; grouped by {', '.join(fields) or 'nothing'}; best lr per "
              f"group by the mean validation metric. At that lr: seeds solved ({metric} "
@@ -510,7 +546,14 @@ def _markdown(rep: dict) -> str:
                 "value slots), per sequence, as `recall-lab models` counts them, divided by "
                 "the layers; 'grows as L' where the state grows with the sequence. The short "
                 "convolutions' caches (kernel - 1 columns per channel) are counted apart."
-                if state else ""), "",
+                if state else "")
+             + (" Held-out overlap: the largest share of a group's valid and test samples that "
+                "also occur in its runs' training samples (`summary.json`'s "
+                "`held_out_in_training`; \"not recorded\" where its runs predate it); above "
+                f"{held_out.WARN_ABOVE:.0%} a warning."
+                if overlap else " Held-out overlap: not recorded by these runs."), "",
+             *(f"**{w}**" if w.startswith("warning") else w for w in overlap_warnings(rep)),
+             *([""] if overlap_warnings(rep) else []),
              "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in rep["rows"]:
         cells = [row[f] for f in fields]
@@ -523,6 +566,8 @@ def _markdown(rep: dict) -> str:
             cells.append(_num(row["reference"]))
         if state:
             cells += [row["state_text"], row["conv_text"]]
+        if overlap:
+            cells.append(row["overlap_text"])
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += _by_table_lines(rep)
     lines += _slice_lines(rep)
@@ -569,7 +614,8 @@ def replication_lines(r: dict) -> list[str]:
             if v is None:
                 lines.append(f"- {side}: {c['claim']}: no original found")
                 continue
-            lines.append(f"- {side}: {v['verdict'].upper()}: {c['claim']} ({v['detail']}); "
+            tests = f" (tests: {v['tests']})" if v.get("tests") else ""
+            lines.append(f"- {side}: {v['verdict'].upper()}: {c['claim']}{tests}. {v['detail']}; "
                          f"{v['registered']}: {v['text']}")
     return lines
 
@@ -580,7 +626,7 @@ def _csv(rep: dict) -> str:
             "solved_hi", "steps_median", "solve_steps", "mean", "std", "per_seed", "seeds",
             "missing", "failed", "reference", "km_median", "km_median_lo", "km_median_hi",
             "km_rmst", "km_rmst_lo", "km_rmst_hi", "state_per_layer", "state_growth",
-            "conv_per_layer", "state_source"]
+            "conv_per_layer", "state_source", "overlap_valid", "overlap_test"]
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for row in rep["rows"]:
@@ -616,6 +662,7 @@ def _json(rep: dict) -> dict:
                        "survival": _survival(g.survival),
                        "state_per_layer": g.state.numbers, "state_growth": g.state.growth,
                        "conv_per_layer": g.state.conv, "state_source": g.state.source,
+                       "held_out_in_training": g.overlap,
                        "selected": [r.name for r in g.selected],
                        "per_seed": [r.metric(rep["metric"]) for r in g.selected],
                        **({"slices": sl} if (sl := slice_means(g, rep["metric"])) else {}),

@@ -1,7 +1,8 @@
 """Statistics that fit recall runs, whose outcomes are bimodal (a run jumps to ~1.0 or stays on
 the plateau): seeds solved out of seeds run with a Wilson interval, Fisher's exact test between
-two solve rates, steps-to-solve per seed, survival curves, and the table-size frontier with the
-range its seeds' intervals allow.
+two solve rates, the difference of two solve rates with Newcombe's hybrid score interval,
+steps-to-solve per seed, survival curves, and the table-size frontier with the range its seeds'
+intervals allow.
 
 Intervals and tests come from scipy.stats; this module only decides what is counted:
 - a run is *solved* when its test metric (the best checkpoint's) reaches `solve_at`
@@ -71,6 +72,32 @@ def fisher(a: SolveRate, b: SolveRate, alternative: str = "greater") -> float:
     ("less"), or different ("two-sided"), on the 2x2 table solved / unsolved."""
     table = [[a.k, a.n - a.k], [b.k, b.n - b.k]]
     return float(stats.fisher_exact(table, alternative=alternative).pvalue)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """a's solve rate minus b's with the Newcombe hybrid score interval at `confidence`."""
+
+    diff: float
+    lo: float
+    hi: float
+    confidence: float = 0.95
+
+
+def newcombe(a: SolveRate, b: SolveRate, confidence: float = 0.95) -> Difference:
+    """The difference of two solve rates, a's minus b's, with the hybrid score interval of
+    Newcombe (1998, Statistics in Medicine 17:873, method 10), built from each group's Wilson
+    interval at `confidence` (l, u): lower = d - sqrt((p_a - l_a)^2 + (u_b - p_b)^2), upper =
+    d + sqrt((u_a - p_a)^2 + (p_b - l_b)^2). Its lower bound at 95% is the one-sided
+    non-inferiority test at 2.5%. Both groups need seeds (n > 0)."""
+    if not a.n or not b.n:
+        raise RecallLabError("a difference of solve rates needs seeds in both groups")
+    wa, wb = wilson(a.k, a.n, confidence), wilson(b.k, b.n, confidence)
+    pa, pb = a.k / a.n, b.k / b.n
+    d = pa - pb
+    lo = d - math.sqrt((pa - wa.lo) ** 2 + (wb.hi - pb) ** 2)
+    hi = d + math.sqrt((wa.hi - pa) ** 2 + (pb - wb.lo) ** 2)
+    return Difference(d, lo, hi, confidence)
 
 
 def is_solved(value: float | None, solve_at: float, lower_is_better: bool = False) -> bool:

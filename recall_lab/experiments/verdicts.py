@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import operator
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,16 @@ if TYPE_CHECKING:  # annotations only: report.py imports this module
     from recall_lab.experiments.report import Group
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+# The named comparisons of seeds solved (stat = "solved" only), beside the symbols, which keep
+# their spelling and meaning (a claim's registration hash includes its op): "more" / "fewer" are
+# the one-sided Fisher tests of ">" / "<"; "rate at least" / "rate at most" the Wilson bounds of
+# ">=" / "<=" against a value; "as many" (within `margin`) is a non-inferiority test that no
+# symbol spells. Means, frontiers and log-rank claims keep the symbols: a mean or a frontier is
+# one number compared with another (no test across seeds), and the log-rank's < / > read as
+# "sooner" / "later" in their printed line.
+NAMED = {"more": ">", "fewer": "<", "as many": None, "rate at least": ">=", "rate at most": "<="}
+AGAINST_B = ("more", "fewer", "as many")
+WORDS = {">=": "at least", ">": "more than", "<=": "at most", "<": "less than"}
 
 
 def _key(value: Any) -> str:
@@ -49,7 +58,115 @@ def _select(groups: list[Group], selector: dict, what: str) -> Group:
 
 
 STATS = ("mean", "solved", "frontier", "logrank")
-TESTS = {">": "greater", ">=": "greater", "<": "less", "<=": "less", "~": "two-sided"}
+TESTS = {">": "greater", ">=": "greater", "<": "less", "<=": "less", "~": "two-sided",
+         "more": "greater", "fewer": "less"}
+
+
+def ops_for(stat: str) -> tuple[str, ...]:
+    """The ops a claim of `stat` takes."""
+    return (*OPS, *(("~",) if stat in ("solved", "logrank") else ()),
+            *(NAMED if stat == "solved" else ()))
+
+
+def validate(e: dict, stat: str, op: str) -> None:
+    """One clear line for an op that does not fit the claim's stat or its other keys."""
+    if op not in ops_for(stat):
+        if op in NAMED:
+            raise RecallLabError(f"op {op!r} is for stat = 'solved'; stat = {stat!r} takes "
+                                 f"{', '.join(ops_for(stat))}")
+        raise RecallLabError(f"stat = {stat!r} takes op {', '.join(ops_for(stat))}; got {op!r}")
+    if stat == "logrank" and ("value" in e or "margin" in e):
+        raise RecallLabError("stat = 'logrank' compares two groups: give b, no value or margin")
+    if op == "~" and "b" not in e:
+        raise RecallLabError("op '~' (no difference detected) compares two groups: give b, not "
+                             "value")
+    if stat != "solved":
+        return
+    if op in AGAINST_B and "b" not in e:
+        raise RecallLabError(f"op {op!r} compares a with a group: give b, not value (a rate "
+                             "against a number: op = 'rate at least' or 'rate at most')")
+    if op in ("rate at least", "rate at most") and "value" not in e:
+        raise RecallLabError(f"op {op!r} compares a's solve rate with a number: give value, not "
+                             "b (a against a group: op = 'more', 'fewer' or 'as many')")
+    if op == "as many":
+        m = e.get("margin")
+        if m is None:
+            raise RecallLabError("op 'as many' needs margin: how much lower a's solve rate may "
+                                 "be than b's and still count, a fraction (e.g. margin = 0.2)")
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m < 1:
+            raise RecallLabError(f"margin of op 'as many' must be a fraction between 0 and 1, "
+                                 f"got {m!r}")
+    elif "margin" in e:
+        raise RecallLabError("margin is for op = 'as many' only: the other solve-rate ops are "
+                             "decided by their test")
+    if "value" in e and op != "~":
+        v = e["value"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+            raise RecallLabError(f"value of a solve-rate claim is a rate between 0 and 1, "
+                                 f"got {v!r}")
+
+
+def check_spec(e: dict) -> None:
+    """A claim's table read without any run: its keys, b or value, stat and op (one clear line
+    for the first problem). `evaluate_claim` calls it, and `sweep` before the claims are
+    registered, so a claim that could never be checked is refused before any run."""
+    if not isinstance(e, dict):
+        raise RecallLabError(f"a claim is a table ([[report.expect]]), got {e!r}")
+    unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at", "stat", "level"}
+    if unknown:
+        raise RecallLabError(f"unknown key {sorted(unknown)[0]!r}")
+    if ("b" in e) == ("value" in e):
+        raise RecallLabError("give b (a group) or value (a number), not both")
+    stat = e.get("stat", "mean")
+    if stat not in STATS:
+        raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    validate(e, stat, e.get("op", ">="))
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def describe(e: dict) -> str:
+    """What a claim's op tests, in words (its printed line's "tests:")."""
+    stat, op = e.get("stat", "mean"), e.get("op", ">=")
+    level = float(e.get("level", stats.LEVEL))
+    margin = float(e.get("margin", 0.0))
+    plus = f" + {margin:g}" if margin else ""
+    if stat == "solved":
+        op = NAMED.get(op) or op
+        if "value" in e:
+            v = float(e["value"])
+            if op in (">=", ">"):
+                return (f"a's solve rate is {'at least' if op == '>=' else 'above'} {v:g}: its "
+                        f"Wilson 95% lower bound {op} {v:g}")
+            return (f"a's solve rate is {'at most' if op == '<=' else 'below'} {v:g}: its "
+                    f"Wilson 95% upper bound {op} {v:g}")
+        if e.get("op") == "as many":
+            return (f"a solves at least as many seeds as b within {margin:g} (non-inferiority): "
+                    f"the Newcombe {_pct(1 - level)} interval of a's solve rate minus b's has "
+                    f"its lower bound >= -{margin:g}")
+        if op == "~":
+            return (f"no difference detected between a's and b's seeds solved: two-sided "
+                    f"Fisher p >= {level:g} (not evidence that they are equal)")
+        word = "more" if TESTS[op] == "greater" else "fewer"
+        same = (f" (op {op!r} on seeds solved is this test, as {op[0]!r} is)"
+                if op in (">=", "<=") else "")
+        return (f"a solves significantly {word} seeds than b: one-sided Fisher exact test at "
+                f"{level:g}{same}")
+    if stat == "logrank":
+        if op == "~":
+            return (f"no difference detected in steps to solve: two-sided log-rank p >= "
+                    f"{level:g} (unsolved seeds censored at their last step)")
+        word = "fewer" if op in ("<", "<=") else "more"
+        return (f"a solves in significantly {word} steps than b (unsolved seeds censored at "
+                f"their last step): one-sided log-rank test at {level:g}")
+    rhs = "b's" if "b" in e else f"{float(e['value']):g}"
+    if stat == "frontier":
+        return (f"a's frontier (the largest table solved in >= half its seeds) is {WORDS[op]} "
+                f"{rhs}{plus}: the frontiers compared as numbers, no test")
+    return (f"a's mean over its seeds is {WORDS[op]} {rhs}{plus}: the means compared as "
+            "numbers, no test across seeds")
 
 
 def _restrict(groups: list[Group], at: dict) -> list[Group]:
@@ -87,22 +204,28 @@ def _finished(g: Group) -> Group:
 def _check_mean(pool: list[Group], e: dict, op: str) -> tuple[bool, str, list[Group]]:
     a = _finished(_select(pool, e["a"], "a"))
     margin = float(e.get("margin", 0.0))
+    plus = f" + {margin:g}" if margin else ""
     if "b" in e:
         b = _finished(_select(pool, e["b"], "b"))
-        rhs, rhs_text, used = b.mean + margin, f"{b.label} {b.mean:.4f}", [a, b]
+        rhs, used = b.mean + margin, [a, b]
+        head = f"{a.label} mean {a.mean:.4f} vs {b.label} {b.mean:.4f}"
+        required = f"a's mean {op} b's{plus}" + (f" = {rhs:.4f}" if margin else "")
+        found = f"a {a.mean:.4f}, b {b.mean:.4f}"
     else:
-        rhs, rhs_text, used = float(e["value"]) + margin, f"{float(e['value']):.4f}", [a]
-    detail = f"{a.label} {a.mean:.4f} {op} {rhs_text}" + (f" + {margin:g}" if margin else "")
-    return OPS[op](a.mean, rhs), detail, used
+        rhs, used = float(e["value"]) + margin, [a]
+        head = f"{a.label} mean {a.mean:.4f}"
+        required = f"a's mean {op} {float(e['value']):.4f}{plus}"
+        found = f"{a.mean:.4f}"
+    return OPS[op](a.mean, rhs), f"{head}; required: {required}; found: {found}", used
 
 
 def _check_solved(pool: list[Group], e: dict, op: str,
                   level: float) -> tuple[bool, str, list[Group]]:
-    """Solve-rate claims: against a value on the Wilson interval (>=: its lower bound reaches
-    the value; <=: its upper bound stays below), against a group by Fisher's exact test at
-    `level` (>, >=: a solves more; <, <=: fewer; ~: no difference detected, two-sided)."""
-    if "margin" in e:
-        raise RecallLabError("margin has no meaning for stat = 'solved' (the test decides)")
+    """Solve-rate claims: against a value on the Wilson interval (>=, rate at least: its lower
+    bound reaches the value; <=, rate at most: its upper bound stays below), against a group by
+    Fisher's exact test at `level` (>, >=, more: a solves more; <, <=, fewer: fewer; ~: no
+    difference detected, two-sided) or by the Newcombe interval of the difference (as many:
+    its lower bound at 1 - level stays above -margin)."""
     a = _finished(_select(pool, e["a"], "a"))
     if "value" in e:
         ok, detail = _solved_verdict(a.label, a.solved, None, None, e, op, level)
@@ -114,24 +237,53 @@ def _check_solved(pool: list[Group], e: dict, op: str,
 
 def _solved_verdict(la: str, ra: stats.SolveRate, lb: str | None, rb: stats.SolveRate | None,
                     e: dict, op: str, level: float) -> tuple[bool, str]:
+    """(verdict, "NUMBERS; required: ...; found: ...") of a solve-rate claim."""
+    if op == "as many":
+        return _as_many(la, ra, lb, rb, float(e["margin"]), level)
+    op = NAMED.get(op) or op
     if rb is None:
         value = float(e["value"])
         if op in (">=", ">"):
-            ok, bound = ra.lo >= value if op == ">=" else ra.lo > value, f"lower {ra.lo:.3f}"
+            ok, bound, x = OPS[op](ra.lo, value), "lower", ra.lo
         elif op in ("<=", "<"):
-            ok, bound = ra.hi <= value if op == "<=" else ra.hi < value, f"upper {ra.hi:.3f}"
+            ok, bound, x = OPS[op](ra.hi, value), "upper", ra.hi
         else:
             raise RecallLabError("op '~' needs b (a group), not value")
-        return ok, (f"{la} solved {ra.text()} (Wilson {ra.confidence:.0%}): {bound} "
-                    f"{op} {value:g}")
+        conf = f"Wilson {ra.confidence:.0%}"
+        return ok, (f"{la} solved {ra.text()} ({conf}); required: {conf} {bound} bound {op} "
+                    f"{value:g}; found: {x:.3f}")
     p = stats.fisher(ra, rb, TESTS[op])
     if op == "~":
-        ok, verdict = p >= level, f"no difference detected: p = {p:.3g} >= {level:g}"
+        ok = p >= level
+        required = f"no difference detected, two-sided Fisher p >= {level:g}"
     else:
         word = "more" if TESTS[op] == "greater" else "fewer"
         ok = p < level
-        verdict = f"{word}: Fisher one-sided p = {p:.3g} {'<' if ok else '>='} {level:g}"
-    return ok, f"{la} {ra.text()} vs {lb} {rb.text()}; {verdict}"
+        required = f"a solves {word}, one-sided Fisher p < {level:g}"
+    return ok, f"{la} {ra.text()} vs {lb} {rb.text()}; required: {required}; found: p = {p:.3g}"
+
+
+def _fisher_text(word: str, p: float, level: float) -> str:
+    """One direction of `three_way`'s detail (place's report prints it)."""
+    return f"{word}: Fisher one-sided p = {p:.3g} {'<' if p < level else '>='} {level:g}"
+
+
+def _as_many(la: str, ra: stats.SolveRate, lb: str | None, rb: stats.SolveRate | None,
+             margin: float, level: float) -> tuple[bool, str]:
+    """Non-inferiority: the Newcombe interval of a's rate minus b's at 1 - level, its lower bound
+    against -margin; where it fails though the observed difference is within the margin, the
+    line says that the seeds are too few to show it."""
+    if rb is None:
+        raise RecallLabError("op 'as many' needs b (a group), not value")
+    d = stats.newcombe(ra, rb, 1 - level)
+    ok = d.lo >= -margin
+    why = ""
+    if not ok and d.diff >= -margin:
+        why = (f" (the observed difference {d.diff:+.3f} is within the margin, but {ra.n} and "
+               f"{rb.n} seeds leave the interval too wide to show it)")
+    return ok, (f"{la} {ra.text()} vs {lb} {rb.text()}; a - b {d.diff:+.3f} [{d.lo:+.3f}, "
+                f"{d.hi:+.3f}] (Newcombe {d.confidence:.0%}); required: lower bound >= "
+                f"{-margin:+g}; found: {d.lo:+.3f}{why}")
 
 
 def _check_logrank(pool: list[Group], e: dict, op: str,
@@ -148,11 +300,12 @@ def _check_logrank(pool: list[Group], e: dict, op: str,
                f"{b.survival.median_text()} steps; log-rank chi2 = {lr.chi2:.3g}")
     if op == "~":
         ok = lr.p_two >= level
-        return ok, f"{medians}, p = {lr.p_two:.3g} {'>=' if ok else '<'} {level:g}", [a, b]
+        return ok, (f"{medians}; required: no difference detected, two-sided p >= {level:g}; "
+                    f"found: p = {lr.p_two:.3g}"), [a, b]
     word, p = ("sooner", lr.p_sooner) if op in ("<", "<=") else ("later", lr.p_later)
     ok = p < level
-    return ok, (f"{medians}; {word}: one-sided p = {p:.3g} {'<' if ok else '>='} "
-                f"{level:g}"), [a, b]
+    return ok, (f"{medians}; required: a solves {word}, one-sided p < {level:g}; found: "
+                f"p = {p:.3g}"), [a, b]
 
 
 def _completed(g: Group, extra: int) -> stats.SolveRate:
@@ -186,19 +339,25 @@ def _check_frontier(pool: list[Group], e: dict, op: str) -> tuple[bool, str, lis
     that `a` (and `b`) select across task.levels; 0 when none is."""
     fa, used, range_a = _frontier_of(pool, e["a"], "a")
     margin = float(e.get("margin", 0.0))
+    plus = f" + {margin:g}" if margin else ""
     ranges = f"a {range_a[0]:g}-{range_a[1]:g}"
+    head = f"frontier of {flatten(e['a'])} {fa:g}"
     if "b" in e:
         fb, used_b, range_b = _frontier_of(pool, e["b"], "b")
         used = used + used_b
-        rhs, rhs_text = fb + margin, f"frontier of {flatten(e['b'])} {fb:g}"
+        rhs = fb + margin
+        head += f" vs of {flatten(e['b'])} {fb:g}"
+        required = f"a's frontier {op} b's{plus}" + (f" = {rhs:g}" if margin else "")
+        found = f"a {fa:g}, b {fb:g}"
         ranges += f", b {range_b[0]:g}-{range_b[1]:g}"
     else:
-        rhs, rhs_text = float(e["value"]) + margin, f"{float(e['value']):g}"
+        rhs = float(e["value"]) + margin
+        required = f"a's frontier {op} {float(e['value']):g}{plus}"
+        found = f"{fa:g}"
     # the verdict reads the point frontiers (as declared); the ranges say how far one seed more
     # or less at the 50% line could move them
-    detail = (f"frontier of {flatten(e['a'])} {fa:g} {op} {rhs_text}"
-              + (f" + {margin:g}" if margin else "")
-              + f"; the seeds' Wilson intervals allow {ranges}")
+    detail = (f"{head}; required: {required}; found: {found}; the seeds' Wilson intervals "
+              f"allow {ranges}")
     return OPS[op](fa, rhs), detail, used
 
 
@@ -212,7 +371,7 @@ def _settled(pool: list[Group], e: dict, stat: str, op: str,
     one lr: with more, the unfinished runs could change which lr is reported. Means and log-rank
     claims stay open."""
     try:
-        if stat == "solved" and "margin" not in e:
+        if stat == "solved":
             return _settled_solved(pool, e, op, level)
         if stat == "frontier" and op in OPS:
             return _settled_frontier(pool, e, op)
@@ -281,6 +440,8 @@ class Evaluation:
     settled: bool = False
     missing: int = 0
     used: list = field(default_factory=list)
+    checked: bool = False  # its numbers were read (not "cannot check"): `used` is a (and b)
+    tail: str = ""  # what follows the numbers in its detail: unfinished runs, settlement
 
 
 def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
@@ -288,21 +449,11 @@ def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
     """One claim of `check_expectations` (its `index` names an unnamed claim)."""
     claim = e.get("claim") or f"expectation {index + 1}"
     used: list[Group] = []
-    settled_now, missing = False, 0
+    settled_now, missing, checked, tail, tests = False, 0, False, "", None
     try:
-        unknown = set(e) - {"claim", "a", "b", "value", "op", "margin", "at", "stat", "level"}
-        if unknown:
-            raise RecallLabError(f"unknown key {sorted(unknown)[0]!r}")
-        if ("b" in e) == ("value" in e):
-            raise RecallLabError("give b (a group) or value (a number), not both")
-        stat = e.get("stat", "mean")
-        if stat not in STATS:
-            raise RecallLabError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
-        op = e.get("op", ">=")
-        tests = stat in ("solved", "logrank")  # ~ asks a test for no difference
-        if op not in OPS and not (tests and op == "~"):
-            raise RecallLabError(f"op must be one of {', '.join(OPS)}"
-                                 f"{' or ~' if tests else ''}, got {op!r}")
+        check_spec(e)
+        stat, op = e.get("stat", "mean"), e.get("op", ">=")
+        tests = describe(e)
         level = float(e.get("level", stats.LEVEL))
         pool = _restrict(groups, e.get("at") or {})
         if stat == "solved":
@@ -313,16 +464,18 @@ def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
             ok, detail, used = _check_frontier(pool, e, op)
         else:
             ok, detail, used = _check_mean(pool, e, op)
+        checked = True
         missing = sum(g.counts["missing"] for g in used)
         verdict = "pass" if ok else "fail"
         if missing:  # the unfinished seeds may still turn it, unless no outcome can
             total = sum(len(g.runs) for g in used)
-            detail = f"{detail}; {missing} of its {total} runs not finished"
+            tail = f"; {missing} of its {total} runs not finished"
             settled = _settled(pool, e, stat, op, level)
             verdict = "open" if settled is None else "pass" if settled[0] else "fail"
             if settled is not None:
                 settled_now = True
-                ok, detail = settled[0], f"{detail}; settled: {settled[1]}"
+                ok, tail = settled[0], f"{tail}; settled: {settled[1]}"
+            detail += tail
     except ClaimOpen as exc:
         settled = _settled(pool, e, stat, op, level)  # pool is set before anything raises
         ok, verdict, detail = False, "open", f"cannot check yet: {exc}"
@@ -335,22 +488,26 @@ def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
         ok, verdict, detail = False, "fail", f"cannot check: {exc}"
     done = [r for g in used for r in g.runs if r.status == "done"]
     result = {"claim": claim, "ok": bool(ok and verdict == "pass"), "verdict": verdict,
-              "detail": detail, "stat": e.get("stat", "mean"),
+              "detail": detail, "tests": tests, "stat": e.get("stat", "mean"),
               "registered": prereg.status(e, [r.registration for r in done], registry or {},
                                           [r.launched for r in done])}
-    return Evaluation(result, settled_now, missing, used)
+    return Evaluation(result, settled_now, missing, used, checked, tail)
 
 
 def check_expectations(groups: list[Group], expects: list[dict],
                        registry: dict | None = None) -> list[dict]:
-    """One result per claim: {"claim", "ok", "verdict", "detail", "stat", "registered"}.
+    """One result per claim: {"claim", "ok", "verdict", "detail", "tests", "stat",
+    "registered"}; `tests` says in words what its op tests (None where the claim cannot be
+    read), `detail` the numbers, then "required: ...; found: ...".
     `verdict` is "pass", "fail" (the numbers say no, or the claim cannot be evaluated: no such
     group, a bad key) or "open" (a run of its rows has not finished, so the seeds still to come
     could turn it; a claim no outcome of its unfinished runs can turn is passed or failed, and
     its detail says "settled": `_settled`); `ok` is verdict == "pass". `stat` is "mean"
     (default: the test mean, optionally + margin), "solved" (seeds solved; Wilson interval or
     Fisher test), "frontier" (largest table solved in >= half the seeds) or "logrank" (steps to
-    solve, unsolved seeds censored: a solves sooner or later than b by the log-rank test)."""
+    solve, unsolved seeds censored: a solves sooner or later than b by the log-rank test). The
+    ops: >=, >, <=, < for every stat, ~ (no difference detected) for the tests, and for "solved"
+    the named ones (`NAMED`: more, fewer, as many, rate at least, rate at most)."""
     return [evaluate_claim(groups, e, i, registry).result for i, e in enumerate(expects)]
 
 
@@ -384,13 +541,15 @@ def three_way(groups: list[Group], spec: dict) -> dict:
         verdict = "open"
     decided = verdict != "open"
     final = decided and out["missing"] == 0
-    # a's and b's seeds solved and the "more" test, then the "fewer" test's p
+    # a's and b's seeds solved, both one-sided tests' p, then what is unfinished or settled
     detail = more.result["detail"]
-    p_fewer = re.search(r"fewer: Fisher one-sided p = [^;]*", fewer.result["detail"])
-    if p_fewer and "more: Fisher" in detail:
-        head, _, rest = detail.partition("; more: ")
-        test, sep, tail = rest.partition("; ")
-        detail = f"{head}; more: {test}; {p_fewer.group(0)}" + (f"; {tail}" if sep else "")
+    if more.checked and fewer.checked:
+        a, b = more.used
+        level = float(spec.get("level", stats.LEVEL))
+        detail = (f"{a.label} {a.solved.text()} vs {b.label} {b.solved.text()}; "
+                  f"{_fisher_text('more', stats.fisher(a.solved, b.solved, 'greater'), level)}; "
+                  f"{_fisher_text('fewer', stats.fisher(a.solved, b.solved, 'less'), level)}"
+                  f"{more.tail}")
     return {**out, "verdict": verdict, "settled": decided and not final, "final": final,
             "detail": detail}
 

@@ -107,7 +107,9 @@ def test_claims(sweep_dir):
     # change its best lr): open, not passed; 0.8 < 0.9 on mamba's finished runs: passed
     assert [c["verdict"] for c in rep["checks"]] == ["open", "pass"]
     assert [c["ok"] for c in rep["checks"]] == [False, True]
-    assert "mamba 0.8000 >= mamba+hax 0.6500 + 0.1" in rep["checks"][0]["detail"], rep["checks"][0]
+    assert ("mamba mean 0.8000 vs mamba+hax 0.6500; required: a's mean >= b's + 0.1 = 0.7500; "
+            "found: a 0.8000, b 0.6500") in rep["checks"][0]["detail"], rep["checks"][0]
+    assert rep["checks"][0]["tests"].startswith("a's mean over its seeds is at least b's + 0.1")
     assert "2 of its 12 runs not finished" in rep["checks"][0]["detail"]
     false = {"report": {"expect": [{"a": {"model.name": "mamba+hax"},
                                     "b": {"model.name": "mamba"}},
@@ -115,7 +117,7 @@ def test_claims(sweep_dir):
     checks = build_report([sweep_dir], experiment=false)["checks"]
     assert [c["ok"] for c in checks] == [False, False]
     assert [c["verdict"] for c in checks] == ["open", "fail"]
-    assert "0.6500 >= mamba 0.8000" in checks[0]["detail"]
+    assert "required: a's mean >= b's; found: a 0.6500, b 0.8000" in checks[0]["detail"]
     assert "matches 0 groups" in checks[1]["detail"]
 
 

@@ -140,7 +140,7 @@ def test_report_counts_seeds_solved_with_intervals_and_steps(table_sweep):
     checks = rep["checks"]
     assert [c["ok"] for c in checks] == [True, False, True], checks
     assert "p = 0.2" in checks[1]["detail"]
-    assert "frontier" in checks[2]["detail"] and " 8 > " in checks[2]["detail"]
+    assert "required: a's frontier > b's; found: a 8, b 4" in checks[2]["detail"]
     # at 3 seeds the intervals allow either frontier anywhere from 0 (3/3's lower bound 0.438
     # is below one half) to 8 (1/3's upper bound 0.79 is above it)
     assert checks[2]["detail"].endswith("the seeds' Wilson intervals allow a 0-8, b 0-8")

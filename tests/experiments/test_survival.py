@@ -182,12 +182,14 @@ def test_report_censors_unsolved_seeds_and_checks_logrank_claims(race, tmp_path)
     assert lr.p_sooner < 0.05  # the fixture is built so that the claim holds
     checks = {c["claim"]: c for c in rep["checks"]}
     assert checks["hax solves sooner"]["verdict"] == "pass"
-    assert f"one-sided p = {lr.p_sooner:.3g} < 0.05" in checks["hax solves sooner"]["detail"]
+    assert (f"required: a solves sooner, one-sided p < 0.05; found: p = {lr.p_sooner:.3g}"
+            in checks["hax solves sooner"]["detail"])
     # hax: S = 5/6 after 100, 3/6 after 200 (not below one half), 2/6 after 300: median 300
     assert "mamba+hax KM median 300 [" in checks["hax solves sooner"]["detail"]
     assert checks["hax solves later"]["verdict"] == "fail"
     assert checks["no difference"]["verdict"] == "fail"
-    assert f"p = {lr.p_two:.3g} < 0.05" in checks["no difference"]["detail"]
+    assert f"two-sided p >= 0.05; found: p = {lr.p_two:.3g}" in checks["no difference"]["detail"]
+    assert lr.p_two < 0.05
     assert checks["needs b"]["detail"].startswith("cannot check: stat = 'logrank' compares")
     # files: the KM columns in the table, the numbers in the JSON and CSV
     write_report(rep, tmp_path / "out", plots=False)
