@@ -235,7 +235,7 @@ class ModelConfig(BaseModel):
     pattern_opts: dict[str, Any] = Field(default_factory=dict)
     # "release": the branch computes the original HAX release's dense-mask semantics
     # (attention/release_reference.py: centring over the whole sequence, uniform fallback) instead
-    # of our causal op. NOT CAUSAL; it exists for the leak audit (experiments/leak-audit.toml).
+    # of our causal op. NOT CAUSAL; it exists for the leak audit (experiments/leak-audit/leak-audit.toml).
     branch_semantics: Literal["ours", "release"] = "ours"
     # Initialisation (models/lm.py `RecallLM._init_weights`; README "Initialisation"): an untied
     # output head and an N(0, 1) embedding learn recall; tie_embeddings=True with embed_std=0.02
@@ -426,7 +426,7 @@ class TrainConfig(BaseModel):
 
     # Defaults measured on CPU (docs/training.md "Training defaults", docs/results/recipe): with
     # warm-up 500, `transformer` solved mini-mqar (test >= 0.95 within 2500 steps) in 10 of 10
-    # seeds, against 4 of 10 with warm-up 100 (experiments/recipe.toml).
+    # seeds, against 4 of 10 with warm-up 100 (experiments/recipe/recipe.toml).
     steps: Int = Field(2000, ge=1)
     batch_size: Int = Field(32, ge=1)
     lr: Float = Field(3e-3, gt=0)

@@ -13,9 +13,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the checkout; --out stays relative to the caller
 PY=${PYTHON:-python3}
 # the experiment files of each training piece (relative to the checkout)
-WORKERS_EXPERIMENT=${WORKERS_EXPERIMENT:-experiments/gpu-workers.toml}
-FRONTIER_EXPERIMENT=${FRONTIER_EXPERIMENT:-experiments/zoo-frontier-64.toml}
-ZOOLOGY_GLOB=${ZOOLOGY_GLOB:-'experiments/zoology-fig2-gpu*.toml'}
+WORKERS_EXPERIMENT=${WORKERS_EXPERIMENT:-experiments/gpu/gpu-workers.toml}
+FRONTIER_EXPERIMENT=${FRONTIER_EXPERIMENT:-experiments/zoo-frontier/zoo-frontier-64.toml}
+ZOOLOGY_GLOB=${ZOOLOGY_GLOB:-'experiments/zoology/zoology-fig2-gpu*.toml'}
 if ! command -v "$PY" >/dev/null 2>&1; then
     echo "error: no Python at '$PY' (set PYTHON to the Python that has torch)" >&2
     exit 2

@@ -97,12 +97,12 @@ if [ $MODE = campaign ]; then
         --steps "${DRYRUN_STEPS:-5}" --workers-list 1,2 "${WHEELS[@]}"
     rc=$?
     # a second lease: from the first one's tarball, the finished run skipped; the zoology piece
-    # with experiments/gpu-workers.toml standing in for its files (none may exist yet)
+    # with experiments/gpu/gpu-workers.toml standing in for its files (none may exist yet)
     if [ $rc = 0 ]; then
         echo "dry run: a second lease, resumed from $OUT/campaign.tar.gz"
         "${NET[@]}" env -C "$WORK/checkout" PYTHON="$IMG/bin/python" \
             RECALL_LAB_CACHE="$WORK/cache" OMP_NUM_THREADS=1 \
-            ZOOLOGY_GLOB=experiments/gpu-workers.toml bash scripts/gpu-campaign.sh --no-cuda \
+            ZOOLOGY_GLOB=experiments/gpu/gpu-workers.toml bash scripts/gpu-campaign.sh --no-cuda \
             --out "$OUT-lease2" --work "$WORK/work2" --budget 200 --steps "${DRYRUN_STEPS:-5}" \
             --pieces frontier64,zoology --resume "$OUT/campaign.tar.gz" "${WHEELS[@]}"
         rc=$?

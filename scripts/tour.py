@@ -37,9 +37,9 @@ TOUR: list[dict] = [
      "what": "-> runs/mamba-passkey-s0", "timed": True},
     {"cmd": "recall-lab eval runs/mamba-passkey-s0 --length-factor 4",
      "what": "the same tables at 4x the length", "timed": True},
-    {"cmd": "recall-lab sweep experiments/tiny.toml --dry-run",
+    {"cmd": "recall-lab sweep experiments/demo/tiny.toml --dry-run",
      "what": "an experiment: 8 runs, the tokens they train on"},
-    {"cmd": "recall-lab sweep experiments/tiny.toml --workers 1",
+    {"cmd": "recall-lab sweep experiments/demo/tiny.toml --workers 1",
      "what": "-> runs/tiny/; run again, it skips finished runs", "timed": True},
     {"cmd": "recall-lab report runs/tiny --check",
      "what": "best lr per group, mean +/- std, the file's claims", "timed": True},
@@ -104,10 +104,10 @@ def main() -> None:
     args = ap.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="recall-lab-tour-"))
     work.mkdir(parents=True, exist_ok=True)
-    (work / "experiments").mkdir(exist_ok=True)
-    tiny = work / "experiments" / "tiny.toml"
+    tiny = work / "experiments" / "demo" / "tiny.toml"
+    tiny.parent.mkdir(parents=True, exist_ok=True)
     if not tiny.exists():
-        tiny.write_text((ROOT / "experiments" / "tiny.toml").read_text())
+        tiny.write_text((ROOT / "experiments" / "demo" / "tiny.toml").read_text())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     lines = []
     for line in TOUR:

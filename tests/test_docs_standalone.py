@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What the product is made of (CHANGELOG.md keeps its history, in words, and is not scanned).
 PRODUCT_GLOBS = (
-    "README.md", "mkdocs.yml", "mkdocs_api.py", "docs/**/*.md", "experiments/*.toml",
+    "README.md", "mkdocs.yml", "mkdocs_api.py", "docs/**/*.md", "experiments/**/*.toml",
     "notebooks/*.ipynb", "recall_lab/**/*.py", "recall_lab/**/*.c", "recall_lab/**/*.h",
     "generators/**/*.py", "proofs/**/*.py",
 )

@@ -27,9 +27,9 @@ def test_readme_tour_runs_and_learns(tmp_path):
     record = json.loads((ROOT / "docs" / "results" / "tour" / "record.json").read_text())
     lines = tour_lines()
     assert lines == [x["cmd"] for x in record["lines"]]  # the README shows the record's lines
-    (tmp_path / "experiments").mkdir()
-    (tmp_path / "experiments" / "tiny.toml").write_text(
-        (ROOT / "experiments" / "tiny.toml").read_text())
+    (tmp_path / "experiments" / "demo").mkdir(parents=True)
+    (tmp_path / "experiments" / "demo" / "tiny.toml").write_text(
+        (ROOT / "experiments" / "demo" / "tiny.toml").read_text())
     exe = str(Path(sys.executable).parent / "recall-lab")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     for cmd in lines:

@@ -83,10 +83,14 @@ def test_installed_cli_lists_trains_and_reports(installed):
     bin_dir, work, env = installed
     cli = bin_dir / "recall-lab"
     listed = _run([cli, "experiments", "list"], work, env).stdout
-    shipped = sorted(p.stem for p in (ROOT / "experiments").glob("*.toml"))
-    assert shipped and all(name in listed for name in shipped)
+    shipped = [p for p in (ROOT / "experiments").glob("*/*.toml")
+               if p.parent.name not in ("replications", "tasks")]
+    assert shipped and all(p.stem in listed and f"{p.parent.name}/" in listed for p in shipped)
     shown = _run([cli, "experiments", "show", "tiny"], work, env).stdout
-    assert shown == (ROOT / "experiments" / "tiny.toml").read_text()
+    assert shown == (ROOT / "experiments" / "demo" / "tiny.toml").read_text()
+    # a base in another study's folder travels with the wheel and still resolves
+    dry = _run([cli, "sweep", "leak-audit", "--dry-run"], work, env).stdout
+    assert "leak-audit" in dry
 
     (work / "small.toml").write_text("[train]\ntest_samples = 16\n")
     _run([cli, "train", "--model", "mamba", "--task", "passkey", "--steps", "4", "--d-model",

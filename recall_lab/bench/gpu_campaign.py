@@ -6,14 +6,14 @@ The pieces, in this order, each cut at its share of what is left of the budget (
 piece does not use goes to the pieces after it):
 
 0. ``workers``: runs per minute of ``sweep --workers N`` on one GPU at N = 1, 4, 8, 16
-   (`WORKERS`), for the small config of experiments/gpu-workers.toml (2N runs at each N, each
+   (`WORKERS`), for the small config of experiments/gpu/gpu-workers.toml (2N runs at each N, each
    N in a fresh sweep folder); the N with the most steps per second is used by the training
    pieces below;
 a. ``check``: the GPU check's unfinished parts: the zoo on FLA's kernels (`gpu_check`'s ``zoo``
    part, with a longer limit per test for FLA's first-call autotuning; the tests an earlier
    lease finished are not run again), then :func:`elu_probe`, which narrows the ELU linear
    attention bf16 failure (V = 17) to the widths, feature signs and value columns it needs;
-c. ``frontier64``: experiments/zoo-frontier-64.toml (claims in the file, written before its runs;
+c. ``frontier64``: experiments/zoo-frontier/zoo-frontier-64.toml (claims in the file, written before its runs;
    float32 with TF32 off);
 b. ``zoology``: every experiment file matching ``--zoology-glob`` in turn; where none does, one
    line says so and the piece is skipped.
@@ -70,9 +70,9 @@ PIECES = ("workers", "check", "frontier64", "zoology")
 SHARES = {"workers": 0.25, "check": 0.45, "frontier64": 0.2, "zoology": 0.1}
 ZOO_SHARE = 0.65  # of the check's share: the zoo tests; the rest (at least 60 s) the ELU probe
 WORKERS = (1, 4, 8, 16)
-WORKERS_EXPERIMENT = "experiments/gpu-workers.toml"
-FRONTIER_EXPERIMENT = "experiments/zoo-frontier-64.toml"
-ZOOLOGY_GLOB = "experiments/zoology-fig2-gpu*.toml"
+WORKERS_EXPERIMENT = "experiments/gpu/gpu-workers.toml"
+FRONTIER_EXPERIMENT = "experiments/zoo-frontier/zoo-frontier-64.toml"
+ZOOLOGY_GLOB = "experiments/zoology/zoology-fig2-gpu*.toml"
 DEFAULT_WORKERS = 8  # the training pieces' workers when no workers table was measured
 # the zoo tests that passed or skipped on the first GPU check (an H200) are not run again; the
 # failed one is (its reason was not recorded), and those that never finished

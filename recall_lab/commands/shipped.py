@@ -9,23 +9,32 @@ import typer
 from rich.markup import escape
 
 from recall_lab.commands.shell import GuardedApp, OneLineGroup, console
-from recall_lab.experiments.shipped import copy_shipped, shipped_names, shipped_path, summary
+from recall_lab.experiments.shipped import by_study, copy_shipped, shipped_path, summary
 
 
 def register(app: GuardedApp) -> None:
     sub = typer.Typer(name="experiments", no_args_is_help=True, cls=OneLineGroup,
-                      help="The experiment files shipped with recall-lab: list them, print "
-                           "one, copy one to edit; `recall-lab sweep NAME` runs one by name.")
+                      help="The experiment files shipped with recall-lab, one folder per "
+                           "study: list them, print one, copy one to edit; `recall-lab sweep "
+                           "NAME` runs one by name.")
     shell = GuardedApp(sub)
 
     @shell.command("list")
     def list_() -> None:
-        """Every shipped experiment: its name and the first line of its description."""
+        """Every shipped experiment, grouped by study (its folder of experiments/): its name and
+        what it is about."""
         from rich.table import Table
 
-        table = Table("name", "about", title="shipped experiments (recall-lab sweep NAME)")
-        for name in shipped_names():
-            table.add_row(escape(name), escape(summary(shipped_path(name))))
+        table = Table("name", "about", title="shipped experiments by study (recall-lab sweep "
+                      "NAME)")
+        for i, (folder, names) in enumerate(by_study().items()):
+            if i:
+                table.add_section()
+            if folder:
+                table.add_row(f"[bold]{escape(folder)}/[/bold]", "")
+            for name in names:
+                table.add_row(escape(f"  {name}" if folder else name),
+                              escape(summary(shipped_path(name))))
         console.print(table)
 
     @shell.command("show")

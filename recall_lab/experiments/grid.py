@@ -68,7 +68,12 @@ from generators import TaskSpec
 from generators.errors import RecallLabError
 from generators.tasks import GeneratorTask
 from recall_lab.config import RUN_TABLES, ModelConfig, RunConfig, TrainConfig, read_toml
-from recall_lab.experiments.shipped import is_shipped_name, shipped_path
+from recall_lab.experiments.shipped import (
+    is_shipped_name,
+    shipped_files,
+    shipped_path,
+    study,
+)
 from recall_lab.runs import run_config_from_tables
 
 TOP_LEVEL = {"name", "base", "description", *RUN_TABLES, "grid", "link", "exclude", "report",
@@ -384,7 +389,22 @@ def load_experiment(path: str | Path) -> Experiment:
     path = Path(path)
     if not path.exists() and is_shipped_name(str(path)):
         path = shipped_path(str(path))
+    elif not path.exists() and path.suffix == ".toml":
+        moved = _shipped_file(path.stem)
+        if moved is not None:  # an old path, from before experiments/ had a folder per study
+            where = "/".join(filter(None, ["experiments", study(moved), moved.name]))
+            raise RecallLabError(f"experiment file {path} does not exist; `recall-lab sweep "
+                                 f"{path.stem}` runs the shipped one ({where} in a checkout)")
     return expand(read_toml(path), path.stem, path)
+
+
+def _shipped_file(stem: str) -> Path | None:
+    """The shipped experiment file named `stem`, None where there is none (or no shipped
+    files)."""
+    try:
+        return shipped_files().get(stem)
+    except RecallLabError:
+        return None
 
 
 def numeric(field: str, value: Any) -> float | None:

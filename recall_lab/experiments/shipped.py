@@ -1,16 +1,20 @@
-"""The experiment files the package carries: the lab's `experiments/*.toml`, shipped as package
-data (`recall_lab/experiment_files` links to `experiments/` in a checkout, so git holds one copy
-and an installed wheel holds the same files), listed, shown and copied by `recall-lab
-experiments`, and found by name by `recall-lab sweep NAME`.
+"""The experiment files the package carries: the lab's `experiments/STUDY/*.toml`, one folder per
+study, shipped as package data (`recall_lab/experiment_files` links to `experiments/` in a
+checkout, so git holds one copy and an installed wheel holds the same files), listed by study,
+shown and copied by `recall-lab experiments`, and found by name by `recall-lab sweep NAME`.
 
-A name is a file's stem (`capacity`) or its file name (`capacity.toml`). An experiment's `base`
-files (`base = "capacity.toml"`) are shipped beside it, so a shipped experiment loads where it
-is, and `copy` copies the chain with it.
+A name is a file's stem (`capacity`) or its file name (`capacity.toml`), whatever its study's
+folder: names are unique across folders. An experiment's `base` files (`base = "capacity.toml"`,
+or `"../table1/mini-table1-v1.toml"` in another study) are shipped with it, so a shipped
+experiment loads where it is, and `copy` copies the chain with it. `experiments/replications/`
+(claim files for `sweep --replicate`) and `experiments/tasks/` (task files for `eval --task`)
+hold no experiments.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shutil
 from importlib import resources
@@ -20,6 +24,8 @@ from generators.errors import RecallLabError
 
 FOLDER = "experiment_files"
 _BASE = re.compile(r"""^\s*base\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+# folders of experiments/ whose files are not experiments: replication claim files and task files
+NOT_EXPERIMENTS = ("replications", "tasks")
 
 
 def shipped_dir() -> Path:
@@ -31,9 +37,40 @@ def shipped_dir() -> Path:
     return folder
 
 
+def shipped_files() -> dict[str, Path]:
+    """Every shipped experiment's file by name, in the order of their study folders and names;
+    one line of error where two folders hold the same name (a bare name must name one file)."""
+    root = shipped_dir()
+    files: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.toml"), key=lambda p: p.relative_to(root).parts):
+        rel = path.relative_to(root)
+        if len(rel.parts) > 1 and rel.parts[0] in NOT_EXPERIMENTS:
+            continue
+        if path.stem in files:
+            raise RecallLabError(f"two shipped experiments are named {path.stem!r}: "
+                                 f"{files[path.stem].relative_to(root)} and {rel}")
+        files[path.stem] = path
+    return files
+
+
 def shipped_names() -> list[str]:
     """Every shipped experiment's name, sorted."""
-    return sorted(p.stem for p in shipped_dir().glob("*.toml"))
+    return sorted(shipped_files())
+
+
+def study(path: Path) -> str:
+    """The study of a shipped experiment file: its folder under the shipped experiments
+    (`capacity-narrow`), "" for a file at the top."""
+    folder = path.relative_to(shipped_dir()).parent
+    return "" if folder == Path(".") else folder.as_posix()
+
+
+def by_study() -> dict[str, list[str]]:
+    """The shipped experiments' names grouped by study, studies and names sorted."""
+    groups: dict[str, list[str]] = {}
+    for name, path in shipped_files().items():
+        groups.setdefault(study(path), []).append(name)
+    return {s: sorted(groups[s]) for s in sorted(groups)}
 
 
 def is_shipped_name(text: str) -> bool:
@@ -44,13 +81,13 @@ def is_shipped_name(text: str) -> bool:
 def shipped_path(name: str) -> Path:
     """The file of the shipped experiment `name` (`capacity` or `capacity.toml`)."""
     stem = name[:-len(".toml")] if name.endswith(".toml") else name
-    names = shipped_names()
-    if not is_shipped_name(name) or stem not in names:
-        close = difflib.get_close_matches(stem, names, n=3)
+    files = shipped_files()
+    if not is_shipped_name(name) or stem not in files:
+        close = difflib.get_close_matches(stem, list(files), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else \
             " (`recall-lab experiments list` lists them)"
         raise RecallLabError(f"no shipped experiment named {name!r}{hint}")
-    return shipped_dir() / f"{stem}.toml"
+    return files[stem]
 
 
 def summary(path: Path) -> str:
@@ -99,16 +136,23 @@ def base_chain(path: Path) -> list[Path]:
 
 def copy_shipped(name: str, dest: str | Path, force: bool = False) -> list[Path]:
     """Copy the shipped experiment `name` (and its base files) into the folder `dest`; an
-    existing file there is kept unless `force`. Returns the files written."""
+    existing file there is kept unless `force`. Returns the files written.
+
+    The files keep their places relative to the folder that holds them all: a chain within one
+    study lands in `dest` itself (`dest/capacity-narrow-queries.toml` beside
+    `dest/capacity-narrow.toml`); a base in another study keeps the study folders
+    (`dest/leak-audit/leak-audit.toml`, `dest/table1/mini-table1-v1.toml`), so each `base` still
+    resolves."""
     src = shipped_path(name)
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise RecallLabError(f"{dest} is a file, not a folder")
-    chain = base_chain(src)
+    chain = [p.resolve() for p in base_chain(src)]
     root = shipped_dir().resolve()
-    if any(not p.resolve().is_relative_to(root) for p in chain):
+    if any(not p.is_relative_to(root) for p in chain):
         raise RecallLabError(f"{src}: a base file lies outside the shipped experiments")
-    targets = [dest / p.resolve().relative_to(root) for p in chain]
+    common = Path(os.path.commonpath([p.parent for p in chain]))
+    targets = [dest / p.relative_to(common) for p in chain]
     existing = [t for t in targets if t.exists()]
     if existing and not force:
         raise RecallLabError(f"{existing[0]} exists; give --force to overwrite it")

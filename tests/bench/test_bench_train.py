@@ -47,7 +47,7 @@ def test_time_to_answer_trains_the_capacity_cell():
     import tomllib
 
     data = tomllib.loads((Path(train.__file__).resolve().parents[2] / "experiments"
-                          / "capacity.toml").read_text())
+                          / "capacity" / "capacity.toml").read_text())
     for name in ("transformer", "mamba"):
         cfg = train.capacity_cell(name, seed=3)
         assert cfg.model.name == name and cfg.model.d_state == 4 and cfg.train.seed == 3

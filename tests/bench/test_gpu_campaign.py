@@ -148,7 +148,7 @@ def test_the_64_pair_claims_address_its_rows(tmp_path):
 
 
 def test_precision_stays_out_of_config_json_when_unset():
-    exp = load_experiment(ROOT / "experiments" / "zoo-frontier.toml")
+    exp = load_experiment(ROOT / "experiments" / "zoo-frontier" / "zoo-frontier.toml")
     assert all("precision" not in r.config.to_json()["train"] for r in exp.runs[:5])
     # the archived runs keep their hashes (their folder names end with them)
     for run in sorted(FRONTIER.iterdir())[:20]:

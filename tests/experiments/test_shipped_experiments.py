@@ -1,4 +1,4 @@
-"""The shipped experiments (experiments/*.toml) end to end in miniature: the file's own base
+"""The shipped experiments (experiments/STUDY/*.toml) end to end in miniature: the file's own base
 config, claims and grid shape, each axis cut to two values and 2 training steps; the sweep trains
 them, and the report's numbers must be those of the runs' summaries (best lr on validation, test
 mean and sample std over seeds), with every declared claim evaluated."""
@@ -21,6 +21,9 @@ from recall_lab.experiments.report import (
 )
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+# every experiment file by name, from its study's folder (replications/ and tasks/ hold none)
+FILES = {p.stem: p for p in sorted(EXPERIMENTS.glob("*/*.toml"))
+         if p.parent.name not in ("replications", "tasks")}
 SHIPPED = ["capacity", "capacity-mamba2", "recipe", "default-flags", "ks-question", "mini-table1",
            "mini-table1-v1", "leak-audit", "attamba-jr", "ks-ablation", "ks-oracle",
            "capacity-mamba2-state1", "capacity-mamba2-state1-16", "zoology-fig2"]
@@ -51,7 +54,7 @@ def miniature(data: dict) -> dict:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_experiment_is_valid(name):
-    exp = load_experiment(EXPERIMENTS / f"{name}.toml")
+    exp = load_experiment(FILES[name])
     assert exp.name == name and exp.runs
     seeds = {r.config.train.seed for r in exp.runs}
     assert seeds == SEEDS.get(name, {0, 1, 2})
@@ -61,7 +64,7 @@ def test_shipped_experiment_is_valid(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_experiment_in_miniature(name, tmp_path):
-    path = EXPERIMENTS / f"{name}.toml"
+    path = FILES[name]
     data = miniature(read_toml(path))
     exp = expand(data, name, path)
     index = run_sweep(exp, tmp_path, workers=2)  # the suite runs on one core: use the other
@@ -112,14 +115,14 @@ def _records(exp, metric: str, acc: float) -> list[RunRecord]:
             for r in exp.runs]
 
 
-@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(FILES.values()), ids=lambda p: p.stem)
 def test_every_claim_selects_groups_of_its_own_grid(path):
     """Each declared claim of every experiment file resolves against the groups its own grid
     (and its companions') produces, with the file's `[report] by`: a typo in a selector key, or a
     selector that matches two groups, shows here and not after an hour of runs."""
     exp = load_experiment(path)
     metric = exp.report.get("metric", "test.acc")
-    runs = [r for e in [exp, *(load_experiment(EXPERIMENTS / f"{c}.toml")
+    runs = [r for e in [exp, *(load_experiment(FILES[c])
                                for c in COMPANIONS.get(exp.name, []))]
             for r in _records(e, metric, 0.5)]
     _, groups = aggregate(runs, exp.report.get("by"), metric)
