@@ -235,7 +235,8 @@ class ModelConfig(BaseModel):
     pattern_opts: dict[str, Any] = Field(default_factory=dict)
     # "release": the branch computes the original HAX release's dense-mask semantics
     # (attention/release_reference.py: centring over the whole sequence, uniform fallback) instead
-    # of our causal op. NOT CAUSAL; it exists for the leak audit (experiments/leak-audit/leak-audit.toml).
+    # of our causal op. NOT CAUSAL; it exists for the leak audit
+    # (experiments/leak-audit/leak-audit.toml).
     branch_semantics: Literal["ours", "release"] = "ours"
     # Initialisation (models/lm.py `RecallLM._init_weights`; README "Initialisation"): an untied
     # output head and an N(0, 1) embedding learn recall; tie_embeddings=True with embed_std=0.02

@@ -13,8 +13,8 @@ a. ``check``: the GPU check's unfinished parts: the zoo on FLA's kernels (`gpu_c
    part, with a longer limit per test for FLA's first-call autotuning; the tests an earlier
    lease finished are not run again), then :func:`elu_probe`, which narrows the ELU linear
    attention bf16 failure (V = 17) to the widths, feature signs and value columns it needs;
-c. ``frontier64``: experiments/zoo-frontier/zoo-frontier-64.toml (claims in the file, written before its runs;
-   float32 with TF32 off);
+c. ``frontier64``: experiments/zoo-frontier/zoo-frontier-64.toml (claims in the file, written
+   before its runs; float32 with TF32 off);
 b. ``zoology``: every experiment file matching ``--zoology-glob`` in turn; where none does, one
    line says so and the piece is skipped.
 
@@ -104,6 +104,14 @@ def log(out: Path | None, line: str) -> None:
     if out is not None:
         with open(out / "campaign.log", "a") as fh:
             fh.write(line + "\n")
+
+
+def matching(pattern: str) -> list[str]:
+    """The experiment files `pattern` (relative to the checkout) matches, sorted, relative to the
+    checkout where they lie in it: the zoology piece's files, run in this order
+    (zoology-fig2-gpu.toml before zoology-fig2-gpu2-based.toml)."""
+    return sorted(str(Path(p).relative_to(ROOT)) if Path(p).is_relative_to(ROOT) else p
+                  for p in glob.glob(str(ROOT / pattern)))
 
 
 def shares(left_s: float, pieces: list[str]) -> float:
@@ -463,8 +471,7 @@ class Campaign:
                 elif piece == "frontier64":
                     self.piece_sweep(piece, [self.args.frontier_experiment], budget)
                 else:
-                    files = sorted(str(Path(p).relative_to(ROOT)) if Path(p).is_relative_to(ROOT)
-                                   else p for p in glob.glob(str(ROOT / self.args.zoology_glob)))
+                    files = matching(self.args.zoology_glob)
                     if not files:
                         line = f"skipped: no experiment file matches {self.args.zoology_glob}"
                         skip = self.data / "records" / "zoology" / "skipped.json"

@@ -23,11 +23,11 @@ so it is a lower bound) over the step's median wall time, and that over the peak
 float32 matmul measured in the same run (512 x 512 x 512, fastest of 20; printed).
 
 Time-to-answer (env ``RECALL_LAB_BENCH_ANSWER=1``; minutes, so off by default): the capacity
-experiment's `transformer` and `mamba` cells at 8 pairs (experiments/capacity/capacity.toml: batch 32,
-warm-up 500, up to 2500 steps, early stop at held-out accuracy 0.99), seed 0, each trained by
-`train_run` in a fresh one-thread process (``--answer MODEL``): wall time from the process's
-start to its summary (imports and the final test included), the step it stopped at and its test
-accuracy. Fixed seeds make the step count deterministic, so two commits' times compare where
+experiment's `transformer` and `mamba` cells at 8 pairs (experiments/capacity/capacity.toml:
+batch 32, warm-up 500, up to 2500 steps, early stop at held-out accuracy 0.99), seed 0, each
+trained by `train_run` in a fresh one-thread process (``--answer MODEL``): wall time from the
+process's start to its summary (imports and the final test included), the step it stopped at and
+its test accuracy. Fixed seeds make the step count deterministic, so two commits' times compare where
 their step counts agree.
 """
 

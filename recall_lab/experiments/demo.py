@@ -1,7 +1,7 @@
-"""`recall-lab demo`: a miniature of the capacity experiment (experiments/capacity/capacity.toml) run by the
-sweep engine and summarised by the report, so the demo is the lab's main job on a small grid
-(experiments/demo/demo.toml): MQAR accuracy against table size for attention and an SSM whose state is
-one number per channel, one table, one plot, and the sentence the numbers support.
+"""`recall-lab demo`: a miniature of the capacity experiment (experiments/capacity/capacity.toml)
+run by the sweep engine and summarised by the report, so the demo is the lab's main job on a small
+grid (experiments/demo/demo.toml): MQAR accuracy against table size for attention and an SSM whose
+state is one number per channel, one table, one plot, and the sentence the numbers support.
 
 The grid: MQAR with 2, 4 and 8 key-value pairs over 16 values; `transformer` and `mamba` with
 hidden 64, 2 layers and SSM state 1 (128 numbers per layer); 500 steps of batch 32 at

@@ -62,6 +62,16 @@ def test_the_script_names_the_modules_defaults():
     assert f"WORKERS_EXPERIMENT=${{WORKERS_EXPERIMENT:-{gc.WORKERS_EXPERIMENT}}}" in text
 
 
+def test_the_zoology_glob_takes_the_gpu_files_in_order():
+    """The zoology piece's default glob finds the GPU zoology files in their study folder, the
+    Fig. 2 grid before Based's mixture, and each loads."""
+    files = gc.matching(gc.ZOOLOGY_GLOB)
+    assert files == ["experiments/zoology/zoology-fig2-gpu.toml",
+                     "experiments/zoology/zoology-fig2-gpu2-based.toml"]
+    assert all(load_experiment(ROOT / f).runs for f in files)
+    assert gc.matching("experiments/no-such-*.toml") == []
+
+
 def test_the_script_refuses_a_short_budget_in_one_line(tmp_path):
     res = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-campaign.sh"), "--no-cuda",
                           "--out", str(tmp_path / "o"), "--budget", "10"], capture_output=True,
