@@ -27,8 +27,8 @@ experiment's `transformer` and `mamba` cells at 8 pairs (experiments/capacity/ca
 batch 32, warm-up 500, up to 2500 steps, early stop at held-out accuracy 0.99), seed 0, each
 trained by `train_run` in a fresh one-thread process (``--answer MODEL``): wall time from the
 process's start to its summary (imports and the final test included), the step it stopped at and
-its test accuracy. Fixed seeds make the step count deterministic, so two commits' times compare where
-their step counts agree.
+its test accuracy. Fixed seeds make the step count deterministic, so two commits' times compare
+where their step counts agree.
 """
 
 from __future__ import annotations
