@@ -88,6 +88,10 @@ def test_installed_cli_lists_trains_and_reports(installed):
     assert shipped and all(p.stem in listed and f"{p.parent.name}/" in listed for p in shipped)
     shown = _run([cli, "experiments", "show", "tiny"], work, env).stdout
     assert shown == (ROOT / "experiments" / "demo" / "tiny.toml").read_text()
+    # the demo's grid is read from the wheel's own experiment files
+    demo = _run([bin_dir / "python", "-c", "import recall_lab.experiments.demo as d; "
+                 "print(d.DEMO_TOML)"], work, env).stdout.strip()
+    assert Path(demo).is_relative_to(bin_dir.parent) and Path(demo).name == "demo.toml"
     # a base in another study's folder travels with the wheel and still resolves
     dry = _run([cli, "sweep", "leak-audit", "--dry-run"], work, env).stdout
     assert "leak-audit" in dry

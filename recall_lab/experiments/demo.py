@@ -25,9 +25,10 @@ from recall_lab.config import read_toml
 from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand
 from recall_lab.experiments.report import build_report, write_report
+from recall_lab.experiments.shipped import shipped_path
 from recall_lab.runs import demo_dir_name, refuse_overwrite
 
-DEMO_TOML = Path(__file__).resolve().parents[2] / "experiments" / "demo.toml"
+DEMO_TOML = shipped_path("demo")  # experiments/demo/demo.toml, in a checkout or a wheel
 DEMO_EXPERIMENT: dict[str, Any] = read_toml(DEMO_TOML)  # the sweep's input, as a dict
 DEMO_MODELS = tuple(DEMO_EXPERIMENT["grid"]["model.name"])
 DEMO_PAIRS = tuple(int(levels[0][1]) for levels in DEMO_EXPERIMENT["grid"]["task.levels"])
