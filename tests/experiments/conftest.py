@@ -37,3 +37,19 @@ class Recorder:
 
     def finished(self, name, result):
         self.ended.append((name, result["status"]))
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The report's figures drawn but not written: file name -> matplotlib Figure."""
+    from recall_lab.experiments import plots
+
+    figs = {}
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        figs[path.name] = fig
+        return path
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    return figs

@@ -9,19 +9,6 @@ from recall_lab.experiments.report import build_report
 from tests.experiments.test_stats import table_sweep  # noqa: F401 - a fixture
 
 
-@pytest.fixture
-def captured(monkeypatch, tmp_path):
-    figs = {}
-
-    def keep(fig, path):
-        fig.canvas.draw()
-        figs[path.name] = fig
-        return path
-
-    monkeypatch.setattr(plots, "save_figure", keep)
-    return figs
-
-
 def test_panels_per_table_colours_per_row_legend_outside(table_sweep, captured,  # noqa: F811
                                                         tmp_path):
     rep = build_report([table_sweep])

@@ -14,19 +14,6 @@ from recall_lab.experiments.grid import group_label
 from recall_lab.experiments.report import Group, RunRecord
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    figs = {}
-
-    def keep(fig, path):
-        fig.canvas.draw()
-        figs[path.name] = fig
-        return path
-
-    monkeypatch.setattr(plots, "save_figure", keep)
-    return figs
-
-
 def make_group(model: str, pairs: int, accs: list[float], durations: list[int] | None = None,
                solve_at: float = 0.95) -> Group:
     """A group of finished seeds with test accuracies `accs`; with `durations`, each seed's
