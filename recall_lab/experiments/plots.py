@@ -25,6 +25,7 @@ at most `MAX_LINES` lines a panel, and put the legend outside the axes."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,8 +215,10 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
     if handles:
         axes[0][ncols - 1].legend(list(handles.values()), list(handles), loc="upper left",
                                   bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
-    if n == 1:
-        axes[0][0].set_title(title, fontsize=10)
+    if n == 1:  # over one panel: long lines wrapped (a legend outside narrows the axes, and a
+        # 66-character title ran past the figure's left edge)
+        axes[0][0].set_title("\n".join(textwrap.fill(line, TITLE_WIDTH)
+                                       for line in title.split("\n")), fontsize=10)
     else:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
@@ -234,6 +237,8 @@ def _panel_of(pal: Palette, g, skip: str | None = None) -> tuple[str, tuple]:
 # ---- figures ------------------------------------------------------------------------------------
 
 LOG2_AXES = ("task.levels", "model.d_state")  # drawn on log2 in every figure (`axis_scale`)
+LOG_AXES = ("train.lr",)  # log10, as the learning-rate window
+TITLE_WIDTH = 60  # characters per line of a one-panel figure's title
 SEED_DOT = "0.1"  # the bars' per-seed dots: one colour over every row's bar
 
 
@@ -260,8 +265,11 @@ def seed_values(rep: dict, g) -> list[float]:
 def axis_scale(axis: str) -> dict[str, Any]:
     """The x scale of one numeric grouping field, the same in every figure that has it on its
     x axis (the metric's and the solve rate's): log2 with the powers of 2 written out for the
-    table size and d_state, linear otherwise."""
-    return {"xscale": ("log", {"base": 2}), "eng": True} if axis in LOG2_AXES else {}
+    table size and d_state, log10 for the lr (as the learning-rate window draws it), linear
+    otherwise."""
+    if axis in LOG2_AXES:
+        return {"xscale": ("log", {"base": 2}), "eng": True}
+    return {"xscale": ("log",)} if axis in LOG_AXES else {}
 
 
 def _spread(x: float, n: int, width: float) -> list[float]:

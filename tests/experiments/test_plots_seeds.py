@@ -186,3 +186,23 @@ def test_survival_in_steps_unsolved_rows_in_words_colours_apart(captured, tmp_pa
     assert set(entries) == {"mamba", "transformer"}
     for label, handle in entries.items():
         assert tuple(plots.to_rgb(handle.get_color())) == pytest.approx(pal.rows[label])
+
+
+def test_lr_on_log10_like_the_window_and_long_titles_wrapped(captured, tmp_path):
+    groups = []
+    for lr, accs in ((1e-4, [0.25]), (1e-3, [0.9, 1.0]), (1e-2, [1.0, 0.99])):
+        g = make_group("transformer", 4, accs)
+        g.values = {"train.lr": lr}
+        g.label = f"lr={lr:g}"
+        groups.append(g)
+    rep = {**report(groups), "by": ["train.lr"]}
+    names = {p.name for p in plots.report_figures(rep, tmp_path)}
+    assert {"report-train_lr.png", "report-solved-train_lr.png"} <= names
+    for name in ("report-train_lr.png", "report-solved-train_lr.png"):
+        ax = captured[name].axes[0]
+        assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 10
+        # one panel: no title line longer than the wrap width (a 66-character one ran past the
+        # figure's left edge)
+        assert all(len(line) <= plots.TITLE_WIDTH for line in ax.get_title().split("\n"))
+    # its second line (63 characters) wrapped in two
+    assert captured["report-train_lr.png"].axes[0].get_title().count("\n") == 2
