@@ -163,6 +163,13 @@ def register(app: GuardedApp) -> None:
                           f"{r['exact']:.4f}", f"{r['loss']:.4f}",
                           *([how or "parallel"] if decode else []))
         console.print(table)
+        if res.get("slices"):  # a task with slices (zoology's pairs): accuracy per slice
+            per = Table(title="per slice (the task's label per row, e.g. zoology's pairs)")
+            for col in ("slice", "samples", "acc", "exact"):
+                per.add_column(col, justify="right")
+            for name, r in sorted(res["slices"].items(), key=lambda kv: (len(kv[0]), kv[0])):
+                per.add_row(name, str(r["n"]), f"{r['acc']:.4f}", f"{r['exact']:.4f}")
+            console.print(per)
         if decode:
             same = res["decode"]["acc_equal"]
             console.print(f"decode accuracy {'equals' if same else 'DIFFERS FROM'} the parallel "

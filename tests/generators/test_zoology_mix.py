@@ -74,3 +74,10 @@ def test_a_run_reports_every_slice(tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["test"]["slices"]) == {"2", "4"}
+    # `eval` prints the accuracy per slice beside the total, from the same result file
+    r = CliRunner().invoke(app, ["eval", str(out), "--n", "16"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(next(out.glob("eval-*.json")).read_text())
+    rows = [ln.split() for ln in r.output.splitlines() if ln.strip().startswith("│")]
+    for k, s in res["slices"].items():
+        assert any(row[1:4] == [k, "│", str(s["n"])] for row in rows), r.output
