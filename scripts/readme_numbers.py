@@ -84,6 +84,10 @@ def wilson(s: dict) -> str:
     return f"{s['k']}/{s['n']} [{s['lo']:.2f}, {s['hi']:.2f}]"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def title(folder: Path) -> str:
     readme = folder / "README.md"
     if readme.exists():
@@ -96,11 +100,12 @@ def experiment_line(folder: Path, rep: dict) -> str:
     """One experiment: runs, lowest and highest group by seeds solved, claims by status."""
     link = f"docs/results/{folder.name}/README.md"
     groups = [g for g in rep["groups"] if (g.get("solved") or {}).get("n")]
-    text = f"- **{folder.name}** ([{title(folder)}]({link})): {rep['runs']} runs"
+    text = f"- **{folder.name}** ([{title(folder)}]({link})): {plural(rep['runs'], 'run')}"
     if groups:
         ns = sorted({g["solved"]["n"] for g in groups})
         per = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
-        text += f" in {len(rep['groups'])} groups of {per} seeds"
+        text += (f" in {plural(len(rep['groups']), 'group')} of {per} "
+                 f"seed{'' if per == '1' else 's'}")
 
         def rate(g: dict) -> tuple[float, float]:
             return g["solved"]["k"] / g["solved"]["n"], g["solved"]["lo"]
@@ -124,6 +129,9 @@ def experiment_line(folder: Path, rep: dict) -> str:
         passed = [c for c in checks if (c.get("verdict") or ("pass" if c.get("ok") else
                                                               "fail")) == "pass"]
         text += f"; claims: {len(passed)} of {len(checks)} pass"
+        still = sum(c.get("verdict") == "open" for c in checks)
+        if still:  # open: runs of its rows not finished, so neither pass nor fail yet
+            text += f", {still} open"
         counts = []
         for status, words in STATUS.items():
             of = [c for c in checks if (c.get("registered") or {}).get("status") == status]
