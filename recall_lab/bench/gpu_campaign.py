@@ -109,7 +109,7 @@ def log(out: Path | None, line: str) -> None:
 def matching(pattern: str) -> list[str]:
     """The experiment files `pattern` (relative to the checkout) matches, sorted, relative to the
     checkout where they lie in it: the zoology piece's files, run in this order
-    (zoology-fig2-gpu.toml before zoology-fig2-gpu2-based.toml)."""
+    (zoology-fig2-gpu.toml, then -gpu1-rows, then -gpu2-based)."""
     return sorted(str(Path(p).relative_to(ROOT)) if Path(p).is_relative_to(ROOT) else p
                   for p in glob.glob(str(ROOT / pattern)))
 

@@ -64,9 +64,10 @@ def test_the_script_names_the_modules_defaults():
 
 def test_the_zoology_glob_takes_the_gpu_files_in_order():
     """The zoology piece's default glob finds the GPU zoology files in their study folder, the
-    Fig. 2 grid before Based's mixture, and each loads."""
+    Fig. 2 grid for attention, then its other rows, then Based's mixture, and each loads."""
     files = gc.matching(gc.ZOOLOGY_GLOB)
     assert files == ["experiments/zoology/zoology-fig2-gpu.toml",
+                     "experiments/zoology/zoology-fig2-gpu1-rows.toml",
                      "experiments/zoology/zoology-fig2-gpu2-based.toml"]
     assert all(load_experiment(ROOT / f).runs for f in files)
     assert gc.matching("experiments/no-such-*.toml") == []
