@@ -98,11 +98,29 @@ def test_small_vocabularies_keep_the_full_head():
     assert same is y and out.logits.shape == (*x.shape, SCORED_HEAD_MIN_VOCAB - 1)
 
 
+HEAD_SINCE = "2026-11-28T04:17:51+00:00"  # the commit that added the scored-positions head
+
+
 def test_every_committed_run_is_below_the_threshold():
-    """So each of them trains through the full head, bit-identically to before the change."""
-    vocabs = []
+    """So each run committed before the head existed trains through the full head,
+    bit-identically to before the change; a committed run at a vocabulary that takes the scored
+    head was launched after it existed (its sweep records when)."""
+    after = set()  # run folders launched with the head in the code
+    for index in (ROOT / "docs" / "results").rglob("sweep.json"):
+        for e in json.loads(index.read_text()).get("runs", []):
+            if (e.get("launched") or "") >= HEAD_SINCE:
+                after.add(index.parent / e["name"])
+    vocabs, large = [], []
     for path in (ROOT / "docs" / "results").rglob("config.json"):
-        vocabs.append(json.loads(path.read_text())["model"]["vocab_size"])
-    for path in (ROOT / "docs" / "results").rglob("*.json*"):
-        vocabs += [int(v) for v in re.findall(r'"vocab_size": ?(\d+)', path.read_text())]
-    assert vocabs and max(vocabs) < SCORED_HEAD_MIN_VOCAB
+        v = json.loads(path.read_text())["model"]["vocab_size"]
+        (large if v >= SCORED_HEAD_MIN_VOCAB else vocabs).append((path.parent, v))
+    assert vocabs and all(folder in after for folder, _ in large), large
+    for index in (ROOT / "docs" / "results").rglob("sweep.json"):  # every run it lists
+        for e in json.loads(index.read_text()).get("runs", []):
+            if e.get("status") == "done" and index.parent / e["name"] not in after:
+                assert e["config"]["model"]["vocab_size"] < SCORED_HEAD_MIN_VOCAB, index
+    for path in (ROOT / "docs" / "results").rglob("*.json*"):  # any other record
+        if path.parent in after or path.name == "sweep.json" or path.name.startswith("eval-"):
+            continue  # records of runs launched after the head (read above)
+        found = [int(v) for v in re.findall(r'"vocab_size": ?(\d+)', path.read_text())]
+        assert not found or max(found) < SCORED_HEAD_MIN_VOCAB, path
