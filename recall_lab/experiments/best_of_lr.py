@@ -63,6 +63,10 @@ class BestOfLr:
     def points_solved(self) -> int:
         return sum(stats.is_solved(x, self.solve_at, self.lower) for x in self.values)
 
+    def solved_at(self, lr: float) -> int:
+        """How many of these seeds solved at `lr`: the window a one-seed point does not show."""
+        return sum(stats.is_solved(p.by_lr[lr], self.solve_at, self.lower) for p in self.points)
+
 
 def _pick(valid_by_lr: dict[float, float], lower: bool) -> float:
     """The lr with the best held-out metric; a tie goes to the smaller lr (sorted order)."""
@@ -130,6 +134,8 @@ def lines(results: list[BestOfLr], metric: str) -> list[str]:
         out.append(f"  - across the {n} seeds that one-seed point ranges from {lo:.3f} to "
                    f"{hi:.3f} (median {med:.3f}, range {hi - lo:.3f}); {b.points_solved} of {n} "
                    f"points reach {b.solve_at:g}")
+        window = ", ".join(f"lr {_g(lr)} {b.solved_at(lr)}/{n}" for lr in b.lrs)
+        out.append(f"  - seeds solved at each lr, the same {n} seeds: {window}")
         picks = sorted({p.lr for p in b.points})
         out.append(f"  - the seeds' own picks: lr {', '.join(_g(lr) for lr in picks)}; the "
                    f"lab's report picks lr {_g(b.lab_lr)} for all seeds (best mean held-out "
@@ -164,6 +170,7 @@ def to_json(results: list[BestOfLr]) -> list[dict]:
                   "valid_by_lr": {str(k): v for k, v in p.valid_by_lr.items()}}
                  for p in b.points],
              "spread": list(b.spread) if b.spread else None, "points_solved": b.points_solved,
+             "solved_by_lr": {str(lr): b.solved_at(lr) for lr in b.lrs},
              "lab_lr": b.lab_lr, "lab_mean": b.lab_mean,
              "lab_solved": {"k": b.lab_solved.k, "n": b.lab_solved.n, "lo": b.lab_solved.lo,
                             "hi": b.lab_solved.hi}}

@@ -20,7 +20,7 @@ def plot_best_of_lr(results: list[BestOfLr], path: Path, metric: str):
     drawn points back."""
     shown = [b for b in results if b.points]
     n = max(len(shown), 1)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n + 1.2, 3.6), squeeze=False, sharey=True)
     colours = plt.get_cmap("tab10").colors
     for ax, b in zip(axes[0], shown, strict=False):
         for i, p in enumerate(b.points):
@@ -46,7 +46,8 @@ def plot_best_of_lr(results: list[BestOfLr], path: Path, metric: str):
     axes[0][0].set_ylabel(metric)
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        axes[0][-1].legend(handles, labels, fontsize=7, loc="lower right",
-                           title="ringed: the seed's own pick", title_fontsize=7)
+        axes[0][-1].legend(handles, labels, fontsize=7, loc="upper left",  # outside: never
+                           bbox_to_anchor=(1.02, 1.0), frameon=False,  # over a point
+                           title="ringed: the seed's\nown pick", title_fontsize=7)
     ax_list = list(axes[0])
     return save_figure(fig, path), ax_list

@@ -73,6 +73,12 @@ def test_seeds_that_pick_different_lrs_and_a_tie():
     assert [(p.seed, p.lr, p.value) for p in b.points] == [
         (0, 1e-2, 0.98), (1, 1e-2, 0.96), (2, 1e-3, 0.55), (3, 1e-3, 0.62), (4, 1e-3, 0.45)]
     assert b.points_solved == 2 and b.spread == pytest.approx((0.45, 0.62, 0.98))
+    # the window behind the points: at 1e-3 no seed solves, at 1e-2 seeds 0 and 1 (0.98, 0.96)
+    assert (b.solved_at(1e-3), b.solved_at(1e-2)) == (0, 2)
+    from recall_lab.experiments.best_of_lr import lines
+
+    assert "  - seeds solved at each lr, the same 5 seeds: lr 0.001 0/5, lr 0.01 2/5" in lines(
+        [b], "test.acc")
     # one lr only: nothing to pick, no entry
     one = Group((), {}, "y", runs=[_run(0, 1e-3, 0.5, 0.5)])
     assert best_of_lr([one], "test.acc", 0.95) == []
