@@ -146,20 +146,21 @@ def lines(results: list[BestOfLr], metric: str) -> list[str]:
 
 def markdown(results: list[BestOfLr], metric: str) -> str:
     body = lines(results, metric) or ["- no group ran more than one lr"]
-    table = ["", "| group | seed | " + " | ".join(f"lr {_g(lr)}" for lr in results[0].lrs)
-             + " | picked lr | point |",
-             "| --- | ---: | " + " | ".join("---:" for _ in results[0].lrs) + " | ---: | ---: |"
-             ] if results and any(b.points for b in results) else []
-    for b in results:
-        for p in b.points:
-            table.append(f"| {b.label} | {p.seed} | "
-                         + " | ".join(f"{p.by_lr[lr]:.3f}" for lr in b.lrs)
-                         + f" | {_g(p.lr)} | {p.value:.3f} |")
+    tables: list[str] = []
+    for b in results:  # one table per group: groups may have run different lrs
+        if not b.points:
+            continue
+        tables += ["", f"**{b.label}**", "",
+                   "| seed | " + " | ".join(f"lr {_g(lr)}" for lr in b.lrs)
+                   + " | picked lr | point |",
+                   "| ---: | " + " | ".join("---:" for _ in b.lrs) + " | ---: | ---: |"]
+        tables += [f"| {p.seed} | " + " | ".join(f"{p.by_lr[lr]:.3f}" for lr in b.lrs)
+                   + f" | {_g(p.lr)} | {p.value:.3f} |" for p in b.points]
     return "\n".join(["# What one seed at the best lr hides", "",
                       "zoology's figures report each cell as one seed at the best lr of a grid. "
                       "Here each seed that finished at every lr is taken in turn as that one "
                       "seed: its lr is the one with its best held-out metric, its point the "
-                      f"reported metric ({metric}) there.", "", *body, *table]) + "\n"
+                      f"reported metric ({metric}) there.", "", *body, *tables]) + "\n"
 
 
 def to_json(results: list[BestOfLr]) -> list[dict]:
