@@ -41,7 +41,7 @@ def test_every_report_has_its_line():
         rep = json.loads(rep_file.read_text())
         name = rep_file.parent.name
         line = text.split(f"- **{name}** ", 1)[1].split("\n- ", 1)[0].replace("\n  ", " ")
-        assert f"{rep['runs']} runs" in line
+        assert f"{rep['runs']} run{'' if rep['runs'] == 1 else 's'} " in line
         if list((rep_file.parent / "runs").glob("*/summary.json")):
             assert "held-out overlap" in line
         checks = rep.get("checks") or []
@@ -49,6 +49,8 @@ def test_every_report_has_its_line():
             passed = sum(c.get("verdict") == "pass" or (c.get("verdict") is None and c.get("ok"))
                          for c in checks)
             assert f"claims: {passed} of {len(checks)} pass" in line
+            still = sum(c.get("verdict") == "open" for c in checks)
+            assert (f"pass, {still} open" in line) == bool(still)  # open is not a fail
 
 
 def test_the_index_lists_the_overlap_of_every_committed_experiment(tmp_path):
