@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from recall_lab.experiments import stats
-
-if TYPE_CHECKING:  # annotations only: report.py imports this module
-    from recall_lab.experiments.report import Group
 
 
 @dataclass
@@ -79,8 +75,9 @@ def _pick(valid_by_lr: dict[float, float], lower: bool) -> float:
     return best
 
 
-def best_of_lr(groups: list[Group], metric: str, solve_at: float) -> list[BestOfLr]:
-    """One `BestOfLr` per group that ran more than one lr."""
+def best_of_lr(groups: list, metric: str, solve_at: float) -> list[BestOfLr]:
+    """One `BestOfLr` per group that ran more than one lr. `groups`: report.py's `Group`s (not
+    imported here: report.py imports this module, and imports point one way)."""
     split, _, leaf = metric.partition(".")
     select, lower = f"valid.{leaf}", leaf == "loss"
     out = []

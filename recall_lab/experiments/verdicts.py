@@ -21,15 +21,16 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from generators.errors import RecallLabError
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.grid import flatten, numeric
 
-if TYPE_CHECKING:  # annotations only: report.py imports this module
-    from recall_lab.experiments.report import Group
+# report.py's Group, by name only: report.py (and engine.py, which checks claims before a sweep)
+# import this module, and imports point one way
+Group = Any
 
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 # The named comparisons of seeds solved (stat = "solved" only), beside the symbols, which keep
