@@ -74,6 +74,22 @@ class Check:
         return asdict(self)
 
 
+def fails(row: Check, require_learning: bool = False) -> bool:
+    """Whether a row fails the check (exit 1): a failed correctness row, or the learning gate
+    when it is required. Every other row that did not pass is a finding: reported, not failed."""
+    return row.passed is False and (row.correctness
+                                    or (require_learning and row.name == "learning gate"))
+
+
+def result_word(row: Check, require_learning: bool = False) -> str:
+    """A row's result as the tables print it: "FAIL" only for a row that fails the command."""
+    if row.passed is None:
+        return "-"
+    if row.passed:
+        return "pass"
+    return "FAIL" if fails(row, require_learning) else "finding"
+
+
 class UserCodeError(Exception):
     """An exception raised inside the code under test, with the call and input that raised it:
     the row it happens in fails with both (`guarded`), and no other row is affected."""
@@ -416,7 +432,8 @@ def check_state(subject: Subject, length: int = 128, strict: bool = False) -> Ch
             return Check("state", True, f"declared {_count(declared)} = {measured}",
                          f"per sequence at L={length}", correctness=False)
         ratio = declared / rec.numbers if rec.numbers else float("inf")
-        return Check("state", False if strict else None,
+        # passed False either way: the command reads it "finding" unless `strict` counts it
+        return Check("state", False,
                      f"declared {_count(declared)} != {measured}",
                      f"FINDING: state_size is {ratio:.2f}x the recurrent state the step cache "
                      f"carries (at L={length}){'' if strict else '; --strict-state fails it'}",
@@ -556,8 +573,9 @@ def run_checks(target: Target, learning: bool = True, work: Path | None = None,
                  guarded("same seed, same output", lambda: check_deterministic(subject))]
     else:
         rows += correctness(subject)
-    rows.append(guarded("state", lambda: check_state(subject, strict=strict_state),
-                        correctness=strict_state))
+    # a state_size that raises is broken code: a failure whatever `strict_state` says (only a
+    # declared count that differs from the measured one is a finding)
+    rows.append(guarded("state", lambda: check_state(subject, strict=strict_state)))
     if learning:
         with tempfile.TemporaryDirectory(dir=work) as tmp:
             rows.append(guarded("learning gate",
@@ -575,6 +593,7 @@ def run_checks(target: Target, learning: bool = True, work: Path | None = None,
 __all__ = ["Check", "GATE_STEPS", "GATE_TASK", "GATE_THRESHOLD", "MixerSubject", "ModelSubject",
            "Target", "UserCodeError", "build", "check_causal", "check_decode",
            "check_deterministic", "check_finite_gradients", "check_forward", "check_padding",
+           "fails", "result_word",
            "check_state", "correctness", "future_leak", "guarded", "learning_gate",
            "length_leak", "measured_state", "measurements", "resolve_target", "run_checks",
            "tokens_per_second"]

@@ -101,7 +101,7 @@ def register(app: GuardedApp) -> None:
         from recall_lab.checkpoint import write_json
         from recall_lab.commands.training import set_threads
         from recall_lab.runs import mixer_kwargs_json, refuse_overwrite
-        from recall_lab.testing import resolve_target, run_checks
+        from recall_lab.testing import fails, resolve_target, result_word, run_checks
 
         set_threads(1)
         if all_in is not None:
@@ -129,11 +129,12 @@ def register(app: GuardedApp) -> None:
         for col in ("check", "result", "value", "detail"):
             table.add_column(col)
         for r in rows:
-            mark = {True: "[green]pass[/]", False: "[bold red]FAIL[/]", None: "-"}[r.passed]
-            table.add_row(escape(r.name), mark, escape(r.value), escape(r.detail))
+            word = result_word(r, require_learning)
+            style = {"pass": "green", "FAIL": "bold red", "finding": "yellow"}.get(word)
+            table.add_row(escape(r.name), f"[{style}]{word}[/]" if style else word,
+                          escape(r.value), escape(r.detail))
         console.print(table)
-        failed = [r for r in rows if r.passed is False
-                  and (r.correctness or (require_learning and r.name == "learning gate"))]
+        failed = [r for r in rows if fails(r, require_learning)]
         if json_out is not None:
             write_json(json_out, {"target": subject.name, **subject.info,
                                   "passed": not failed, "rows": [r.to_json() for r in rows]})

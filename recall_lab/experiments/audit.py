@@ -54,6 +54,7 @@ from recall_lab.testing import (
     guarded,
     measured_state,
     resolve_target,
+    result_word,
     run_checks,
 )
 
@@ -297,7 +298,7 @@ def audit_markdown(rows: list[AuditRow], meta: dict) -> str:
             f"`{r.path}`", r.status_text(), r.correctness_text(), r.declared_text(),
             "-" if r.formula is None else f"{r.formula:,}",
             "-" if r.lab is None else f"{r.lab:,} ({r.lab_name})", state_verdict(r),
-            "-" if gate is None else ("pass" if gate.passed else "FAIL") + f": {gate.value}",
+            "-" if gate is None else f"{result_word(gate)}: {gate.value}",
             "-" if speed is None else speed.value]) + " |")
     notes = [r for r in rows if r.status != "checked" or r.failed()]
     if notes:

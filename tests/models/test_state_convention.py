@@ -28,7 +28,7 @@ from torch import nn
 from recall_lab.models.decode import one_step_cache
 from recall_lab.models.registry import build_model, listed_models
 from recall_lab.models.state import state_count
-from recall_lab.testing import MixerSubject, check_state
+from recall_lab.testing import MixerSubject, check_state, fails, result_word
 
 D, E, K, CONV, H_BITS = 64, 2, 64, 4, 8  # the lab's defaults: d_model, expand, k, d_conv, lsh bits
 D_STATE = {"mamba": 16, "mamba2": 64}  # each backbone's default d_state (docs/models.md)
@@ -197,10 +197,10 @@ class Overstated(nn.Module):
 def test_an_overstated_state_size_is_a_finding_and_fails_when_strict():
     subject = MixerSubject(lambda: Overstated(16))
     row = check_state(subject)
-    assert row.passed is None and not row.correctness
+    assert row.passed is False and not row.correctness and result_word(row) == "finding"
     assert "declared 64 != measured 16" in row.value and "4.00x" in row.detail
     strict = check_state(subject, strict=True)
-    assert strict.passed is False and strict.correctness
+    assert strict.passed is False and strict.correctness and result_word(strict) == "FAIL"
 
 
 def test_the_api_and_check_fail_an_overstated_state_only_when_strict():
@@ -209,5 +209,28 @@ def test_the_api_and_check_fail_an_overstated_state_only_when_strict():
     plain = {r.name: r for r in rl.check(f"{__name__}:Overstated", learning=False, speed=False)}
     strict = {r.name: r for r in rl.check(f"{__name__}:Overstated", learning=False, speed=False,
                                           strict_state=True)}
-    assert plain["state"].passed is None and strict["state"].passed is False
-    assert [n for n, r in plain.items() if r.passed is False] == []  # a finding, not a failure
+    assert not fails(plain["state"]) and fails(strict["state"])
+    assert [n for n, r in plain.items() if fails(r)] == []  # a finding, not a failure
+
+
+class BrokenStateSize(Overstated):
+    def state_size(self, sequence_length: int):
+        raise RuntimeError("state_size is broken on purpose")
+
+
+@pytest.mark.parametrize("target, strict, code, word", [
+    ("Overstated", False, 0, "finding"), ("Overstated", True, 1, "FAIL"),
+    ("BrokenStateSize", False, 1, "FAIL")])
+def test_a_row_that_reads_fail_fails_the_command(target, strict, code, word):
+    """The exit code follows the rows: FAIL exits 1; a finding (a declared count that differs
+    from the measured one) reads "finding" and exits 0 unless --strict-state; a state_size that
+    raises is broken code, FAIL without --strict-state."""
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    args = ["check", f"{__name__}:{target}", "--no-learning", "--no-speed"]
+    r = CliRunner().invoke(app, args + (["--strict-state"] if strict else []))
+    assert r.exit_code == code, r.output
+    state = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("state"))
+    assert word in state and ({"FAIL", "finding"} - {word}).isdisjoint(state.split()), state
