@@ -337,7 +337,13 @@ def _num(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _steps_text(q: tuple[float, float, float] | None) -> str:
+def _steps_text(steps: list[float | None]) -> str:
+    """Steps to solve over the solved seeds: median [IQR]; one solved seed has no spread, so
+    its step alone with "(1 seed)"."""
+    solved = [s for s in steps if s is not None]
+    if len(solved) == 1:
+        return f"{solved[0]:g} (1 seed)"
+    q = stats.quantiles(solved)
     return "-" if q is None else f"{q[1]:g} [{q[0]:g}, {q[2]:g}]"
 
 
@@ -370,7 +376,7 @@ def table_rows(fields: list[str], groups: list[Group], reference: dict,
                      "per_seed": [r.metric(metric) for r in g.selected],
                      "solved": g.solved.text(), "solved_k": g.solved.k, "solved_n": g.solved.n,
                      "solved_lo": g.solved.lo, "solved_hi": g.solved.hi,
-                     "steps_to_solve": _steps_text(q),
+                     "steps_to_solve": _steps_text(g.solve_steps),
                      "steps_median": None if q is None else q[1],
                      "solve_steps": g.solve_steps, **c, "reference": ref.get(g.label),
                      "state_per_layer": g.state.numbers, "state_growth": g.state.growth,

@@ -243,3 +243,13 @@ def test_report_without_plots_does_not_import_matplotlib():
             "assert callable(r.write_report)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("steps, text", [
+    ([392, None, None], "392 (1 seed)"),  # one solved seed: no spread to give
+    ([100, 200, 300, None], "200 [150, 250]"),  # numpy's linear-interpolation quartiles
+    ([None, None], "-")])
+def test_steps_to_solve_text(steps, text):
+    from recall_lab.experiments.report import _steps_text
+
+    assert _steps_text(steps) == text
