@@ -96,11 +96,20 @@ def title(folder: Path) -> str:
     return folder.name
 
 
+def runs_text(rep: dict) -> str:
+    """The runs a report counts: "12 of 40 planned runs finished" where some of its planned
+    runs are missing (not run yet), so that a plan never reads as runs."""
+    missing = sum(g.get("missing") or 0 for g in rep["groups"])
+    if not missing:
+        return plural(rep["runs"], "run")
+    return f"{rep['runs'] - missing} of {rep['runs']} planned runs finished"
+
+
 def experiment_line(folder: Path, rep: dict) -> str:
     """One experiment: runs, lowest and highest group by seeds solved, claims by status."""
     link = f"docs/results/{folder.name}/README.md"
     groups = [g for g in rep["groups"] if (g.get("solved") or {}).get("n")]
-    text = f"- **{folder.name}** ([{title(folder)}]({link})): {plural(rep['runs'], 'run')}"
+    text = f"- **{folder.name}** ([{title(folder)}]({link})): {runs_text(rep)}"
     if groups:
         ns = sorted({g["solved"]["n"] for g in groups})
         per = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"

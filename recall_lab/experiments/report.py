@@ -518,6 +518,13 @@ def overlap_warnings(rep: dict) -> list[str]:
     return held_out.warning_lines([(g.label, g.overlap) for g in rep["groups"]])
 
 
+def _runs_text(rep: dict) -> str:
+    """"40 runs", or "10 of 40 planned runs finished" while some are missing (not run yet)."""
+    missing = sum(g.counts["missing"] for g in rep["groups"])
+    return (f"{rep['runs']} runs" if not missing
+            else f"{rep['runs'] - missing} of {rep['runs']} planned runs finished")
+
+
 def _markdown(rep: dict) -> str:
     fields, metric = rep["by"], rep["metric"]
     ref = rep["reference"] or {}
@@ -536,7 +543,7 @@ def _markdown(rep: dict) -> str:
     if overlap:  # last: the columns before it keep their places
         head.append("held-out overlap (valid / test)")
     lines = [f"# Report: {', '.join(e for e in rep['experiments'] if e) or 'runs'}", "",
-             f"{rep['runs']} runs; grouped by {', '.join(fields) or 'nothing'}; best lr per "
+             f"{_runs_text(rep)}; grouped by {', '.join(fields) or 'nothing'}; best lr per "
              f"group by the mean validation metric. At that lr: seeds solved ({metric} "
              f"{'<=' if metric.endswith('.loss') else '>='} {rep['solve_at']:g}) out of seeds "
              "run with a Wilson 95% interval; steps to solve (first evaluation whose held-out "
