@@ -123,8 +123,9 @@ gpu-check-dryrun:
 # here, without a GPU: the whole GPU campaign (scripts/gpu-campaign.sh) offline on the CPU with
 # tiny budgets and the network cut, every piece writing a finished record (docs/gpu.md, "The
 # campaign"); on the stand-in Python of gpu-check-dryrun where it was made, else on .venv's
-# (DRYRUN_IMAGE names another)
-gpu-campaign-dryrun:
+# (DRYRUN_IMAGE names another). It needs .venv either way (the fallback Python, and the
+# dry run's own tools), so it bootstraps it on a fresh clone like every other target.
+gpu-campaign-dryrun: $(STAMP)
 	DRYRUN_IMAGE=$${DRYRUN_IMAGE:-$$(ls -d $${RECALL_LAB_CACHE:-$$HOME/.cache/recall-lab}/gpu-dryrun/py312-*/.complete >/dev/null 2>&1 || echo $(BIN)/python)} \
 		bash scripts/gpu-dryrun.sh --campaign
 
