@@ -56,6 +56,7 @@ def register(app: GuardedApp) -> None:
         figures. Rerun to resume."""
         from recall_lab import api
         from recall_lab.experiments.engine import ENGINES
+        from recall_lab.experiments.place import frontier_text
         from recall_lab.runs import mixer_kwargs_json
 
         if engine not in ENGINES:
@@ -89,8 +90,7 @@ def register(app: GuardedApp) -> None:
         for c in answer["cells"]:
             solved = c["solved"]["text"] if c["solved"] else "-"
             say(f"{c['table']}: {solved}, {c['status']}: {c['reason']}")
-        f = answer["frontier"]
-        say(f"frontier {f['frontier']:g} [{f['range'][0]:g}, {f['range'][1]:g}]; runs: "
+        say(f"frontier {frontier_text(answer['frontier'])}; runs: "
             f"{r['trained']} trained, {r['saved']} of {r['planned']} saved, {r['failed']} "
             f"failed; {answer['wall_s_this_call']:.0f} s")
         say(f"written: {answer['folder']}/report.md, row.md, answer.json"

@@ -13,8 +13,10 @@ configs and hashes as its archived runs (trained afresh in its own folder).
 
 Order of work, each step resumable (finished runs are skipped, interrupted ones resume):
 1. Bad input is refused before anything is written: a mixer its class does not build with the
-   kwargs, an unknown table, a reference folder without records or protocol; and (unless
-   `check=False`) a mixer that fails a correctness row of `recall-lab check`.
+   kwargs, an unknown table, a reference folder without records or protocol, a mixer that
+   cannot run forward and backward at the longest table's length (`try_longest`, in
+   `--dry-run` too); and (unless `check=False`) a mixer that fails a correctness row of
+   `recall-lab check`.
 2. The plan and its claims are written (`place.json`) and recorded (`claims.json`, as `sweep`
    records them) before the pilot's first run. Per table, the mixer's seeds solved against the
    reference rows nearest below and above it in recurrent state per layer (`state.run_state`),
@@ -61,7 +63,7 @@ from recall_lab.experiments.place_plots import place_figures
 from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, read_protocol
 from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs
 from recall_lab.experiments.state import LayerState, common_state, run_state
-from recall_lab.experiments.verdicts import frontier_compare, three_way
+from recall_lab.experiments.verdicts import free_tables, frontier_compare, three_way
 from recall_lab.mixers import mixer_label
 from recall_lab.models.registry import listed_models
 from recall_lab.testing import resolve_target, run_checks
@@ -277,8 +279,11 @@ def _cut_decision(protocol: Protocol, cells: dict[float, Group]) -> str | None:
 
 
 def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
-             protocol: Protocol, label: str) -> tuple[dict[float, Cell], list[dict], str | None]:
-    """Every cell's state and every claim's verdict from the runs on disk."""
+             protocol: Protocol, label: str, sizes: list[float] | None = None
+             ) -> tuple[dict[float, Cell], list[dict], str | None]:
+    """Every cell's state and every claim's verdict from the runs on disk. `sizes`: the tables
+    this placement runs (None: every table of the protocol); a protocol table left out censors
+    the mixer's frontier there (`verdicts.frontier_compare`'s `unrun`)."""
     for r in mine:
         r.config[ROW_KEY] = f"placed: {label}"
     runs = [r for r in mine]
@@ -309,7 +314,8 @@ def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
         else:
             b = [g for g in ref_groups if g.runs[0].config.get(ROW_KEY) == c["b"][ROW_KEY]]
             a = [by_size[s] for s in sorted(by_size)]
-            v = frontier_compare(a, b) if a and b else {"verdict": "cannot check"}
+            v = (frontier_compare(a, b, unrun_tables(protocol, sizes, cut)) if a and b
+                 else {"verdict": "cannot check"})
             verdicts.append({"claim": c["claim"], "kind": "frontier", "b": c["b"][ROW_KEY],
                              "verdict": v["verdict"], "settled": v.get("settled", False),
                              "final": v.get("final", False), "a_frontier": v.get("a"),
@@ -348,6 +354,16 @@ def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
                     f"{protocol.cut['size']:g}, fewer than the {protocol.cut['at_least']} it "
                     "needs"), [], [])
     return cells, verdicts, cut
+
+
+def unrun_tables(protocol: Protocol, sizes: list[float] | None, cut: str | None
+                 ) -> list[float]:
+    """The protocol's tables this placement does not run (`--tables`); a table the cut rule
+    left out is read as not solved (as the reference's rows were), not as unrun."""
+    if sizes is None:
+        return []
+    skipped = set(protocol.cut["skip"]) if protocol.cut and cut == "cut" else set()
+    return [t.size for t in protocol.tables if t.size not in sizes and t.size not in skipped]
 
 
 def next_round(cells: dict[float, Cell], tried: set[tuple[float, int]],
@@ -394,6 +410,43 @@ def _sizes(protocol: Protocol, tables: list[float] | None) -> list[float]:
         raise RecallLabError(f"table {cut['skip'][0]:g} runs only after the cut rule reads "
                              f"table {cut['size']:g}: add it to --tables")
     return sizes
+
+
+LENGTH_KWARGS = ("l_max", "max_len", "max_seq_len", "max_length", "seq_len",
+                 "max_position_embeddings")  # a mixer's kwargs that bound the length it takes
+
+
+def try_longest(exp: Experiment, protocol: Protocol, label: str, kwargs: dict | None) -> None:
+    """Build the model of the placement's longest table and run it forward and backward once
+    at that table's length, before anything is spent: a mixer that cannot take the length
+    (zoology's Hyena with `l_max` below it) ends here in one line naming the table and the
+    exception, not minutes into the pilot."""
+    import torch
+
+    from recall_lab.models.registry import build_model
+    from recall_lab.runs import run_config_from_json
+
+    run = max(exp.runs, key=lambda r: numeric("task.levels", r.values["task.levels"]))
+    size = numeric("task.levels", run.values["task.levels"])
+    cfg = run_config_from_json(run.config.to_json(), "the placement's longest table").model
+    length = cfg.max_len
+    where = f"the {_table_name(size, protocol)} table's {length} tokens"
+    short = [(k, v) for k, v in (kwargs or {}).items()
+             if k in LENGTH_KWARGS and isinstance(v, int) and v < length]
+    if short:
+        k, v = short[0]
+        raise RecallLabError(f"{label}: {k} = {v} is shorter than {where}")
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = build_model(cfg)
+            ids = torch.randint(3, cfg.vocab_size, (1, length))
+            model(ids).logits.float().square().mean().backward()
+    except RecallLabError as exc:
+        raise RecallLabError(f"{label} cannot run {where}: {exc}") from None
+    except Exception as exc:
+        raise RecallLabError(f"{label} cannot run {where} (a forward and backward): "
+                             f"{type(exc).__name__}: {' '.join(str(exc).split())}") from None
 
 
 def folder_name(label: str, table: dict, protocol_id: str) -> str:
@@ -448,6 +501,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                   run_state(r.config.to_json()) for r in probe.runs}
         state = states[max(states)]
         claims = make_claims(label, state, rows, sizes, protocol)
+        try_longest(probe, protocol, label, kwargs)  # in --dry-run too: check before spending
         if dry_run:
             return {"dry_run": True, "label": label, "model": table, "state": _state_json(state),
                     "reference": protocol.name, "tables": sizes, "seeds": seed_list,
@@ -497,7 +551,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         rounds = 0
         while True:
             cells, verdicts, cut = evaluate(records(exp, folder), ref_groups, claims, protocol,
-                                            label)
+                                            label, sizes)
             batch = next_round(cells, tried, workers)
             if not batch:
                 break
@@ -546,11 +600,33 @@ def _rate(r: stats.SolveRate) -> dict:
     return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "text": r.text()}
 
 
-def _row_frontier(cells: list[Group]) -> dict:
+def _row_frontier(cells: list[Group], unrun: list[float] = ()) -> dict:
+    """A row's frontier and range over its finished seeds; `censored`: the unrun tables that
+    could still move it (`verdicts.free_tables`), `ran_to`: the largest table it ran."""
     pts = [(numeric("task.levels", g.values.get("task.levels")), g.solved) for g in cells
            if g.solved.n]
     lo, hi = stats.frontier_range(pts)
-    return {"frontier": stats.frontier(pts) or 0.0, "range": [lo, hi]}
+    return {"frontier": stats.frontier(pts) or 0.0, "range": [lo, hi],
+            "censored": free_tables(pts, list(unrun)),
+            "ran_to": max((size for size, _ in pts), default=0.0)}
+
+
+def frontier_text(f: dict) -> str:
+    """"8 [4, 8]"; censored by tables not run: "at least 8 [4+, 8+] (tables above 8 not run)",
+    a "+" on each end an unrun table could still raise."""
+    free = f.get("censored") or []
+    lo, hi = f["range"]
+    if not free:
+        return f"{f['frontier']:g} [{lo:g}, {hi:g}]"
+
+    def end(x: float) -> str:
+        return f"{x:g}+" if any(u > x for u in free) else f"{x:g}"
+
+    where = (f"tables above {f['ran_to']:g} not run" if min(free) > f["ran_to"]
+             else f"tables {', '.join(f'{u:g}' for u in free)} not run")
+    point = (f"at least {f['frontier']:g}" if any(u > f["frontier"] for u in free)
+             else f"{f['frontier']:g}")
+    return f"{point} [{end(lo)}, {end(hi)}] ({where})"
 
 
 def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
@@ -577,7 +653,8 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                           "solved": _rate(g.solved) if g is not None else None,
                           "not_run": len(c.todo) - n_failed, "failed": n_failed})
     frontier = _row_frontier([cells[s].group for s in sorted(cells)
-                              if cells[s].group is not None])
+                              if cells[s].group is not None],
+                             unrun_tables(protocol, plan["tables"], cut))
     compared = sorted({v["b"] for v in verdicts})
     return {"mixer": plan["mixer"], "kwargs": plan["kwargs"], "label": label,
             "state": _state_json(state), "reference": plan["reference"], "lr": lr,
@@ -595,6 +672,7 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                              "first_run_launched": min(launched) if launched else None,
                              "before_every_run": bool(first and all(x >= first
                                                                     for x in launched))},
+            "ran": {"tables": plan["tables"], "seeds": plan["seeds"]},
             "protocol": {"name": protocol.name, "tables": [t.size for t in protocol.tables],
                          "names": {f"{t.size:g}": _table_name(t.size, protocol)
                                    for t in protocol.tables},
@@ -618,10 +696,8 @@ def row_line(answer: dict, protocol_sizes: list[float], table_names: dict[float,
             t = c["solved"]["text"]
             texts.append(t + (f" (stopped, {c['not_run']} not run)"
                               if c["status"] == "settled" else ""))
-    f = answer["frontier"]
     row = (f"| `{answer['label']}` ({answer['state']['text']}) | {answer['lr']:g} | "
-           + " | ".join(texts)
-           + f" | {f['frontier']:g} [{f['range'][0]:g}, {f['range'][1]:g}] |")
+           + " | ".join(texts) + f" | {frontier_text(answer['frontier'])} |")
     return head + "\n|" + " --- |" * (len(protocol_sizes) + 3), row
 
 
@@ -633,15 +709,19 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         nb_lines.append(f"| `{label}` ({n['state']['text']}) | "
                         f"{'-' if n['lr'] is None else format(n['lr'], 'g')} | "
                         + " | ".join(cells)
-                        + f" | {n['frontier']:g} [{n['range'][0]:g}, {n['range'][1]:g}] |")
+                        + f" | {frontier_text(n)} |")
     r = answer["runs"]
     reg = answer["registration"]
+    ran = answer.get("ran") or {"tables": sizes, "seeds": answer["protocol"]["seeds"]}
+    left = [s for s in sizes if s not in ran["tables"]]
     lines = [
         f"# Placement: {answer['label']}", "",
         f"Against the reference `{answer['reference']['name']}` "
-        f"({answer['reference']['cells']} cells of its rows), its protocol: tables "
-        + ", ".join(names[s] for s in sizes) + f", seeds {_seeds_text(answer['protocol'])}, "
-        f"solved = test accuracy >= {answer['protocol']['solve_at']:g}. Recurrent state per "
+        f"({answer['reference']['cells']} cells of its rows). This placement ran tables "
+        + ", ".join(names[s] for s in ran["tables"]) + f" with seeds {_seeds_text(ran)}"
+        + (f" (the protocol's tables {', '.join(names[s] for s in left)} not run: its frontier "
+           "is censored where they could move it)" if left else "")
+        + f"; solved = test accuracy >= {answer['protocol']['solve_at']:g}. Recurrent state per "
         f"layer: {answer['state']['text']} (`state.run_state`). lr {answer['lr']:g} by the "
         "pilot's rule (held-out accuracy per lr: "
         + ", ".join(f"{k}: {'-' if v is None else f'{v:.3f}'}" for k, v in
@@ -667,9 +747,8 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         if v["kind"] == "frontier":
             a, b = v.get("a_frontier"), v.get("b_frontier")
             detail = "" if not (a and b) else (
-                f"frontier: {answer['label']} {a['frontier']:g} [{a['range'][0]:g}, "
-                f"{a['range'][1]:g}] vs {v['b']} {b['frontier']:g} [{b['range'][0]:g}, "
-                f"{b['range'][1]:g}] (seeds run)")
+                f"frontier: {answer['label']} {frontier_text(a)} vs {v['b']} "
+                f"{frontier_text(b)} (seeds run)")
         else:
             detail = v.get("detail", "")
         lines.append(f"| {i} | {v['claim']} | **{word}** | {detail} |")

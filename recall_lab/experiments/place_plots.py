@@ -33,6 +33,22 @@ def _styles(rows: list[Any]) -> dict[str, tuple[str, str]]:
     return out
 
 
+MIN_LINE_SEEDS = 3  # fewer seeds than this: a level is drawn as a point with its interval
+
+
+def _level(ax, y: float, lo: float, hi: float, n: int, x_at: float, **style) -> None:
+    """A rate or frontier with no state position (a state that grows with the sequence): a
+    horizontal line over its interval's band from MIN_LINE_SEEDS seeds on; from fewer, a point
+    with its interval at the right of the axes, never a solid line that hides how few ran."""
+    colour, label = style.pop("color"), style.pop("label")
+    if n >= MIN_LINE_SEEDS:
+        ax.axhline(y, color=colour, label=label, **style)
+        ax.axhspan(lo, hi, color=colour, alpha=0.12, lw=0)
+    else:
+        ax.errorbar([x_at], [y], yerr=[[y - lo], [hi - y]], fmt="*", color=colour, ms=10,
+                    capsize=3, lw=1.5, zorder=5, label=f"{label}, {n} seed{'s' * (n != 1)}")
+
+
 def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
     """place-solved-state.png and place-frontier.png in `folder`."""
     import matplotlib
@@ -72,8 +88,9 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
         for r in grows:
             g = r.cells.get(size)
             if g is not None and g.solved.n:
-                ax.axhline(g.solved.k / g.solved.n, color="#7f7f7f", ls="--", lw=1,
-                           label=f"{r.label} (grows with L)")
+                _level(ax, g.solved.k / g.solved.n, g.solved.lo, g.solved.hi, g.solved.n,
+                       x_hi / 1.3, color="#7f7f7f", ls="--", lw=1,
+                       label=f"{r.label} (grows with L)")
         c = cells.get(size)
         if c is not None and c["solved"] and c["solved"]["n"]:
             s = c["solved"]
@@ -83,13 +100,15 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
                             fmt="*", color=MINE, ms=12, capsize=3, lw=2, zorder=5,
                             label=f"{answer['label']} (placed)")
             else:
-                ax.axhline(rate, color=MINE, lw=2, label=f"{answer['label']} (placed)")
+                _level(ax, rate, s["lo"], s["hi"], s["n"], x_hi / 1.5, color=MINE, lw=2,
+                       label=f"{answer['label']} (placed)")
         ax.set_xscale("log")
         ax.set_xlim(x_lo, x_hi)
         numbers(ax)
         ax.set_ylim(-0.05, 1.05)
-        ax.set_title(names[f"{size:g}"] + (" (cut)" if c and c["status"] == "cut" else ""),
-                     fontsize=10)
+        ran = (answer.get("ran") or {}).get("tables", sizes)
+        ax.set_title(names[f"{size:g}"] + (" (cut)" if c and c["status"] == "cut" else "")
+                     + ("" if size in ran else " (placed mixer: not run)"), fontsize=10)
         ax.set_xlabel("recurrent state per layer (numbers)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("seeds solved (Wilson 95%)")
@@ -125,12 +144,21 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
                        label=f"{r.label} (grows with L)")
     fr = answer["frontier"]
     y = [fr["frontier"] or 0.5]
-    err = [[y[0] - (fr["range"][0] or 0.5)], [(fr["range"][1] or 0.5) - y[0]]]
+    lo, hi = fr["range"][0] or 0.5, fr["range"][1] or 0.5
+    err = [[y[0] - lo], [hi - y[0]]]
+    seeds = min((c["solved"]["n"] for c in answer["cells"] if c["solved"]), default=0)
+    mine_label = f"{answer['label']} (placed)"
+    if fr.get("censored"):  # tables not run could raise it: say so, and point up
+        mine_label += f": tables above {fr['ran_to']:g} not run"
+    at = mine_x or x_hi / 1.5
     if mine_x:
         ax.errorbar([mine_x], y, yerr=err, fmt="*", color=MINE, ms=14, capsize=4, lw=2,
-                    zorder=5, label=f"{answer['label']} (placed)")
+                    zorder=5, label=mine_label)
     else:
-        ax.axhline(y[0], color=MINE, lw=2, label=f"{answer['label']} (placed)")
+        _level(ax, y[0], lo, hi, seeds, at, color=MINE, lw=2, label=mine_label)
+    if fr.get("censored"):
+        ax.annotate("", xy=(at, max(fr["censored"])), xytext=(at, hi),
+                    arrowprops={"arrowstyle": "->", "color": MINE, "ls": ":", "lw": 1.5})
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
     ax.set_yticks([s for s in sizes] + [0.5])

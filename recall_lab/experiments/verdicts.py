@@ -445,6 +445,21 @@ class Evaluation:
     tail: str = ""  # what follows the numbers in its detail: unfinished runs, settlement
 
 
+def unfinished_text(groups: list[Group]) -> str:
+    """"; 1 of its 13 runs not finished" for runs that started (a run folder or a launch on
+    record) and did not finish, "not run" for runs never started: a seed nobody launched is not
+    an unfinished run."""
+    runs = [r for g in groups for r in g.runs]
+    missing = [r for r in runs if r.status == "missing"]
+    started = sum(1 for r in missing if r.launched or r.folder.exists())
+    parts = [(n, what) for n, what in ((started, "not finished"),
+                                       (len(missing) - started, "not run")) if n]
+    if len(parts) == 1:
+        return f"; {parts[0][0]} of its {len(runs)} runs {parts[0][1]}"
+    return (f"; of its {len(runs)} runs, {' and '.join(f'{n} {w}' for n, w in parts)}"
+            if parts else "")
+
+
 def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
                    registry: dict | None = None) -> Evaluation:
     """One claim of `check_expectations` (its `index` names an unnamed claim)."""
@@ -469,8 +484,7 @@ def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
         missing = sum(g.counts["missing"] for g in used)
         verdict = "pass" if ok else "fail"
         if missing:  # the unfinished seeds may still turn it, unless no outcome can
-            total = sum(len(g.runs) for g in used)
-            tail = f"; {missing} of its {total} runs not finished"
+            tail = unfinished_text(used)
             settled = _settled(pool, e, stat, op, level)
             verdict = "open" if settled is None else "pass" if settled[0] else "fail"
             if settled is not None:
@@ -572,23 +586,77 @@ def _range_verdict(a: tuple[float, float], b: tuple[float, float]) -> str:
     return "not separable"
 
 
-def frontier_compare(a: list[Group], b: list[Group]) -> dict:
+# an unrun table's three possible outcomes, as (its Wilson lower bound, upper bound) against
+# the frontier's half: surely solved, either way, surely not
+_OUTCOMES = ((1.0, 1.0), (0.0, 1.0), (0.0, 0.0))
+
+
+def free_tables(points: list[tuple[float, stats.SolveRate]], unrun: list[float]) -> list[float]:
+    """The unrun tables whose outcome could move a row's frontier range. Read as the frontier
+    is read, solving is taken to fall with the table's size: an unrun table above a run table
+    that was surely not solved (its Wilson upper bound below half) is not solved either, and
+    one below a run table surely solved cannot move the largest solved table. Every other
+    unrun table is free (above the largest table run: always free)."""
+    at_half = 0.5
+    out = []
+    for u in sorted(unrun):
+        if any(size < u and r.n and r.hi < at_half for size, r in points):
+            continue
+        if any(size > u and r.n and r.lo >= at_half for size, r in points):
+            continue
+        out.append(u)
+    return out
+
+
+def censored_ranges(points: list[tuple[float, stats.SolveRate]],
+                    free: list[float]) -> set[tuple[float, float]]:
+    """Every frontier range the free unrun tables' outcomes allow (each surely solved, either
+    way or surely not), with the run tables' points as they are."""
+    import itertools
+
+    ranges = set()
+    for outcome in itertools.product(_OUTCOMES, repeat=len(free)):
+        extra = [(size, stats.SolveRate(1, 1, lo, hi)) for size, (lo, hi)
+                 in zip(free, outcome, strict=True)]
+        ranges.add(tuple(stats.frontier_range(points + extra)))
+    return ranges
+
+
+def frontier_compare(a: list[Group], b: list[Group], unrun: list[float] = ()) -> dict:
     """Row a's frontier range (its cells: one group per table) against row b's: "beyond" (a's
     range lies above b's), "short of" (below) or "not separable" (they overlap). Settled
     where unfinished runs remain but both ends (every unfinished run solved, none) give the
-    same verdict: both ends of a range only grow as more seeds solve. Returns {"verdict",
-    "settled", "final", "a", "b"} with each row's point frontier and range over its finished
-    seeds."""
+    same verdict: both ends of a range only grow as more seeds solve.
+
+    `unrun`: tables of the protocol that row a did not run (`place --tables`). Where one of
+    them could move a's range (`free_tables`), a's frontier is censored there, and the verdict
+    must hold for every outcome of those tables; else it is "not decidable with these tables"
+    (final: no seed of the tables that ran can decide it). Returns {"verdict", "settled",
+    "final", "a", "b"} with each row's point frontier and range over its finished seeds (a's
+    with "censored": the free tables, empty when none)."""
     now = {}
     for side, cells in (("a", a), ("b", b)):
         pts = frontier_points(cells)
         now[side] = {"frontier": stats.frontier(pts) or 0.0, "range": stats.frontier_range(pts)}
+    free = free_tables(frontier_points(a), list(unrun))
+    now["a"]["censored"] = free
+    now["a"]["ran_to"] = max((size for size, _ in frontier_points(a)), default=0.0)
     missing = sum(g.counts["missing"] for g in [*a, *b])
-    if not missing:
-        return {"verdict": _range_verdict(now["a"]["range"], now["b"]["range"]),
-                "settled": False, "final": True, **now}
-    ends = {_range_verdict(stats.frontier_range(frontier_points(a, fa)),
-                           stats.frontier_range(frontier_points(b, fb)))
-            for fa in (False, True) for fb in (False, True)}
-    verdict = ends.pop() if len(ends) == 1 else "open"
-    return {"verdict": verdict, "settled": verdict != "open", "final": False, **now}
+    fills = (None,) if not missing else (False, True)
+    per_end = []  # the verdicts each end of the unfinished seeds allows over the free tables
+    for fa in fills:
+        a_pts = frontier_points(a, fa)
+        for fb in fills:
+            b_range = stats.frontier_range(frontier_points(b, fb))
+            per_end.append({_range_verdict(r, b_range)
+                            for r in censored_ranges(a_pts, free_tables(a_pts, list(unrun)))})
+    every = set().union(*per_end)
+    if len(every) == 1:
+        return {"verdict": every.pop(), "settled": bool(missing), "final": not missing, **now}
+    if all(len(v) > 1 for v in per_end):  # the tables not run decide it, whatever the seeds
+        return {"verdict": NOT_DECIDABLE, "settled": bool(missing), "final": not missing,
+                **now}
+    return {"verdict": "open", "settled": False, "final": False, **now}
+
+
+NOT_DECIDABLE = "not decidable with these tables"

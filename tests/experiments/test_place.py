@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from scipy.stats import fisher_exact
+from torch import nn
 
 from generators.errors import RecallLabError
 from recall_lab.experiments import place as pl
@@ -308,3 +309,79 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(tiny, tmp_path):
     claims = [x for x in r.stdout.splitlines() if x.startswith("claim ")]
     assert len(claims) == 6  # 2 tables x 2 neighbours, and 2 frontier claims
     assert "up to 16 cell runs" in " ".join(r.stdout.split()) and not out.exists()
+
+
+# ---- censoring: `--tables` below the protocol's ------------------------------------------------
+
+def _censored(tiny, solved_at_2: int):
+    """The mixer run at table 2 only (8 seeds, `solved_at_2` solved) against the tiny
+    reference, whose rows solve 8/8 at table 2 and 0/8 at table 3: frontier 2 [2, 2]."""
+    _, protocol, rows, groups = tiny
+    state = pl.run_state(pl.cells_experiment(protocol, pl.mixer_table(MIXER, KWARGS), [2.0],
+                                             [0], 3e-3).runs[0].config.to_json())
+    label = pl.mixer_row_label(MIXER, KWARGS)
+    claims = pl.make_claims(label, state, rows, [2.0], protocol)
+    mine = [r for r in _mine(protocol, {2.0: (solved_at_2, 8)})
+            if r.config["task.levels"][0][1] == 2]
+    cells, verdicts, _ = pl.evaluate(mine, groups, claims, protocol, label, [2.0])
+    return [v for v in verdicts if v["kind"] == "frontier"]
+
+
+def test_a_frontier_that_reaches_the_largest_table_run_is_not_decidable(tiny):
+    """8/8 at table 2, table 3 not run: 3 could be solved (range [3, 3]: beyond the rows'
+    [2, 2]), either way ([2, 3]: not separable) or not ([2, 2]): no verdict holds for all."""
+    verdicts = _censored(tiny, 8)
+    assert verdicts and {v["verdict"] for v in verdicts} == {"not decidable with these tables"}
+    a = verdicts[0]["a_frontier"]
+    assert a["censored"] == [3.0] and a["ran_to"] == 2.0
+    assert pl.frontier_text(a) == "at least 2 [2+, 2+] (tables above 2 not run)"
+    assert pl.frontier_text({"frontier": 2.0, "range": [2.0, 2.0], "censored": []}) == "2 [2, 2]"
+
+
+def test_a_frontier_that_ends_below_the_largest_table_run_is_known(tiny):
+    """0/8 at table 2 (Wilson upper bound 0.32 < 1/2): table 3, above it, counts as not solved,
+    so the range [0, 0] is known and "short of" the rows' [2, 2] holds."""
+    verdicts = _censored(tiny, 0)
+    assert {v["verdict"] for v in verdicts} == {"short of"}
+    assert verdicts[0]["a_frontier"]["censored"] == []
+
+
+def test_a_seed_never_started_is_not_run_not_unfinished(tiny):
+    from recall_lab.experiments.verdicts import unfinished_text
+
+    cells, verdicts, *_ = _cells(tiny, {2.0: (0, 3)})  # seeds 3-7: no folder, no launch
+    assert unfinished_text([cells[2.0].group]) == "; 5 of its 8 runs not run"
+    assert all("not finished" not in v.get("detail", "") for v in verdicts)
+
+
+class Bounded(nn.Module):
+    """Causal, but it takes at most `l_max` tokens, failing past them as zoology's Hyena does
+    (an AttributeError from deep inside its filter)."""
+
+    def __init__(self, d_model: int, l_max: int = 1024, layer_idx: int | None = None) -> None:
+        super().__init__()
+        self.l_max = l_max
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        if x.shape[1] > self.l_max:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute 'max_l'")
+        return self.proj(x)
+
+
+class Limited(Bounded):
+    def __init__(self, d_model: int, window: int = 1024, layer_idx: int | None = None) -> None:
+        super().__init__(d_model, window, layer_idx)
+
+
+@pytest.mark.parametrize("target, kwargs, needle", [
+    ("Bounded", '{"l_max": 4}', "l_max = 4 is shorter than the 3 pairs table's"),
+    ("Limited", '{"window": 4}', "cannot run the 3 pairs table's 14 tokens"),
+])
+def test_a_mixer_that_cannot_take_the_longest_table_is_refused_in_a_dry_run(
+        tiny, tmp_path, target, kwargs, needle):
+    out = tmp_path / "out"
+    line = fails_with(["place", f"{__name__}:{target}", "--kwargs", kwargs, "--reference",
+                       tiny[0], "--dry-run", "--out", out], needle)
+    assert target != "Limited" or "AttributeError" in line
+    assert not out.exists()
