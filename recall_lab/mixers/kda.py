@@ -40,7 +40,6 @@ from recall_lab.mixers._linear import (
     check_positive,
     decayed_scores,
     from_chunks,
-    split_heads,
     to_chunks,
 )
 from recall_lab.mixers.deltanet import l2norm
@@ -128,8 +127,11 @@ class KimiDeltaAttention(nn.Module):
         if conv_size:
             check_positive("conv_size", conv_size)
         self.key_dim, self.value_dim = int(d_model * expand_k), int(d_model * expand_v)
-        if min(self.key_dim, self.value_dim) < 1 or self.key_dim % num_heads \
-                or self.value_dim % num_heads:
+        if min(self.key_dim, self.value_dim) < 1:
+            raise RecallLabError(f"expand_k ({expand_k}) and expand_v ({expand_v}) must give "
+                                 f"widths of at least 1 at d_model {d_model}, got "
+                                 f"{self.key_dim} and {self.value_dim}")
+        if self.key_dim % num_heads or self.value_dim % num_heads:
             raise RecallLabError(f"num_heads ({num_heads}) must divide the key width "
                                  f"({self.key_dim}) and the value width ({self.value_dim})")
         self.d_model, self.layer_idx, self.num_heads = d_model, layer_idx, num_heads

@@ -123,6 +123,24 @@ def dplr_chunked(q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, g: Tenso
     return from_chunks(torch.stack(out, dim=2), length), state
 
 
+def token_shift(x: Tensor, prev: Tensor, mus: list[Tensor]) -> list[Tensor]:
+    """Each input the layer reads: x_t + mu * (x_{t-1} - x_t), one per learned mu [d_model]."""
+    return [torch.addcmul(x, prev - x, mu) for mu in mus]
+
+
+def replacement_key(k: Tensor, a: Tensor, alpha: Tensor) -> Tensor:
+    """k~ = k * lerp(1, a, alpha) = k * (1 + (a - 1) * alpha): the key written to the state."""
+    return k + k * (a - 1) * alpha
+
+
+def bonus_and_gate(o: Tensor, r: Tensor, k: Tensor, rho: Tensor, v: Tensor, gate: Tensor
+                   ) -> Tensor:
+    """(o + (sum over each head of r * k~ * rho) v) * gate: o, gate [.., h d], r, k, v [.., h, d],
+    rho [h, d]."""
+    bonus = (r * k * rho).sum(-1, keepdim=True) * v
+    return (o + bonus.flatten(-2)) * gate
+
+
 def low_rank(d_model: int, rank: int, out: int, bias: bool) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_model, rank, bias=False), nn.Linear(rank, out, bias=bias))
 
@@ -191,7 +209,8 @@ class RWKV7(nn.Module):
     def _parts(self, x: Tensor, prev: Tensor) -> tuple[Tensor, ...]:
         """r, log w, k~, v, -kappa_hat, kappa_hat * a (each [.., h, d]) and the gate
         [.., d_model] from the input x and the previous input prev (zero before the first)."""
-        mixed = {m: torch.addcmul(x, prev - x, self.mu[m]) for m in MIXES}  # token shift
+        mixed = dict(zip(MIXES, token_shift(x, prev, [self.mu[m] for m in MIXES]),
+                         strict=True))
         lead, h = x.shape[:-1], self.num_heads
         r = self.r_proj(mixed["r"])
         logw = -W_SCALE * self.w_lora[1](torch.tanh(self.w_lora[0](mixed["w"]))).sigmoid()
@@ -200,17 +219,15 @@ class RWKV7(nn.Module):
         a = self.a_lora(mixed["a"]).sigmoid()
         gate = self.g_lora[1](self.g_lora[0](mixed["g"]).sigmoid())
         kappa = F.normalize((k * self.k_k).reshape(*lead, h, -1), dim=-1)
-        k = k + k * (a - 1) * self.k_a  # k~ = k * lerp(1, a, alpha)
+        k = replacement_key(k, a, self.k_a)
         r, logw, k, v, a = (t.reshape(*lead, h, -1) for t in (r, logw, k, v, a))
         return r, logw, k, v, -kappa, kappa * a, gate
 
     def _output(self, o: Tensor, r: Tensor, k: Tensor, v: Tensor, gate: Tensor) -> Tensor:
         """Per-head o, r, k~, v [.., h, d] (token-major) -> out_proj((GroupNorm(o) + bonus)
         * gate)."""
-        lead = o.shape[:-2]
-        normed = self.g_norm(o.reshape(-1, self.d_model)).view(o.shape)
-        bonus = (r * k * self.r_k).sum(-1, keepdim=True) * v
-        return self.out_proj((normed + bonus).reshape(*lead, self.d_model) * gate)
+        normed = self.g_norm(o.reshape(-1, self.d_model)).view(*o.shape[:-2], self.d_model)
+        return self.out_proj(bonus_and_gate(normed, r, k, self.r_k, v, gate))
 
     def forward(self, x: Tensor) -> Tensor:
         prev = F.pad(x, (0, 0, 1, -1))  # x_{t-1}, zero before the first token
