@@ -48,17 +48,19 @@ GOAL_DELTANET = 0.5
 # why a new family's row can fall short of GOAL_DELTANET (printed only for a row that does;
 # written from the forms' costs and the measured rows in docs/performance.md)
 WHY_SLOWER = {
-    "gated-deltaproduct": "n_h = 2 delta steps per token: its chunked form runs deltanet's over "
-                          "2L interleaved sub-steps (twice the triangular solves and chunk "
-                          "steps) with twice the key and value projections; a kernel that "
-                          "keeps a token's n_h steps in one chunk row would cut the sub-steps' "
-                          "padding queries, not the 2L solve",
-    "kda": "its decay per key channel makes each in-chunk score a product with decay ratios "
-           "(d_k factors per pair instead of one), and its low-rank decay and gate projections "
-           "add two matmuls per layer",
-    "rwkv7": "its rank-one removal term adds a second triangular system's worth of in-chunk "
-             "products (4 decayed score matrices per chunk against deltanet's 2) and 6 "
-             "token-shift mixes with 3 low-rank projections",
+    "gated-deltaproduct": "n_h = 2 delta steps per token: its chunked form is deltanet's over 2L "
+                          "interleaved sub-steps (a triangular solve and score products twice "
+                          "as long per chunk), with key and value projections and convolutions "
+                          "of 2x the width; a chunked form that forms queries and outputs at "
+                          "token rows only would halve the score and output products, not the "
+                          "2L-step solve",
+    "kda": "its decay per key channel puts factors exp(+-(G - m)) on every q and k row of a "
+           "chunk (element-wise products deltanet does not have; ratios in log space beyond "
+           "exp(-60)), and its low-rank decay and gate projections add 4 matmuls per layer",
+    "rwkv7": "its rank-one removal doubles the in-chunk score matrix (rows a and q against "
+             "columns b and k: 2c x 2c, deltanet's c x c) and adds a product per chunk step; "
+             "the layer adds 6 token-shift mixes, 3 low-rank projections and a GroupNorm; "
+             "closing the gap would take a fused kernel (FLA's chunk_rwkv7 runs on GPUs only)",
 }
 
 

@@ -102,15 +102,23 @@ def from_chunks(x: Tensor, length: int) -> Tensor:
 FACTOR_LIMIT = 60.0
 
 
-def decayed_scores(x: Tensor, gx: Tensor, y: Tensor, gy: Tensor, strict: bool) -> Tensor:
-    """M[.., t, s] = sum_d x_td y_sd exp(gx_td - gy_sd) for s <= t (s < t when `strict`), zero
-    elsewhere. x, gx [.., c, d], y, gy [.., c', d]; gx, gy are log decays accumulated inside a
-    chunk (<= 0, and gx_t - gy_s <= 0 where s is kept). One matmul of factors while the
-    chunk's decay allows it (FACTOR_LIMIT); beyond, the ratios are formed per channel in log
-    space (a [c, c', d] tensor), so no decay, however strong, overflows."""
-    causal = torch.ones(x.shape[-2], y.shape[-2], dtype=torch.bool, device=x.device).tril(
-        -1 if strict else 0)
-    floor = torch.minimum(gx.amin(-2, keepdim=True), gy.amin(-2, keepdim=True))
+def decayed_scores(x: Tensor, gx: Tensor, y: Tensor, gy: Tensor, chunk: int,
+                   strict: bool | tuple[bool, ...]) -> Tensor:
+    """M[.., t, s] = sum_d x_td y_sd exp(gx_td - gy_sd) for s <= t (s < t where `strict`), zero
+    elsewhere. x, gx [.., m c, d] and y, gy [.., p c, d] hold m and p blocks of one chunk's
+    c = `chunk` rows each, stacked along time, so one matmul serves several score matrices of
+    a chunk; the mask applies to every block pair by position within the chunk, and `strict`
+    may be given per row block. gx, gy are log decays accumulated inside the chunk (<= 0, and
+    gx_t - gy_s <= 0 where s is kept). One matmul of factors while the chunk's decay allows it
+    (FACTOR_LIMIT); beyond, the ratios are formed per channel in log space (a [m c, p c, d]
+    tensor), so no decay, however strong, overflows."""
+    c = chunk
+    blocks = x.shape[-2] // c
+    stricts = (strict,) * blocks if isinstance(strict, bool) else strict
+    one = torch.ones(c, c, dtype=torch.bool, device=x.device)
+    causal = torch.cat([one.tril(-1 if st else 0) for st in stricts]).repeat(1, y.shape[-2] // c)
+    # the products do not depend on the midpoint: no gradient through it
+    floor = torch.minimum(gx.amin(-2, keepdim=True), gy.amin(-2, keepdim=True)).detach()
     if -floor.min().item() <= FACTOR_LIMIT:
         mid = floor / 2
         scores = (x * (gx - mid).exp()) @ (y * (mid - gy).exp()).transpose(-1, -2)

@@ -81,8 +81,10 @@ def kda_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, chunk:
     qc, kc, vc, gc = (to_chunks(t, chunk) for t in (q, k, v, g))  # [b, h, n, c, .]
     bc = to_chunks(beta[..., None], chunk)  # [b, h, n, c, 1]; zero on padding: no update
     gam = gc.cumsum(3)  # log G_t per key channel
-    kk = bc * decayed_scores(kc, gam, kc, gam, strict=True)
-    scores = decayed_scores(qc, gam, kc, gam, strict=False)
+    # K K^T and Q K^T with the ratios in one call (the solve reads kk's strict lower part only)
+    both = decayed_scores(torch.cat([kc, qc], dim=-2), torch.cat([gam, gam], dim=-2), kc, gam,
+                          chunk, strict=False)
+    kk, scores = bc * both[..., :chunk, :], both[..., chunk:, :]
     dv = vc.shape[-1]
     # I + tril(kk, -1): the unit lower-triangular system of the module docstring
     sol = torch.linalg.solve_triangular(kk, torch.cat([bc * vc, bc * gam.exp() * kc], dim=-1),

@@ -97,10 +97,12 @@ def dplr_chunked(q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, g: Tenso
     qc, kc, vc, ac, bc, gc = (to_chunks(t, chunk) for t in (q, k, v, a, b, g))
     gam = gc.cumsum(3)  # log G_t per key channel
     prev = gam - gc  # log G_{t-1}
-    a_b = decayed_scores(ac, prev, bc, gam, strict=True)
-    a_k = decayed_scores(ac, prev, kc, gam, strict=True)
-    q_b = decayed_scores(qc, gam, bc, gam, strict=False)
-    q_k = decayed_scores(qc, gam, kc, gam, strict=False)
+    # the four in-chunk score matrices in one call: rows a (s < t) and q (s <= t) against
+    # columns b and k
+    both = decayed_scores(torch.cat([ac, qc], dim=-2), torch.cat([prev, gam], dim=-2),
+                          torch.cat([bc, kc], dim=-2), torch.cat([gam, gam], dim=-2), chunk,
+                          strict=(True, False))
+    (a_b, a_k), (q_b, q_k) = (half.split(chunk, dim=-1) for half in both.split(chunk, dim=-2))
     dv = vc.shape[-1]
     # I - tril(a_b, -1): solve_triangular reads the strict lower triangle only (unitriangular)
     sol = torch.linalg.solve_triangular(-a_b, torch.cat([a_k @ vc, ac * prev.exp()], dim=-1),
@@ -123,9 +125,11 @@ def dplr_chunked(q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, g: Tenso
     return from_chunks(torch.stack(out, dim=2), length), state
 
 
-def token_shift(x: Tensor, prev: Tensor, mus: list[Tensor]) -> list[Tensor]:
-    """Each input the layer reads: x_t + mu * (x_{t-1} - x_t), one per learned mu [d_model]."""
-    return [torch.addcmul(x, prev - x, mu) for mu in mus]
+def token_shift(x: Tensor, prev: Tensor, mu: Tensor) -> tuple[Tensor, ...]:
+    """Each input the layer reads, x_t + mu_i * (x_{t-1} - x_t), one per row mu_i of mu
+    [n, d_model] (one broadcast product for all n)."""
+    mu = mu.view(mu.shape[0], *(1,) * (x.dim() - 1), mu.shape[-1])
+    return torch.addcmul(x, prev - x, mu).unbind(0)
 
 
 def replacement_key(k: Tensor, a: Tensor, alpha: Tensor) -> Tensor:
@@ -189,7 +193,7 @@ class RWKV7(nn.Module):
         zigzag = ((n % head_size) - (head_size - 1) / 2) / half
         zigzag = zigzag * zigzag.abs()
         powers = {"r": 0.2, "w": 0.9, "k": 0.7, "v": 0.7, "a": 0.9, "g": 0.2}
-        self.mu = nn.ParameterDict({m: nn.Parameter(1.0 - ddd ** powers[m]) for m in MIXES})
+        self.mu = nn.Parameter(torch.stack([1.0 - ddd ** powers[m] for m in MIXES]))  # [6, d]
         self.r_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_proj = nn.Linear(d_model, d_model, bias=False)
         self.v_proj = nn.Linear(d_model, d_model, bias=False)
@@ -209,8 +213,7 @@ class RWKV7(nn.Module):
     def _parts(self, x: Tensor, prev: Tensor) -> tuple[Tensor, ...]:
         """r, log w, k~, v, -kappa_hat, kappa_hat * a (each [.., h, d]) and the gate
         [.., d_model] from the input x and the previous input prev (zero before the first)."""
-        mixed = dict(zip(MIXES, token_shift(x, prev, [self.mu[m] for m in MIXES]),
-                         strict=True))
+        mixed = dict(zip(MIXES, token_shift(x, prev, self.mu), strict=True))
         lead, h = x.shape[:-1], self.num_heads
         r = self.r_proj(mixed["r"])
         logw = -W_SCALE * self.w_lora[1](torch.tanh(self.w_lora[0](mixed["w"]))).sigmoid()
