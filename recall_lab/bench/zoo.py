@@ -1,6 +1,8 @@
 """Benchmark: the recall zoo's mixers, forward + backward, each chunked form beside its own
 recurrent loop, FLA's naive ops (the only CPU peer) and the lab's `mamba` / `mamba2`, in one
-process.
+process. The 2025-26 families (`rwkv7`, `kda`, `gated-deltaproduct`) are also set against
+`deltanet`'s model row at each shape: their target is at least half of its tokens/s
+(GOAL_DELTANET), and where a row misses it the bench prints why (WHY_SLOWER).
 
 Model rows: 2 pre-norm residual blocks x + mixer(RMSNorm(x)) (layer_idx 0 and 1) on random
 [B, L, 64] inputs (no embedding), loss mean(y^2), forward + backward; each zoo mixer at its
@@ -34,19 +36,43 @@ from recall_lab.bench.record import summarise, time_reps
 PEERS = ("flash-linear-attention",)
 THREADS = int(os.environ.get("RECALL_LAB_BENCH_THREADS", "1"))
 D_MODEL = 64
-ZOO = ("linear-attn", "based", "deltanet", "gated-deltanet", "gla", "hyena")
+ZOO = ("linear-attn", "based", "deltanet", "gated-deltanet", "gla", "hyena", "rwkv7", "kda",
+       "gated-deltaproduct")
+NEW = ("rwkv7", "kda", "gated-deltaproduct")  # held to GOAL_DELTANET
 SHAPES = [(32, 34), (32, 130), (16, 1024)]
 QUICK_SHAPES = [(32, 130), (16, 256)]
 # the goals: chunked >= 20x its loop at 1024 tokens; within 1.5x of mamba2 at the capacity shapes
 GOAL_LOOP, GOAL_MAMBA2 = 20.0, 1.5
+# the new families' goal: model row tokens/s >= this fraction of deltanet's, at every shape
+GOAL_DELTANET = 0.5
+# why a new family's row can fall short of GOAL_DELTANET (printed only for a row that does;
+# written from the forms' costs and the measured rows in docs/performance.md)
+WHY_SLOWER = {
+    "gated-deltaproduct": "n_h = 2 delta steps per token: its chunked form is deltanet's over 2L "
+                          "interleaved sub-steps (a triangular solve and score products twice "
+                          "as long per chunk), with key and value projections and convolutions "
+                          "of 2x the width; a chunked form that forms queries and outputs at "
+                          "token rows only would halve the score and output products, not the "
+                          "2L-step solve",
+    "kda": "its decay per key channel puts factors exp(+-(G - m)) on every q and k row of a "
+           "chunk (element-wise products deltanet does not have; ratios in log space beyond "
+           "exp(-60)), and its low-rank decay and gate projections add 4 matmuls per layer",
+    "rwkv7": "its rank-one removal doubles the in-chunk score matrix (rows a and q against "
+             "columns b and k: 2c x 2c, deltanet's c x c) and adds a product per chunk step; "
+             "the layer adds 6 token-shift mixes, 3 low-rank projections and a GroupNorm; "
+             "closing the gap would take a fused kernel (FLA's chunk_rwkv7 runs on GPUs only)",
+}
 
 
 def _mixer(name: str, layer_idx: int, impl: str | None):
     from recall_lab.mixers.based import Based
     from recall_lab.mixers.deltanet import DeltaNet, GatedDeltaNet
+    from recall_lab.mixers.deltaproduct import GatedDeltaProduct
     from recall_lab.mixers.gla import GatedLinearAttention
     from recall_lab.mixers.hyena import Hyena
+    from recall_lab.mixers.kda import KimiDeltaAttention
     from recall_lab.mixers.linear_attn import LinearAttention
+    from recall_lab.mixers.rwkv7 import RWKV7
     from recall_lab.ssm import Mamba2Mixer, MambaMixer
 
     if name == "mamba":
@@ -54,7 +80,9 @@ def _mixer(name: str, layer_idx: int, impl: str | None):
     if name == "mamba2":
         return Mamba2Mixer(D_MODEL, d_inner=128, d_state=32, headdim=16, chunk_size=64)
     cls = {"linear-attn": LinearAttention, "based": Based, "deltanet": DeltaNet,
-           "gated-deltanet": GatedDeltaNet, "gla": GatedLinearAttention, "hyena": Hyena}[name]
+           "gated-deltanet": GatedDeltaNet, "gla": GatedLinearAttention, "hyena": Hyena,
+           "rwkv7": RWKV7, "kda": KimiDeltaAttention,
+           "gated-deltaproduct": GatedDeltaProduct}[name]
     kw = {} if impl is None else {"impl": impl}
     return cls(D_MODEL, layer_idx=layer_idx, **kw)
 
@@ -128,9 +156,12 @@ def core_cases(batch: int, length: int) -> dict[str, dict]:
 
     from recall_lab.mixers._linear import feature_map
     from recall_lab.mixers.deltanet import delta_rule_chunked, delta_rule_recurrent
+    from recall_lab.mixers.deltaproduct import deltaproduct_chunked, deltaproduct_recurrent
     from recall_lab.mixers.gla import gla_chunked, gla_recurrent
     from recall_lab.mixers.hyena import causal_conv_direct, causal_conv_fft
+    from recall_lab.mixers.kda import kda_chunked, kda_recurrent
     from recall_lab.mixers.linear_attn import linear_attn_chunked, linear_attn_recurrent
+    from recall_lab.mixers.rwkv7 import W_SCALE, dplr_chunked, dplr_recurrent
 
     gen = torch.Generator().manual_seed(0)
 
@@ -198,7 +229,57 @@ def core_cases(batch: int, length: int) -> dict[str, dict]:
     u, h = rnd(b, D_MODEL, n), rnd(D_MODEL, n)
     cases["hyena"] = {"chunked": lambda: causal_conv_fft(u, h),
                       "loop": lambda: causal_conv_direct(u, h)}
+    # rwkv7: 4 heads of 16, w in the layer's range (0.545, 1); FLA's generalised delta rule
+    # with q = r sqrt(d) (it scales q by d^-1/2 itself)
+    kappa = F.normalize(torch.randn(b, 4, n, 16, generator=gen), dim=-1)
+    lr = torch.rand(b, 4, n, 16, generator=gen)
+    ra, rb = (-kappa).requires_grad_(True), (kappa * lr).requires_grad_(True)
+    logw = (-W_SCALE * torch.rand(b, 4, n, 16, generator=gen)).requires_grad_(True)
+    dplr = _fla_naive("generalized_delta_rule/dplr")
+    cases["rwkv7"] = {
+        "chunked": lambda: dplr_chunked(dq, dk_, dv, ra, rb, logw, 16)[0],
+        "loop": lambda: dplr_recurrent(dq, dk_, dv, ra, rb, logw)[0],
+        **({} if dplr is None else {"fla naive": lambda: dplr.dplr_recurrence(
+            dq * 4.0, dk_, dv, ra, rb, logw)[0]}),
+    }
+    # kda: 4 heads of d_k = d_v = 16, a decay per key channel of the layer's initial size
+    kg = (-0.5 * torch.rand(b, 4, n, 16, generator=gen)).requires_grad_(True)
+    cases["kda"] = {
+        "chunked": lambda: kda_chunked(dq * 0.25, dk_, dv, beta, kg, 16)[0],
+        "loop": lambda: kda_recurrent(dq * 0.25, dk_, dv, beta, kg)[0],
+        **fla("kda", "naive_recurrent_kda", dq, dk_, dv, kg, beta, layout_bthd=True),
+    }
+    # gated-deltaproduct: n_h = 2 keys, values and betas (in (0, 2)) per token and head
+    pk = rnd(b, 4, n, 2, 16, unit=True)
+    pv = rnd(b, 4, n, 2, 16)
+    pb = 2 * torch.rand(b, 4, n, 2, generator=gen)
+    cases["gated-deltaproduct"] = {
+        "chunked": lambda: deltaproduct_chunked(dq * 0.25, pk, pv, pb, g, 16)[0],
+        "loop": lambda: deltaproduct_recurrent(dq * 0.25, pk, pv, pb, g)[0],
+        **fla("gated_delta_product", "naive_recurrent_gated_delta_product", dq,
+              pk.flatten(2, 3), pv.flatten(2, 3), g, pb.flatten(2, 3), layout_bthd=True,
+              scale=0.25, num_householder=2),
+    }
     return cases
+
+
+def _print_versus(console, versus: list[tuple[str, str, float]]) -> None:
+    """The new families' model rows over deltanet's, and why a row below the goal is."""
+    from rich.table import Table
+
+    table = Table(title=f"2025-26 families: model row tokens/s over deltanet's (goal >= "
+                        f"{GOAL_DELTANET})")
+    for col in ("mixer", "B x L", "/ deltanet", "goal"):
+        table.add_column(col, justify="left" if col == "mixer" else "right")
+    short = []
+    for name, shape, ratio in versus:
+        met = ratio >= GOAL_DELTANET
+        table.add_row(name, shape, f"{ratio:.2f}", "met" if met else "missed")
+        if not met and name not in short:
+            short.append(name)
+    console.print(table)
+    for name in short:
+        console.print(f"{name} below {GOAL_DELTANET}x deltanet: {WHY_SLOWER[name]}")
 
 
 def run(console, quick: bool, shapes: list[tuple[int, int]] | None = None,
@@ -222,6 +303,7 @@ def run(console, quick: bool, shapes: list[tuple[int, int]] | None = None,
     for col in ("mixer", "B x L", "chunked", "loop", "chunked / loop", "max |diff|",
                 "mamba2 / chunked", "GFLOP/s (of peak)"):
         table.add_column(col, justify="left" if col == "mixer" else "right")
+    versus = []  # (name, shape, its tokens/s over deltanet's)
     for batch, length in shapes:
         slow = max(1, reps // 3) if length > 256 else reps
         base = {}
@@ -238,12 +320,19 @@ def run(console, quick: bool, shapes: list[tuple[int, int]] | None = None,
             fast.update(gflops=gflops, of_peak=gflops / peak,
                         vs_loop=fast["tokens_per_s"] / loop["tokens_per_s"],
                         mamba2_over=base["mamba2"] / fast["tokens_per_s"])
+            if name in NEW and "deltanet" in base:
+                fast["vs_deltanet"] = fast["tokens_per_s"] / base["deltanet"]
+                versus.append((name, f"{batch} x {length}", fast["vs_deltanet"]))
+            if name == "deltanet":
+                base["deltanet"] = fast["tokens_per_s"]
             out["model"] += [fast, loop]
             table.add_row(name, f"{batch} x {length}", f"{fast['tokens_per_s']:,.0f}",
                           f"{loop['tokens_per_s']:,.0f}", f"{fast['vs_loop']:.1f}x",
                           f"{loop['max_err']:.1e}", f"{fast['mamba2_over']:.2f}",
                           f"{gflops:.1f} ({gflops / peak:.0%})")
     console.print(table)
+    if versus:
+        _print_versus(console, versus)
     core = Table(title="zoo: the recurrence alone, forward + backward, tokens/s")
     for col in ("mixer", "B x L", "chunked", "loop", "FLA naive", "chunked / loop",
                 "chunked / FLA"):

@@ -8,6 +8,8 @@ Layout everywhere: [b, h, l, d] for per-head tensors (batch, heads, time, channe
   (phi(q) . phi(k) = 1 + s + s^2 / 2, s = q . k / sqrt(d), with 1 + d + d^2 features).
 - `to_chunks` / `from_chunks`: right-pad time to a multiple of the chunk size and fold it to
   [b, h, n, c, d] (padded rows are zeros; the chunked forms drop their outputs).
+- `decayed_scores`: the in-chunk score matrix of a per-channel decay (KDA's, RWKV-7's),
+  without overflow however strong the decay.
 """
 
 from __future__ import annotations
@@ -92,6 +94,38 @@ def to_chunks(x: Tensor, size: int) -> Tensor:
 def from_chunks(x: Tensor, length: int) -> Tensor:
     """[b, h, n, c, *rest] -> [b, h, length, *rest] (the padding dropped)."""
     return x.reshape(*x.shape[:2], -1, *x.shape[4:])[:, :, :length]
+
+
+# decayed_scores factors exp(gx - gy) = exp(gx - m) exp(m - gy) about the chunk's midpoint m
+# while every chunk's decay stays within exp(-FACTOR_LIMIT): each factor is then within
+# exp(+-FACTOR_LIMIT / 2), far from float32's range
+FACTOR_LIMIT = 60.0
+
+
+def decayed_scores(x: Tensor, gx: Tensor, y: Tensor, gy: Tensor, chunk: int,
+                   strict: bool | tuple[bool, ...]) -> Tensor:
+    """M[.., t, s] = sum_d x_td y_sd exp(gx_td - gy_sd) for s <= t (s < t where `strict`), zero
+    elsewhere. x, gx [.., m c, d] and y, gy [.., p c, d] hold m and p blocks of one chunk's
+    c = `chunk` rows each, stacked along time, so one matmul serves several score matrices of
+    a chunk; the mask applies to every block pair by position within the chunk, and `strict`
+    may be given per row block. gx, gy are log decays accumulated inside the chunk (<= 0, and
+    gx_t - gy_s <= 0 where s is kept). One matmul of factors while the chunk's decay allows it
+    (FACTOR_LIMIT); beyond, the ratios are formed per channel in log space (a [m c, p c, d]
+    tensor), so no decay, however strong, overflows."""
+    c = chunk
+    blocks = x.shape[-2] // c
+    stricts = (strict,) * blocks if isinstance(strict, bool) else strict
+    one = torch.ones(c, c, dtype=torch.bool, device=x.device)
+    causal = torch.cat([one.tril(-1 if st else 0) for st in stricts]).repeat(1, y.shape[-2] // c)
+    # the products do not depend on the midpoint: no gradient through it
+    floor = torch.minimum(gx.amin(-2, keepdim=True), gy.amin(-2, keepdim=True)).detach()
+    if -floor.min().item() <= FACTOR_LIMIT:
+        mid = floor / 2
+        scores = (x * (gx - mid).exp()) @ (y * (mid - gy).exp()).transpose(-1, -2)
+        return scores.masked_fill(~causal, 0.0)
+    ratio = (gx[..., :, None, :] - gy[..., None, :, :]).masked_fill(
+        ~causal[..., None], -math.inf).exp()
+    return (x[..., :, None, :] * ratio * y[..., None, :, :]).sum(-1)
 
 
 def rope(x: Tensor, start: int = 0, base: float = 10000.0) -> Tensor:

@@ -76,9 +76,10 @@ def delta_rule_step(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | N
 
 
 def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None,
-                       chunk: int) -> Tensor:
+                       chunk: int, return_state: bool = False):
     """The delta rule in chunks of at most `chunk` tokens (module docstring); same arguments as
-    the loop."""
+    the loop. `return_state`: (o, the final state [b, h, d_k, d_v]) (Gated DeltaProduct's tests
+    compare it with its loop's)."""
     length = q.shape[2]
     chunk = balanced_chunk(length, chunk)
     qc, kc, vc = (to_chunks(t, chunk) for t in (q, k, v))  # [b, h, n, c, .]
@@ -115,7 +116,8 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor 
         if end is not None:
             state = state * end
         state = state + kg_i.transpose(-1, -2) @ u
-    return from_chunks(torch.stack(out, dim=2), length)
+    o = from_chunks(torch.stack(out, dim=2), length)
+    return (o, state) if return_state else o
 
 
 def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:

@@ -77,3 +77,28 @@ def fla_naive(op: str):
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
+
+
+def fla_function(relpath: str, name: str):
+    """One top-level torch function of an FLA module (`fla/<relpath>`), compiled by itself from
+    its source: the modules that hold FLA's torch references of RWKV-7's layer pieces import
+    Triton and the `fla` package (about 35 s here) for functions that need only torch. Its
+    decorators are dropped. Skips where FLA or the function is missing."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import pytest
+
+    spec = importlib.util.find_spec("fla")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("flash-linear-attention (the oracle) is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / relpath
+    found = [node for node in (ast.parse(path.read_text()).body if path.is_file() else [])
+             if isinstance(node, ast.FunctionDef) and node.name == name]
+    if not found:
+        pytest.skip(f"this flash-linear-attention has no {name} in {path}")
+    found[0].decorator_list = []
+    namespace = {"torch": torch}
+    exec(compile(ast.Module(body=found, type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]

@@ -12,8 +12,9 @@ under test:
   KS's running sum of q and slot scores;
 - attention layers with a window: window keys and values of d_model;
 - linear attention and Based's Taylor layers: heads x feature dim x (d_v + 1) (state and
-  normaliser); Based's sliding layers 2 x window x d_model; DeltaNet, Gated DeltaNet and GLA:
-  heads x d_k x d_v (zoology's count), their q/k/v convolutions apart;
+  normaliser); Based's sliding layers 2 x window x d_model; DeltaNet, Gated DeltaNet, GLA, KDA
+  and Gated DeltaProduct: heads x d_k x d_v (zoology's count), their q/k/v convolutions apart;
+  RWKV-7: heads x head size^2, its token shift (one previous column) apart as a convolution;
 - attention's KV cache, Hyena's long convolution and SE-Attn with memory grow with L.
 
 A stand-in with zoology's exact signature whose `state_size` overstates 4x (zoology's RWKV-7
@@ -80,6 +81,15 @@ def formula(name: str) -> tuple[int, int] | str:
         # 4 heads of 16 x 16 (d_k = d_v = d_model / heads); q, k, v convolved
         "deltanet": (2 * 4 * 16 * 16, 2 * (CONV - 1) * 3 * D),
         "gated-deltanet": (2 * 4 * 16 * 16, 2 * (CONV - 1) * 3 * D),
+        # KDA: 4 heads of d_k x d_v = 16 x 16 (its decay per key channel is a gate, not state);
+        # q, k, v convolved
+        "kda": (2 * 4 * 16 * 16, 2 * (CONV - 1) * 3 * D),
+        # Gated DeltaProduct, n_h = 2: the same 4 heads of 16 x 16 (n_h is the transition's
+        # rank, not the state's size); q and n_h keys and values convolved
+        "gated-deltaproduct": (2 * 4 * 16 * 16, 2 * (CONV - 1) * (D + 2 * D + 2 * D)),
+        # RWKV-7: d_model / head size = 4 heads of 16 x 16; the token shift keeps the previous
+        # input, one column of d_model, counted as a convolution cache
+        "rwkv7": (2 * 4 * 16 * 16, 2 * D),
         # 4 heads, d_k = d_model / 2 / heads = 8, d_v = 16; q, k (d_model / 2 each), v convolved
         "gla": (2 * 4 * 8 * 16, 2 * (CONV - 1) * (D // 2 + D // 2 + D)),
         # one head, ELU feature dim 16, d_v 64, with its normaliser; q, k (16 each), v convolved
@@ -156,7 +166,7 @@ def test_every_listed_model_has_a_formula():
 
 
 @pytest.mark.parametrize("name", ["deltanet", "gated-deltanet", "gla", "linear-attn", "based",
-                                  "hyena", "mha"])
+                                  "hyena", "mha", "kda", "gated-deltaproduct", "rwkv7"])
 def test_each_zoo_mixers_state_size_is_its_recurrent_state(name):
     """zoology's count (`state_size(sequence_length=)`) of every zoo mixer equals what its step
     cache carries (the recurrent part), layer by layer: `check`'s state row passes (Hyena's
