@@ -203,33 +203,45 @@ class Mamba3(nn.Module):
             p._no_weight_decay = True
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
-    def _parts(self, x: Tensor):
-        """Token-major pieces of x [..., d_model]: z, x [.., h, P]; q, k [.., h, R, N] (normed,
-        biased, not rotated); adt, dt, trap [.., h]; the angle increments [.., h, A]."""
+    def projections(self, x: Tensor) -> dict[str, Tensor]:
+        """The in-projection's pieces of x [..., d_model], token-major, before the recurrence:
+        z, x [.., h, P]; B, C [.., R, N] after their RMSNorm (the bias not added); dt = Delta,
+        adt = Delta A [.., h]; the raw trapezoid and angle projections `trap` [.., h] and
+        `theta` [.., A] (sigmoid and tanh not applied): what mamba-ssm's kernel takes
+        (tests/gpu/test_gpu_mamba3.py)."""
         z, xs, B, C, dd_dt, dd_A, trap, theta = self.in_proj(x).split(self.sizes, dim=-1)
         z, xs = (t.unflatten(-1, (self.nheads, self.headdim)) for t in (z, xs))
         B, C = (t.unflatten(-1, (self.rank, self.d_state)) for t in (B, C))
-        k = self.B_norm(B)[..., None, :, :] + self.B_bias  # [.., h, R, N]
-        q = self.C_norm(C)[..., None, :, :] + self.C_bias
         dt = F.softplus(dd_dt + self.dt_bias)
         adt = (-F.softplus(dd_A)).clamp(max=-self.A_floor) * dt
-        step = torch.tanh(theta)[..., None, :] * math.pi * dt[..., None]  # [.., h, A]
-        return z, xs, q, k, adt, dt, torch.sigmoid(trap), step
+        return {"z": z, "x": xs, "B": self.B_norm(B), "C": self.C_norm(C), "dt": dt,
+                "adt": adt, "trap": trap, "theta": theta}
+
+    def _parts(self, x: Tensor):
+        """z, x [.., h, P]; q, k [.., h, R, N] (biased, not rotated); adt, dt, lambda [.., h];
+        the angle increments tanh(theta) pi Delta [.., h, A]."""
+        p = self.projections(x)
+        k = p["B"][..., None, :, :] + self.B_bias  # [.., h, R, N]
+        q = p["C"][..., None, :, :] + self.C_bias
+        step = torch.tanh(p["theta"])[..., None, :] * math.pi * p["dt"][..., None]
+        return p["z"], p["x"], q, k, p["adt"], p["dt"], torch.sigmoid(p["trap"]), step
 
     def _lift(self, xs: Tensor) -> Tensor:
         """x [.., h, P] -> the rank inputs [.., h, R, P]."""
         return xs[..., None, :] * self.mimo_x if self.rank > 1 else xs[..., None, :]
 
-    def _output(self, y: Tensor, xs: Tensor, z: Tensor) -> Tensor:
-        """y [.., h, R, P] (the state's read-out) -> out_proj(sum_r (y_r + D x_r) SiLU(z_r) w_o)."""
+    def _gated(self, y: Tensor, xs: Tensor, z: Tensor) -> Tensor:
+        """y [.., h, R, P] (the state's read-out) -> sum_r (y_r + D x_r) SiLU(z_r) w_o
+        [.., d_inner]."""
         y = y + self.D[:, None, None] * self._lift(xs)
         if self.rank > 1:
             y = (y * F.silu(z[..., None, :] * self.mimo_z) * self.mimo_o).sum(-2)
         else:
             y = y[..., 0, :] * F.silu(z)
-        return self.out_proj(y.flatten(-2))
+        return y.flatten(-2)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def inner(self, x: Tensor) -> Tensor:
+        """x [b, l, d_model] -> the gated read-out [b, l, d_inner], before out_proj."""
         z, xs, q, k, adt, dt, trap, step = self._parts(x)
         angles = step.cumsum(1)  # [b, l, h, A]
         heads = [t.transpose(1, 2) for t in (q, k, self._lift(xs), adt, dt, trap, angles)]
@@ -237,7 +249,10 @@ class Mamba3(nn.Module):
             y = mamba3_recurrent(*heads)
         else:
             y = mamba3_chunked(*heads, chunk=self.chunk_size)
-        return self._output(y.transpose(1, 2), xs, z)
+        return self._gated(y.transpose(1, 2), xs, z)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out_proj(self.inner(x))
 
     def state_size(self, sequence_length: int = 2048) -> int:
         # the recurrent state h only; the previous token's k and x and the angle are
@@ -259,4 +274,4 @@ class Mamba3(nn.Module):
         y, cache.state = mamba3_step(q, k, self._lift(xs), adt, dt, trap, cache.state,
                                      cache.prev_k, self._lift(cache.prev_x))
         cache.prev_k, cache.prev_x, cache.angle = k, xs, angle
-        return self._output(y, xs, z)
+        return self.out_proj(self._gated(y, xs, z))

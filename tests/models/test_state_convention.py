@@ -252,3 +252,21 @@ def test_the_api_and_check_fail_an_overstated_state_only_when_strict():
                                           strict_state=True)}
     assert plain["state"].passed is None and strict["state"].passed is False
     assert [n for n, r in plain.items() if r.passed is False] == []  # a finding, not a failure
+
+
+def test_growth_class_tells_fixed_log_l_and_l_apart():
+    """Sizes at three lengths: equal is "constant"; the same increase per doubling is "log L"
+    (Fenwick levels: 3, 7, 11 at 4, 64, 1,024 tokens); anything else that changes, "L" (a KV
+    cache, and a window capped below the longest probe, as before the log class)."""
+    from recall_lab.mixers.state import growth_class
+    from recall_lab.models.decode import state_growth
+
+    assert growth_class({4: 10, 64: 10, 1024: 10}) == "constant"
+    assert growth_class({4: 3, 64: 7, 1024: 11}) == "log L"
+    assert growth_class({4: 8, 64: 128, 1024: 2048}) == "L"
+    assert growth_class({4: 4, 64: 64, 1024: 64}) == "L"
+    assert growth_class({4: 11, 64: 7, 1024: 3}) == "L"
+    growth = {n: state_growth(build_model(n, 40, max_len=L))
+              for n in ("log-linear-mamba2", "mamba3", "mha")}
+    assert growth["log-linear-mamba2"] == "log L" and growth["mamba3"] == "constant"
+    assert growth["mha"] == "L"
