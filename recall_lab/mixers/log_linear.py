@@ -88,10 +88,10 @@ def log_linear_step(q: Tensor, k: Tensor, v: Tensor, g: Tensor, lam: Tensor, sta
 
 
 def log_linear_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, lam: Tensor) -> Tensor:
-    """The loop: q, k [b, h, l, N], v [b, h, l, P], g [b, h, l], lam [b, h, l, levels]
-    -> o [b, h, l, P]."""
-    b, h, length, n = q.shape
-    states = q.new_zeros(b, h, levels_for(length), n, v.shape[-1])
+    """The loop: q, k [b, h | 1, l, N] (1: shared by the heads, Mamba-2's one group),
+    v [b, h, l, P], g [b, h, l], lam [b, h, l, levels] -> o [b, h, l, P]."""
+    b, h, length, p = v.shape
+    states = v.new_zeros(b, h, levels_for(length), q.shape[-1], p)
     out = []
     for t, (q_t, k_t, v_t, g_t, lam_t) in enumerate(zip(q.unbind(2), k.unbind(2), v.unbind(2),
                                                         g.unbind(2), lam.unbind(2),
@@ -101,21 +101,21 @@ def log_linear_recurrent(q: Tensor, k: Tensor, v: Tensor, g: Tensor, lam: Tensor
     return torch.stack(out, dim=2)
 
 
-def _level_onehot(chunk: int, device) -> Tensor:
-    """[C, C, c + 1]: one-hot of level(i, j) = bit_length(i XOR j) for j <= i (zeros above)."""
+def _level_index(chunk: int, device) -> Tensor:
+    """[C, C] int64: level(i, j) = bit_length(i XOR j) (at most c for C = 2^c)."""
     i = torch.arange(chunk, device=device)
     x = i[:, None] ^ i[None, :]
     lev = torch.zeros_like(x)
     while bool((x > 0).any()):
         lev, x = lev + (x > 0).long(), x >> 1
-    onehot = F.one_hot(lev, chunk.bit_length()).to(torch.bool)
-    return onehot & (i[:, None] >= i[None, :])[..., None]
+    return lev
 
 
 def log_linear_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, lam: Tensor,
                        chunk: int) -> Tensor:
     """The chunked form (module docstring) with chunks of `chunk` tokens (a power of two),
-    fewer when the sequence is shorter; same arguments as the loop."""
+    fewer when the sequence is shorter; same arguments as the loop (q, k shared by the heads
+    form their scores once)."""
     length = q.shape[2]
     chunk = min(chunk, 1 << max(length - 1, 0).bit_length())
     c = chunk.bit_length() - 1
@@ -126,8 +126,8 @@ def log_linear_chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, lam: Tensor,
     gam = to_chunks(g[..., None], chunk)[..., 0].cumsum(-1)  # [b, h, n, C]
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
     decay = (gam[..., :, None] - gam[..., None, :]).masked_fill(~causal, -math.inf).exp()
-    onehot = _level_onehot(chunk, q.device).to(q.dtype)  # [C, C, c + 1]
-    weight = (lc[..., :, None, : c + 1] * onehot).sum(-1)  # lambda_i^{level(i, j)}
+    lev = _level_index(chunk, q.device).expand(*lc.shape[:-1], chunk)
+    weight = torch.gather(lc, -1, lev)  # lambda_i^{level(i, j)}; zeroed above by the decay
     intra = ((qc @ kc.transpose(-1, -2)) * decay * weight) @ vc
     qg = qc * gam.exp()[..., None]
     kv = (kc * (gam[..., -1:] - gam).exp()[..., None]).transpose(-1, -2) @ vc  # [b,h,n,N,P]
@@ -166,7 +166,7 @@ class LogLinearMamba2(nn.Module):
 
     def __init__(self, d_model: int, layer_idx: int = 0, d_state: int = 16, expand: int = 2,
                  headdim: int = 32, conv_size: int = 4, max_levels: int = 15,
-                 chunk_size: int = 64, A_init_range: tuple[float, float] = (1.0, 16.0),
+                 chunk_size: int = 32, A_init_range: tuple[float, float] = (1.0, 16.0),
                  dt_min: float = 1e-3, dt_max: float = 0.1, impl: str = "chunk") -> None:
         super().__init__()
         check_choice("impl", impl, IMPLS)
@@ -211,9 +211,8 @@ class LogLinearMamba2(nn.Module):
         delta = F.softplus(dt + self.dt_bias)
         g = -self.A_log.exp() * delta
         lam = F.softplus(self.L * dl.unflatten(-1, (self.nheads, self.max_levels)))
-        q = C[..., None, :].expand(*C.shape[:-1], self.nheads, self.d_state)
-        k = B[..., None, :].expand(*B.shape[:-1], self.nheads, self.d_state)
-        return xs, q, k, xs * delta[..., None], g, lam
+        # one group: B and C shared by the heads (a head axis of 1; the forms broadcast it)
+        return xs, C[..., None, :], B[..., None, :], xs * delta[..., None], g, lam
 
     def _output(self, o: Tensor, xs: Tensor, z: Tensor) -> Tensor:
         y = (o + self.D[:, None] * xs).flatten(-2)

@@ -161,7 +161,7 @@ class Mamba3(nn.Module):
     def __init__(self, d_model: int, layer_idx: int = 0, d_state: int = 16, expand: int = 2,
                  headdim: int = 32, mimo_rank: int = 1, rope_fraction: float = 0.5,
                  A_floor: float = 1e-4, dt_min: float = 1e-3, dt_max: float = 0.1,
-                 chunk_size: int = 64, impl: str = "chunk") -> None:
+                 chunk_size: int = 32, impl: str = "chunk") -> None:
         super().__init__()
         check_choice("impl", impl, IMPLS)
         check_choice("rope_fraction", rope_fraction, ROPE_FRACTIONS)
