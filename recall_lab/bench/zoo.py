@@ -43,7 +43,7 @@ SHAPES = [(32, 34), (32, 130), (16, 1024)]
 QUICK_SHAPES = [(32, 130), (16, 256)]
 # the goals: chunked >= 20x its loop at 1024 tokens; within 1.5x of mamba2 at the capacity shapes
 GOAL_LOOP, GOAL_MAMBA2 = 20.0, 1.5
-# the 2026 families (issue 63): each model row at >= half of deltanet's tokens/s at every shape;
+# the 2026 families: each model row at >= half of deltanet's tokens/s at every shape;
 # where one falls below, the bench prints why and what it would take
 GOAL_DELTANET = 0.5
 NAIVE_LOG_LINEAR_MAX = 256  # tokens: FLA's naive_log_linear_attn is O(L^2) in memory
