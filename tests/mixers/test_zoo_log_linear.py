@@ -106,3 +106,12 @@ def test_a_sequence_longer_than_the_levels_is_refused():
     m(torch.randn(1, 4, 16))
     with pytest.raises(RecallLabError, match="max_levels"):
         m(torch.randn(1, 5, 16))
+
+
+def test_checks_state_row_counts_at_its_length_and_says_log_l():
+    from recall_lab.testing import MixerSubject, check_state
+
+    row = check_state(MixerSubject(lambda: LogLinearMamba2(16, headdim=8, d_state=4)), length=64)
+    # 4 heads of 8 x 4 at 7 levels (64 tokens)
+    assert row.passed is True and row.value.startswith("declared 896 = measured 896")
+    assert "grows as log L" in row.detail
