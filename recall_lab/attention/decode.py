@@ -17,7 +17,8 @@ latest keys of each bin (a key's bin comes from its centred key, which never cha
 the top-n scores so far (a score is fixed at its position, so a key that drops out of the top-n
 never returns).
 
-`growth` of a decoder: how its memory grows with the context length L ("constant", "L/P", "L").
+`growth` of a decoder: how its memory grows with the context length L ("constant", "L/P", "L";
+"log L" is a contract mixer's class, measured by `mixers/state.py` `cache_growth`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-GROWTH_ORDER = ("constant", "L/P", "L")
+GROWTH_ORDER = ("constant", "log L", "L/P", "L")
 
 
 @dataclass

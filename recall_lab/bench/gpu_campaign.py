@@ -9,8 +9,9 @@ piece does not use goes to the pieces after it):
    (`WORKERS`), for the small config of experiments/gpu/gpu-workers.toml (2N runs at each N, each
    N in a fresh sweep folder); the N with the most steps per second is used by the training
    pieces below;
-a. ``check``: the GPU check's unfinished parts: the zoo on FLA's kernels (`gpu_check`'s ``zoo``
-   part, with a longer limit per test for FLA's first-call autotuning; the tests an earlier
+a. ``check``: the GPU check's unfinished parts: the zoo on FLA's kernels and Mamba-3 against
+   mamba-ssm's (`gpu_check`'s ``zoo`` part, with a longer limit per test for FLA's first-call
+   autotuning; the tests an earlier
    lease finished are not run again), then :func:`elu_probe`, which narrows the ELU linear
    attention bf16 failure (V = 17) to the widths, feature signs and value columns it needs;
 c. ``frontier64``: experiments/zoo-frontier/zoo-frontier-64.toml (claims in the file, written
@@ -77,6 +78,9 @@ DEFAULT_WORKERS = 8  # the training pieces' workers when no workers table was me
 # the zoo tests that passed or skipped on the first GPU check (an H200) are not run again; the
 # failed one is (its reason was not recorded), and those that never finished
 ZOO_DONE_LOG = "docs/results/gpu/2026-11-27-h200/zoo-rerun.log"
+# the zoo part's test files (gpu_check.ZOO_FILES) by the stem its results are recorded under
+ZOO_STEMS = tuple(Path(f).stem for f in gpu_check.ZOO_FILES)
+ZOO_TESTS = 17  # test_gpu_zoo.py's 15 and test_gpu_mamba3.py's 2
 ZOO_PER_TEST_S = 300.0  # per zoo test: FLA's first-call autotuning (over 60 s on the H200)
 SETUP_BUDGETS = {"wheels": 20.0, "probe": 60.0}
 PACK_RESERVE_S = 20.0  # kept back from the pieces for the last pack
@@ -513,7 +517,7 @@ def finished_zoo_tests(check_dir: Path) -> set[str]:
             tests = json.loads(f.read_text()).get("tests", [])
         except (OSError, ValueError):
             continue
-        done |= {t["id"] for t in tests if t.get("path") == "test_gpu_zoo"
+        done |= {t["id"] for t in tests if t.get("path") in ZOO_STEMS
                  and t.get("outcome") in ("passed", "failed", "skipped")}
     return done
 
@@ -536,7 +540,7 @@ def passed_in_log(path: Path) -> set[str]:
     if not path.is_file():
         return set()
     return {t["id"] for t in gpu_check.log_results(path.read_text())
-            if t["path"] == "test_gpu_zoo" and t["outcome"] in ("passed", "skipped")}
+            if t["path"] in ZOO_STEMS and t["outcome"] in ("passed", "skipped")}
 
 
 def pack(out: Path, work: Path) -> dict:
@@ -812,7 +816,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--zoo-done-log", default=ZOO_DONE_LOG, metavar="PATH",
                    help="a pytest -v log of the zoo tests: those it shows passed or skipped are "
                         "not run again ('' for none)")
-    r.add_argument("--zoo-tests", type=int, default=15,
+    r.add_argument("--zoo-tests", type=int, default=ZOO_TESTS,
                    help="how many zoo tests there are (all finished: the zoo is not rerun)")
     r.add_argument("--steps", type=int, default=None,
                    help="override every training run's steps (the dry run)")

@@ -58,7 +58,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PATHS = {"test_gpu_attention": "triton sparse attention", "test_gpu_ssm": "ssm scans (cuda)",
-         "test_gpu_train": "training cuda vs cpu", "test_gpu_zoo": "zoo mixers on FLA kernels"}
+         "test_gpu_train": "training cuda vs cpu", "test_gpu_zoo": "zoo mixers on FLA kernels",
+         "test_gpu_mamba3": "mamba3 vs mamba-ssm's kernel"}
 # properties summed up in their file's row (one per test would not fit one screen): the largest
 # `max_rel_err`, and how many `self_check` verdicts passed (failed ones are listed)
 ROW_PROPERTIES = ("max_rel_err", "self_check")
@@ -71,9 +72,12 @@ BUDGETS = {"wheels": 20, "probe": 40, "tests": 120, "attention": 60, "ssm": 30, 
            "zoo": 150}
 # the test parts: pytest's arguments, its junit file and the limit per test (pytest-timeout,
 # where installed)
+# the zoo part: the zoo on FLA's kernels, and Mamba-3 against mamba-ssm's (its Triton kernels
+# compile on first call too)
+ZOO_FILES = ("tests/gpu/test_gpu_zoo.py", "tests/gpu/test_gpu_mamba3.py")
 TEST_PARTS = {
-    "tests": (["tests/gpu", "--ignore=tests/gpu/test_gpu_zoo.py"], "junit.xml", 60),
-    "zoo": (["tests/gpu/test_gpu_zoo.py"], "junit-zoo.xml", 180),
+    "tests": (["tests/gpu", *(f"--ignore={f}" for f in ZOO_FILES)], "junit.xml", 60),
+    "zoo": (list(ZOO_FILES), "junit-zoo.xml", 180),
 }
 OPTIONAL_PARTS = ("tests", *DEVICE_BENCHES, "zoo")  # what --parts chooses from
 FILES = ("gpu-check.json", "summary.txt", "junit.xml", "junit-zoo.xml", "setup.log", "tests.log",

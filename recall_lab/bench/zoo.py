@@ -10,11 +10,14 @@ default options, "chunked" (its `forward`'s default; Hyena: FFT) and "loop" (`im
 the reference loop, Hyena's direct convolution), with the same weights; the largest difference
 between the two outputs is recorded with the row (float32). `mamba` and `mamba2` are the lab's
 mixers at `bench ssm`'s sizes (d_inner 128; mamba2 8 heads of 16, state 32) in the same blocks.
-Shapes: the capacity experiment's (batch 32, 34 and 130 tokens) and 16 x 1024.
+Shapes: the capacity experiment's (batch 32, 34 and 130 tokens) and 16 x 1024. `mamba3` and
+`log-linear-mamba2` (the 2026 families) are also compared with `deltanet`'s model row at each
+shape (the goal: at least half its tokens/s; where not, the bench says why).
 
 Core rows: the recurrence alone, at the shapes the default mixer gives it at d_model 64, forward +
 backward of mean(o^2): ours chunked, ours loop, and FLA's `fla/ops/<op>/naive.py` function (plain
-torch loops; loaded by itself, without the `fla` package's layers), where FLA has one.
+torch loops; loaded by itself, without the `fla` package's layers), where FLA has one (for
+log-linear attention an O(L^2) masked-matrix form; Mamba-3 has no CPU function by its authors).
 
 Times: one warm-up, then `reps` steps (fewer for the loops at 1024 tokens), `record.summarise`;
 tokens/s = B L / median. The process's torch threads: env RECALL_LAB_BENCH_THREADS, default 1.
@@ -37,14 +40,16 @@ PEERS = ("flash-linear-attention",)
 THREADS = int(os.environ.get("RECALL_LAB_BENCH_THREADS", "1"))
 D_MODEL = 64
 ZOO = ("linear-attn", "based", "deltanet", "gated-deltanet", "gla", "hyena", "rwkv7", "kda",
-       "gated-deltaproduct")
-NEW = ("rwkv7", "kda", "gated-deltaproduct")  # held to GOAL_DELTANET
+       "gated-deltaproduct", "mamba3", "log-linear-mamba2")
+# the 2025-26 families, each held to GOAL_DELTANET
+NEW = ("rwkv7", "kda", "gated-deltaproduct", "mamba3", "log-linear-mamba2")
 SHAPES = [(32, 34), (32, 130), (16, 1024)]
 QUICK_SHAPES = [(32, 130), (16, 256)]
 # the goals: chunked >= 20x its loop at 1024 tokens; within 1.5x of mamba2 at the capacity shapes
 GOAL_LOOP, GOAL_MAMBA2 = 20.0, 1.5
 # the new families' goal: model row tokens/s >= this fraction of deltanet's, at every shape
 GOAL_DELTANET = 0.5
+NAIVE_LOG_LINEAR_MAX = 256  # tokens: FLA's naive_log_linear_attn is O(L^2) in memory
 # why a new family's row can fall short of GOAL_DELTANET (printed only for a row that does;
 # written from the forms' costs and the measured rows in docs/performance.md)
 WHY_SLOWER = {
@@ -61,6 +66,13 @@ WHY_SLOWER = {
              "columns b and k: 2c x 2c, deltanet's c x c) and adds a product per chunk step; "
              "the layer adds 6 token-shift mixes, 3 low-rank projections and a GroupNorm; "
              "closing the gap would take a fused kernel (FLA's chunk_rwkv7 runs on GPUs only)",
+    "mamba3": "its chunked form is Mamba-2's SSD plus the rotation of q and k and a per-key "
+              "trapezoid weight; MIMO (rank R) multiplies the score matrix by R^2. A fused "
+              "kernel (mamba-ssm's, CUDA only) would take it.",
+    "log-linear-mamba2": "each query reads ceil(log2 L) + 1 states: the intra-chunk scores "
+                         "take a level weight per pair (a gather) and the chunk-level Fenwick "
+                         "loop adds one read per level; a fused kernel (FLA's chunk_log_linear"
+                         "_attn, CUDA only) would take it.",
 }
 
 
@@ -72,6 +84,8 @@ def _mixer(name: str, layer_idx: int, impl: str | None):
     from recall_lab.mixers.hyena import Hyena
     from recall_lab.mixers.kda import KimiDeltaAttention
     from recall_lab.mixers.linear_attn import LinearAttention
+    from recall_lab.mixers.log_linear import LogLinearMamba2
+    from recall_lab.mixers.mamba3 import Mamba3
     from recall_lab.mixers.rwkv7 import RWKV7
     from recall_lab.ssm import Mamba2Mixer, MambaMixer
 
@@ -82,7 +96,8 @@ def _mixer(name: str, layer_idx: int, impl: str | None):
     cls = {"linear-attn": LinearAttention, "based": Based, "deltanet": DeltaNet,
            "gated-deltanet": GatedDeltaNet, "gla": GatedLinearAttention, "hyena": Hyena,
            "rwkv7": RWKV7, "kda": KimiDeltaAttention,
-           "gated-deltaproduct": GatedDeltaProduct}[name]
+           "gated-deltaproduct": GatedDeltaProduct, "mamba3": Mamba3,
+           "log-linear-mamba2": LogLinearMamba2}[name]
     kw = {} if impl is None else {"impl": impl}
     return cls(D_MODEL, layer_idx=layer_idx, **kw)
 
@@ -161,6 +176,8 @@ def core_cases(batch: int, length: int) -> dict[str, dict]:
     from recall_lab.mixers.hyena import causal_conv_direct, causal_conv_fft
     from recall_lab.mixers.kda import kda_chunked, kda_recurrent
     from recall_lab.mixers.linear_attn import linear_attn_chunked, linear_attn_recurrent
+    from recall_lab.mixers.log_linear import levels_for, log_linear_chunked, log_linear_recurrent
+    from recall_lab.mixers.mamba3 import mamba3_chunked, mamba3_recurrent
     from recall_lab.mixers.rwkv7 import W_SCALE, dplr_chunked, dplr_recurrent
 
     gen = torch.Generator().manual_seed(0)
@@ -174,14 +191,18 @@ def core_cases(batch: int, length: int) -> dict[str, dict]:
         o = form(fq, fk, torch.cat([v, torch.ones_like(v[..., :1])], -1), *args, **kw)
         return o[..., :-1] / (o[..., -1:] + 1e-10)
 
-    def fla(op, fn, *args, layout_bthd=False, **kw):
+    def fla(op, fn, *args, layout_bthd=False, first=True, **kw):
+        """FLA's naive `fn`; `first`: it returns (output, state)."""
         naive = _fla_naive(op)
         if naive is None:
             return {}
         if not layout_bthd:
             return {"fla naive": lambda: getattr(naive, fn)(*args, **kw)}
-        return {"fla naive": lambda: getattr(naive, fn)(
-            *(t.transpose(1, 2) for t in args), **kw)[0].transpose(1, 2)}
+
+        def call():
+            out = getattr(naive, fn)(*(t.transpose(1, 2) for t in args), **kw)
+            return (out[0] if first else out).transpose(1, 2)
+        return {"fla naive": call}
 
     b, n = batch, length
     cases: dict[str, dict] = {}
@@ -260,6 +281,29 @@ def core_cases(batch: int, length: int) -> dict[str, dict]:
               pk.flatten(2, 3), pv.flatten(2, 3), g, pb.flatten(2, 3), layout_bthd=True,
               scale=0.25, num_householder=2),
     }
+    # mamba3: 4 heads, rank 1, d_state 16 (4 rotated pairs), headdim 32, chunks of 32
+    mq, mk, mv = rnd(b, 4, n, 1, 16), rnd(b, 4, n, 1, 16), rnd(b, 4, n, 1, 32)
+    mdt = torch.rand(b, 4, n, generator=gen) * 0.1
+    madt, mtrap = -mdt * 4, torch.rand(b, 4, n, generator=gen)
+    mang = (torch.randn(b, 4, n, 4, generator=gen) * 0.1).cumsum(2)
+    cases["mamba3"] = {
+        "chunked": lambda: mamba3_chunked(mq, mk, mv, madt, mdt, mtrap, mang, 32),
+        "loop": lambda: mamba3_recurrent(mq, mk, mv, madt, mdt, mtrap, mang),
+    }
+    # log-linear-mamba2: 4 heads sharing q = C, k = B of d_state 16, headdim 32, chunks of 32.
+    # FLA's naive function is O(L^2) in memory (a [B, H, L, L] mask per level, a
+    # [B, H, L, L, d_state] product): only up to NAIVE_LOG_LINEAR_MAX tokens (at 16 x 1024 it
+    # needs well over the 2-core CI machine's 23 GB: a first run was killed there)
+    lq, lk, lv = rnd(b, 1, n, 16), rnd(b, 1, n, 16), rnd(b, 4, n, 32)
+    lg = (-torch.rand(b, 4, n, generator=gen) * 0.1).requires_grad_(True)
+    lam = torch.rand(b, 4, n, levels_for(n), generator=gen).requires_grad_(True)
+    cases["log-linear-mamba2"] = {
+        "chunked": lambda: log_linear_chunked(lq, lk, lv, lg, lam, 32),
+        "loop": lambda: log_linear_recurrent(lq, lk, lv, lg, lam),
+        **(fla("log_linear_attn", "naive_log_linear_attn",
+               *(t.expand(-1, 4, -1, -1) for t in (lq, lk)), lv, lg, lam, layout_bthd=True,
+               scale=1.0, first=False) if n <= NAIVE_LOG_LINEAR_MAX else {}),
+    }
     return cases
 
 
@@ -297,7 +341,8 @@ def run(console, quick: bool, shapes: list[tuple[int, int]] | None = None,
     peak = peak or matmul_peak()
     torch.set_num_threads(THREADS)
     out: dict = {"threads": THREADS, "peak_gflops": peak, "model": [], "core": [],
-                 "goals": {"loop_ratio_at_longest": GOAL_LOOP, "mamba2_ratio": GOAL_MAMBA2}}
+                 "goals": {"loop_ratio_at_longest": GOAL_LOOP, "mamba2_ratio": GOAL_MAMBA2,
+                           "deltanet_ratio_2026": GOAL_DELTANET}}
     table = Table(title=f"zoo: forward + backward, 2 layers, d_model {D_MODEL}, tokens/s "
                         f"({THREADS} thread{'s' if THREADS > 1 else ''})")
     for col in ("mixer", "B x L", "chunked", "loop", "chunked / loop", "max |diff|",

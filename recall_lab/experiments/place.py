@@ -126,6 +126,18 @@ def reference_rows(folder: Path, protocol: Protocol) -> tuple[list[Row], list[Gr
     return list(rows.values()), groups
 
 
+def state_class(state: LayerState | None) -> str:
+    """How a row's state is compared: "fixed" (a count), "log L" (a count at its run's length
+    that grows by a constant per doubling: log-linear attention), "grows" (no count: attention)
+    or "unknown". `neighbours` reads a "log L" count as it reads a fixed one, at the length
+    its runs were counted at."""
+    if state is None or (state.numbers is None and not state.grows):
+        return "unknown"
+    if state.numbers is None:
+        return "grows"
+    return "log L" if state.growth == "log L" else "fixed"
+
+
 def neighbours(rows: list[Row], state: LayerState, size: float | None) -> list[Row]:
     """The rows nearest below (or at) and above `state` in recurrent state per layer, among the
     rows with a finished cell at table `size` (None: the rows finished at every table they

@@ -10,7 +10,8 @@ declared `state_size` changes with the length, Attamba's chunk ends; `growth` sa
 cannot be known (a mixer with neither `step` nor `state_size`, a run without its config, a
 model that cannot be built here: growth None). `source` says where the count comes from:
 "measured" (the decode cache), "declared" (a mixer's own `state_size`), "grows with L" or
-"unknown".
+"unknown". A state that grows as log L (log-linear attention's Fenwick levels) has a count: the
+one at the run's length, `length` beside it, growth "log L".
 
 The model is rebuilt from the run's config as written (config.json / the sweep index) by the run
 layer, on the CPU, without weights; once per distinct model and task. This module loads torch
@@ -34,19 +35,25 @@ from recall_lab.runs import run_config_from_json
 @dataclass(frozen=True)
 class LayerState:
     numbers: float | None  # recurrent state per layer; None: grows with the sequence, or unknown
-    growth: str | None  # "constant", "L/P" or "L"; None: unknown
+    growth: str | None  # "constant", "log L", "L/P" or "L"; None: unknown
     conv: float | None = None  # convolution caches per layer (None where numbers is)
     source: str = "unknown"  # models/state.py SOURCES
+    length: int | None = None  # the length a "log L" count is taken at (None otherwise)
 
     @property
     def grows(self) -> bool:
-        return self.growth is not None and self.growth != "constant"
+        """A state that grows with the sequence and has no count (attention's KV cache): drawn
+        as a line and compared with the other growing rows. A "log L" state has its count at
+        the run's length (`numbers`, `length`), compared and drawn as a fixed count there."""
+        return self.growth is not None and self.growth not in ("constant", "log L")
 
     def text(self) -> str:
         """report.md's cell: "1,056" (a fraction where layers differ: the mean over them),
-        "grows as L", or "-" when unknown."""
+        "4,608 at L=130 (log L)", "grows as L", or "-" when unknown."""
         if self.numbers is not None:
-            return _number(self.numbers) + (" (declared)" if self.source == "declared" else "")
+            at = f" at L={self.length} (log L)" if self.growth == "log L" else ""
+            return _number(self.numbers) + at + (" (declared)" if self.source == "declared"
+                                                 else "")
         return f"grows as {self.growth}" if self.grows else "-"
 
     def conv_text(self) -> str:
@@ -91,7 +98,8 @@ def _measure(tables: dict, where: str) -> LayerState:
     if count.recurrent is None:
         return LayerState(None, count.growth, None, count.source)
     return LayerState(count.recurrent.numbers / n, count.growth,
-                      None if count.conv is None else count.conv.numbers / n, count.source)
+                      None if count.conv is None else count.conv.numbers / n, count.source,
+                      count.sequence_length if count.growth == "log L" else None)
 
 
 def common_state(configs: Iterable[dict | None]) -> LayerState:

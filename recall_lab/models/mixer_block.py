@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
-from recall_lab.attention.decode import tensor_bytes
 from recall_lab.config import ModelConfig
 from recall_lab.mixers.contract import build_mixer, has_step, probe_mixer
+from recall_lab.mixers.state import cache_growth
 from recall_lab.models.blocks import MLPBlock
 from recall_lab.ssm import RMSNorm
 
@@ -59,12 +59,13 @@ class MixerBlock(nn.Module):
 
     @property
     def growth(self) -> str:
-        """"constant" when the mixer's decode state does not depend on max_len, else "L"
-        (measured: caches allocated for two lengths are compared)."""
+        """How the mixer's decode state grows with max_len: "constant", "log L" (the same
+        amount per doubling: log-linear attention's Fenwick levels) or "L", measured from
+        caches allocated for three lengths (`mixers/state.py` `cache_growth`); "L" without
+        `step` (the exact prefix recompute)."""
         if not has_step(self.mixer):
             return "L"
-        small, large = (tensor_bytes(self.mixer.allocate_cache(1, n)) for n in (4, 64))
-        return "constant" if small == large else "L"
+        return cache_growth(self.mixer)
 
     def allocate_cache(self, batch: int, max_len: int) -> MixerCache | PrefixCache:
         if has_step(self.mixer):

@@ -6,17 +6,22 @@ Block by block:
 
 - a contract mixer with `allocate_cache` / `step`: **measured** from its decode cache after one
   step (every buffer is allocated by then), split by `cache_parts`; its own `state_size`, where
-  it has one, is kept beside as `declared` (`recall-lab check` compares the two);
-- a contract mixer without `step`: its `state_size(sequence_length=...)` probed at L and 2L:
-  the same count is **declared** state, a count that changes is **grows with L** (zoology's
-  Hyena and MHA); without `state_size` the state is **unknown** (never "L": the lab's exact
+  it has one, is kept beside as `declared` (`recall-lab check` compares the two). A cache whose
+  size grows by a constant per doubling of max_len ("log L": log-linear attention's Fenwick
+  levels) is measured as allocated for `sequence_length` (the zoo's caches allocate every level
+  up front); a cache growing faster "grows with L";
+- a contract mixer without `step`: its `state_size(sequence_length=...)` probed at L, 4L, 16L:
+  the same count is **declared** state (a count growing by a constant per doubling: declared,
+  growth "log L"), a count that changes otherwise is **grows with L** (zoology's Hyena and
+  MHA); without `state_size` the state is **unknown** (never "L": the lab's exact
   prefix-recompute decoding grows as L, but that says nothing of the mixer);
 - any other block (SSM, hybrid branch, attention, MLP, Attamba): measured from its decode cache
   when its decoders are constant in L, else it **grows** as they say (attention's KV cache "L",
   Attamba's chunk ends "L/P").
 
 The model's count is the sum over blocks; one unknown block makes it unknown, one growing block
-makes it grow; "declared" where some block was counted from a declaration only.
+makes it grow; "declared" where some block was counted from a declaration only. A count with a
+"log L" block is a count at `sequence_length`, and its `growth` says "log L" (GROWTH_ORDER).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from torch import nn
 
 from recall_lab.attention.decode import GROWTH_ORDER
 from recall_lab.mixers.contract import has_step
-from recall_lab.mixers.state import Part, cache_parts, declared_grows, declared_state
+from recall_lab.mixers.state import Part, cache_parts, declared_growth, declared_state
 from recall_lab.models.decode import allocate_cache, one_step_cache, state_growth
 from recall_lab.models.mixer_block import MixerBlock, MixerCache
 
@@ -44,7 +49,8 @@ class StateCount:
     recurrent: Part | None
     conv: Part | None  # also None where a block's count is declared only (its caches unknown)
     source: str
-    growth: str | None  # "constant", "L/P", "L"; None: unknown
+    growth: str | None  # "constant", "log L" (counted at sequence_length), "L/P", "L"; None:
+    # unknown
     declared: int | None  # the contract mixers' own `state_size` sum, where all have one
     sequence_length: int
     n_layers: int
@@ -59,10 +65,12 @@ class StateCount:
 
     def text(self) -> str:
         """The state column of `recall-lab models`: recurrent numbers per sequence, "(declared)"
-        where a mixer's own count stands in, "grows as L", or "unknown"."""
+        where a mixer's own count stands in, "at L=64 (log L)" where it grows as log L, "grows
+        as L", or "unknown"."""
         if self.recurrent is not None:
-            return f"{self.recurrent.numbers:,}" + (" (declared)" if self.source == "declared"
-                                                    else "")
+            return (f"{self.recurrent.numbers:,}"
+                    + (f" at L={self.sequence_length} (log L)" if self.growth == "log L" else "")
+                    + (" (declared)" if self.source == "declared" else ""))
         if self.source == "grows with L":
             return "grows as " + (self.growth or "L")
         return "unknown"
@@ -87,19 +95,25 @@ def _param_bytes(module: nn.Module) -> int:
 
 def _mixer_block(block: MixerBlock, cache, length: int) -> _Block:
     mixer = block.mixer
-    if has_step(mixer) and block.growth != "constant":  # its cache's size follows max_len
-        return _Block("grows with L", growth=block.growth, declared=declared_state(mixer, length))
-    if has_step(mixer):
+    growth = block.growth if has_step(mixer) else None
+    if growth == "log L":  # measured at the length asked for: its levels follow max_len
+        parts = cache_parts(mixer.allocate_cache(1, length))
+        return _Block("measured", parts["recurrent"], parts["conv"], growth="log L",
+                      declared=declared_state(mixer, length))
+    if growth is not None and growth != "constant":  # its cache's size follows max_len
+        return _Block("grows with L", growth=growth, declared=declared_state(mixer, length))
+    if growth is not None:
         parts = cache_parts(cache.state if isinstance(cache, MixerCache) else cache)
         return _Block("measured", parts["recurrent"], parts["conv"],
                       declared=declared_state(mixer, length))
-    grows = declared_grows(mixer, length)
-    if grows is None:
+    growth = declared_growth(mixer, length)
+    if growth is None:
         return _Block("unknown", growth="")
     declared = declared_state(mixer, length)
-    if grows:
+    if growth == "L":
         return _Block("grows with L", growth="L", declared=declared)
-    return _Block("declared", Part(declared, declared * _param_bytes(mixer)), declared=declared)
+    return _Block("declared", Part(declared, declared * _param_bytes(mixer)), growth=growth,
+                  declared=declared)
 
 
 def _block(block: nn.Module, cache, length: int) -> _Block:
@@ -137,7 +151,8 @@ def state_count(model: nn.Module, sequence_length: int) -> StateCount:
     # a block counted from its declaration alone says nothing of its convolution caches
     conv = (None if any(b.source == "declared" for b in blocks)
             else sum((b.conv for b in blocks), Part()))
-    return StateCount(recurrent, conv, source, "constant", declared, sequence_length, n_layers)
+    growth = max((b.growth for b in blocks), key=GROWTH_ORDER.index)  # "constant" or "log L"
+    return StateCount(recurrent, conv, source, growth, declared, sequence_length, n_layers)
 
 
 __all__ = ["SOURCES", "StateCount", "state_count"]

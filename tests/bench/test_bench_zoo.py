@@ -1,6 +1,7 @@
 """`bench/zoo.py`: every zoo mixer's chunked model row beside its loop row (same weights, outputs
-equal), the lab's mamba / mamba2 rows, the ratios computed from the rows, and the core rows
-(ours chunked, ours loop, FLA's naive op where installed) compute the same recurrence."""
+equal), the lab's mamba / mamba2 rows, the ratios computed from the rows (the 2026 families'
+over deltanet's too), and the core rows (ours chunked, ours loop, FLA's naive op where
+installed) compute the same recurrence."""
 
 from __future__ import annotations
 
@@ -31,13 +32,17 @@ def test_rows_cover_every_mixer_and_the_ratios_come_from_them(result):
         assert fast["gflops"] == pytest.approx(6 * fast["params"] * 24 / fast["time"]["median"]
                                                / 1e9)
     assert {r["mixer"] for r in result["core"]} == set(zoo.ZOO)
+    for name in zoo.NEW:  # the 2026 families over deltanet's row at the same shape
+        assert rows[name, "default"]["vs_deltanet"] == pytest.approx(
+            rows[name, "default"]["tokens_per_s"] / rows["deltanet", "default"]["tokens_per_s"])
 
 
 def test_core_cases_compute_the_same_recurrence():
     pytest.importorskip("einops")  # FLA's naive modules import it
     for name, impls in zoo.core_cases(2, 12).items():
         outs = {impl: fn().detach() for impl, fn in impls.items()}
-        assert name == "hyena" or "fla naive" in outs or not zoo._fla_naive("gla")
+        # hyena and mamba3 have no naive function by their authors' groups
+        assert name in ("hyena", "mamba3") or "fla naive" in outs or not zoo._fla_naive("gla")
         for impl, o in outs.items():
             torch.testing.assert_close(o, outs["loop"], rtol=1e-4, atol=1e-5,
                                        msg=f"{name} {impl}")

@@ -167,7 +167,7 @@ def test_the_budgets_fit_one_ten_minute_call_and_the_zoo_runs_last():
     files = {p.name for p in (ROOT / "tests" / "gpu").glob("test_*.py")}
     zoo = {Path(a).name for a in gpu_check.TEST_PARTS["zoo"][0] if a.endswith(".py")}
     ignored = {a.split("/")[-1] for a in gpu_check.TEST_PARTS["tests"][0] if "--ignore" in a}
-    assert zoo == ignored == {"test_gpu_zoo.py"} and zoo < files
+    assert zoo == ignored == {"test_gpu_zoo.py", "test_gpu_mamba3.py"} and zoo < files
 
 
 # the head and the cut of the zoo tests' `pytest -v` log on the H200 (docs/results/gpu), as the

@@ -269,3 +269,32 @@ def test_terminal_table_has_the_state_column(zoo):
     cells = [r for r in rows if r[0] == "mamba2" and r[head.index("model.d_state")] == "4"]
     assert cells and all(r[-2] == f"{numbers:,.0f}" for r in cells)
     assert all(r[-2] == "grows as L" for r in rows if r[0] == "transformer")
+
+
+def test_a_log_l_state_is_counted_at_each_runs_length():
+    """log-linear-mamba2's Fenwick levels (ceil(log2 L) + 1 states of d_state x headdim per
+    head, arXiv 2506.04761) at each run's length, growth "log L": a count the report shows and
+    `place` reads as a fixed count at that length (`state_class`), not a growing row."""
+    import math
+
+    from recall_lab.experiments.place import state_class
+
+    tables = {"name": "loglin", "model": {"name": "log-linear-mamba2", "d_model": 16},
+              "train": {"steps": 6, "batch_size": 4, "device": "cpu"},
+              "task": {"levels": [[4, 4]], "values": 4},
+              "grid": {"task.levels": [[[4, 4]], [[16, 16]]]}}
+    states = {}
+    for run in expand(tables, "loglin").runs:
+        cfg = run.config
+        got = layer_state.run_state(cfg.to_json())
+        length = cfg.model.max_len
+        # expand 2 x d_model 16 = 1 head of 32 channels, d_state 16: 512 per level
+        assert got.numbers == 512 * (math.ceil(math.log2(length)) + 1)
+        assert (got.growth, got.length, got.grows) == ("log L", length, False)
+        assert got.text() == f"{got.numbers:,.0f} at L={length} (log L)"
+        assert state_class(got) == "log L"
+        states[length] = got.numbers
+    assert len(states) == 2 and len(set(states.values())) == 2  # longer runs, more levels
+    assert state_class(layer_state.LayerState(None, "L")) == "grows"
+    assert state_class(layer_state.LayerState(2048.0, "constant")) == "fixed"
+    assert state_class(layer_state.UNKNOWN) == "unknown"

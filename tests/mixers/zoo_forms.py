@@ -53,9 +53,12 @@ def forms_agree(cls, fast: str, reference: str = "recurrent", *, length: int = 3
 
 def recurrent(cache) -> int:
     """Numbers of recurrent state in a zoo mixer's decode cache, by hand: its tensor fields but
-    the short convolution's window (`conv`), which the state convention counts apart."""
+    the short convolution's window (`conv`) and the per-token caches its class marks "conv" in
+    `state_parts` (Mamba-3's previous k and x, its angle), which the convention counts apart."""
+    apart = {"conv"} | {n for n, part in getattr(type(cache), "state_parts", {}).items()
+                        if part == "conv"}
     return sum(t.numel() for name, t in vars(cache).items()
-               if isinstance(t, torch.Tensor) and name != "conv")
+               if isinstance(t, torch.Tensor) and name not in apart)
 
 
 def fla_naive(op: str):

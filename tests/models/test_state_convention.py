@@ -15,12 +15,21 @@ under test:
   normaliser); Based's sliding layers 2 x window x d_model; DeltaNet, Gated DeltaNet, GLA, KDA
   and Gated DeltaProduct: heads x d_k x d_v (zoology's count), their q/k/v convolutions apart;
   RWKV-7: heads x head size^2, its token shift (one previous column) apart as a convolution;
+- Mamba-3 (arXiv 2603.15569): its state h, ``expand * d_model * d_state`` per layer; the
+  previous token's rotated B (heads x mimo_rank x d_state), its x (d_inner) and the cumulative
+  rotary angle (heads x rope_fraction * d_state / 2) are per-token caches, counted apart with
+  the convolution caches;
+- log-linear Mamba-2 (arXiv 2506.04761): ceil(log2 L) + 1 Fenwick states of d_state x headdim
+  per head at length L, so ``expand * d_model * d_state * (ceil(log2 L) + 1)`` per layer: it
+  grows by one Mamba-2 state per doubling of L ("log L"); its x, B, C convolution apart;
 - attention's KV cache, Hyena's long convolution and SE-Attn with memory grow with L.
 
 A stand-in with zoology's exact signature whose `state_size` overstates 4x (zoology's RWKV-7
 was 4x too large at d_model 128, zoology issue 34) is flagged by `recall-lab check`."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -96,11 +105,28 @@ def formula(name: str) -> tuple[int, int] | str:
         "linear-attn": (2 * 16 * (D + 1), 2 * (CONV - 1) * (16 + 16 + D)),
         # a sliding layer (window 4) and a Taylor layer: 1 + 16 + 16^2 features, d_v 64 + 1
         "based": (2 * 4 * D + (1 + 16 + 16**2) * (D + 1), 0),
+        # h of expand d_model x d_state; per-token caches: the previous B (4 heads x rank 1 x
+        # d_state), the previous x (d_inner), the angle (4 heads x 16 * 0.5 / 2 angles)
+        "mamba3": (2 * E * D * ZOO_D_STATE,
+                   2 * (E * D // ZOO_HEADDIM * ZOO_D_STATE + E * D
+                        + E * D // ZOO_HEADDIM * ZOO_D_STATE // 4)),
     }
     if name in fixed:
         return fixed[name]
+    if name in LOG_L:
+        return LOG_L[name](L)
     growing = {"attamba": "L/P", "mamba+attamba": "L/P"}
     return growing.get(name, "L")
+
+
+def fenwick_levels(length: int) -> int:
+    return math.ceil(math.log2(length)) + 1 if length > 1 else 1
+
+
+ZOO_D_STATE, ZOO_HEADDIM = 16, 32  # mamba3's and log-linear-mamba2's defaults (docs/zoo.md)
+# (recurrent, conv) per sequence over the whole model at length L, for states growing as log L
+LOG_L = {"log-linear-mamba2": lambda length: (
+    2 * E * D * ZOO_D_STATE * fenwick_levels(length), 2 * (CONV - 1) * (E * D + 2 * ZOO_D_STATE))}
 
 
 GROWS = {"transformer", "mamba+seattn", "mamba+seattn-random", "mamba+seattn-landmark",
@@ -109,12 +135,13 @@ GROWS = {"transformer", "mamba+seattn", "mamba+seattn-random", "mamba+seattn-lan
          "hyena", "mha"}
 
 
-def measured(model: nn.Module) -> tuple[int, int]:
-    """The decode cache after one step, by hand: float tensors under a name with "conv" are
-    the convolution caches; LSH's hash planes (the same for every sequence) and integer
-    bookkeeping (slot positions, counts) are not state; every other float tensor is."""
+def measured(model: nn.Module, caches: list | None = None) -> tuple[int, int]:
+    """The decode cache after one step (or `caches`), by hand: float tensors under a name with
+    "conv", or one its cache's class marks "conv" in `state_parts`, are the convolution caches;
+    LSH's hash planes (the same for every sequence) and integer bookkeeping (slot positions,
+    counts) are not state; every other float tensor is."""
     rec = conv = 0
-    stack = [(b, False) for b in one_step_cache(model).blocks]
+    stack = [(b, False) for b in (one_step_cache(model).blocks if caches is None else caches)]
     seen = set()
     while stack:
         obj, in_conv = stack.pop()
@@ -131,10 +158,11 @@ def measured(model: nn.Module) -> tuple[int, int]:
         items = (obj.items() if isinstance(obj, dict) else enumerate(obj)
                  if isinstance(obj, (list, tuple)) else vars(obj).items()
                  if hasattr(obj, "__dict__") else ())
+        marks = getattr(type(obj), "state_parts", {}) if not isinstance(obj, dict) else {}
         for key, value in items:
             if key == "planes":
                 continue
-            stack.append((value, in_conv or "conv" in str(key)))
+            stack.append((value, in_conv or "conv" in str(key) or marks.get(key) == "conv"))
     return rec, conv
 
 
@@ -147,6 +175,19 @@ def test_the_count_the_reports_use_is_the_cache_and_the_papers_formula(name):
     model = build_model(name, 40, max_len=L)
     got = state_count(model, L)
     want = formula(name)
+    if name in LOG_L:  # a count at each length, growing by one state per head per doubling
+        for length in (2, 34, 64, 130, 1024):
+            got = state_count(model, length)
+            want = LOG_L[name](length)
+            assert (got.source, got.growth) == ("measured", "log L")
+            assert (got.recurrent.numbers, got.conv.numbers) == want
+            caches = [b.mixer.allocate_cache(1, length) for b in model.blocks]
+            assert measured(model, caches) == want
+        counts = [state_count(model, 2 ** k).recurrent.numbers for k in range(1, 12)]
+        # one Mamba-2 state (expand d_model d_state) per layer per doubling of L
+        steps = {b - a for a, b in zip(counts, counts[1:], strict=False)}
+        assert steps == {2 * E * D * ZOO_D_STATE}
+        return
     if isinstance(want, str):
         assert name in GROWS
         assert (got.recurrent, got.source, got.growth) == (None, "grows with L", want)
@@ -166,7 +207,8 @@ def test_every_listed_model_has_a_formula():
 
 
 @pytest.mark.parametrize("name", ["deltanet", "gated-deltanet", "gla", "linear-attn", "based",
-                                  "hyena", "mha", "kda", "gated-deltaproduct", "rwkv7"])
+                                  "hyena", "mha", "kda", "gated-deltaproduct", "rwkv7",
+                                  "mamba3", "log-linear-mamba2"])
 def test_each_zoo_mixers_state_size_is_its_recurrent_state(name):
     """zoology's count (`state_size(sequence_length=)`) of every zoo mixer equals what its step
     cache carries (the recurrent part), layer by layer: `check`'s state row passes (Hyena's
@@ -244,3 +286,21 @@ def test_a_row_that_reads_fail_fails_the_command(target, strict, code, word):
     assert r.exit_code == code, r.output
     state = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("state"))
     assert word in state and ({"FAIL", "finding"} - {word}).isdisjoint(state.split()), state
+
+
+def test_growth_class_tells_fixed_log_l_and_l_apart():
+    """Sizes at three lengths: equal is "constant"; the same increase per doubling is "log L"
+    (Fenwick levels: 3, 7, 11 at 4, 64, 1,024 tokens); anything else that changes, "L" (a KV
+    cache, and a window capped below the longest probe, as before the log class)."""
+    from recall_lab.mixers.state import growth_class
+    from recall_lab.models.decode import state_growth
+
+    assert growth_class({4: 10, 64: 10, 1024: 10}) == "constant"
+    assert growth_class({4: 3, 64: 7, 1024: 11}) == "log L"
+    assert growth_class({4: 8, 64: 128, 1024: 2048}) == "L"
+    assert growth_class({4: 4, 64: 64, 1024: 64}) == "L"
+    assert growth_class({4: 11, 64: 7, 1024: 3}) == "L"
+    growth = {n: state_growth(build_model(n, 40, max_len=L))
+              for n in ("log-linear-mamba2", "mamba3", "mha")}
+    assert growth["log-linear-mamba2"] == "log L" and growth["mamba3"] == "constant"
+    assert growth["mha"] == "L"
