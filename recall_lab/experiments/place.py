@@ -233,22 +233,30 @@ def _who(row: Row) -> str:
 
 
 def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[float],
-                protocol: Protocol) -> list[dict]:
+                protocol: Protocol, states: dict[float, LayerState] | None = None
+                ) -> list[dict]:
     """The claims, as data, before any run: per table, the mixer's seeds solved against each
-    neighbour (three-way), and the frontier's range against the frontier neighbours'."""
+    neighbour (three-way), and the frontier's range against the frontier neighbours'. `state`
+    is the mixer's state at the longest table; a state that grows as log L (`states`: its
+    count at each table's length) meets, at each table, the fixed-state rows nearest its count
+    at that table's length, and the frontier's neighbours at the longest table's count."""
     me = f"placed: {label}"
     claims = []
+    log_l = state_class(state) == "log L" and states is not None
     for size in sizes:
         lv = protocol.table(size).levels
-        for nb in neighbours(rows, state, size):
+        here = states.get(size, state) if log_l else state
+        for nb in neighbours(rows, here, size):
             if state.numbers is None:
                 where = ("beside (both grow with the sequence)" if state.grows else
                          "whose state grows (attention: this mixer's state is unknown), beside")
             else:
-                where = "at or below" if nb.state.numbers <= state.numbers else "above"
+                where = "at or below" if nb.state.numbers <= here.numbers else "above"
+            mine = (f"{here.text()} per layer, its count at this table's length"
+                    if log_l else f"{state.text()} per layer")
             claims.append({
                 "claim": (f"at {_table_name(size, protocol)}: seeds solved by {label} "
-                          f"({state.text()} per layer) against {_who(nb)}, the nearest row "
+                          f"({mine}) against {_who(nb)}, the nearest row "
                           f"{where} it in recurrent state: more, fewer (one-sided Fisher at "
                           f"{protocol.level:g}) or not separable"),
                 "kind": "solved", "size": size, "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label},
@@ -256,7 +264,9 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
     for nb in neighbours(rows, state, None):
         claims.append({
             "claim": (f"frontier (largest table solved in at least half the seeds) of "
-                      f"{label}, the range its seeds' Wilson intervals allow, against "
+                      f"{label}"
+                      + (f" ({state.text()} per layer at the longest table)" if log_l else "")
+                      + f", the range its seeds' Wilson intervals allow, against "
                       f"{_who(nb)}'s: beyond, short of, or not separable"),
             "kind": "frontier", "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label}})
     return claims
@@ -512,7 +522,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         states = {numeric("task.levels", r.values["task.levels"]):
                   run_state(r.config.to_json()) for r in probe.runs}
         state = states[max(states)]
-        claims = make_claims(label, state, rows, sizes, protocol)
+        claims = make_claims(label, state, rows, sizes, protocol, states)
         try_longest(probe, protocol, label, kwargs)  # in --dry-run too: check before spending
         if dry_run:
             return {"dry_run": True, "label": label, "model": table, "state": _state_json(state),

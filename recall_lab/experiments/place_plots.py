@@ -148,6 +148,8 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
     err = [[y[0] - lo], [hi - y[0]]]
     seeds = min((c["solved"]["n"] for c in answer["cells"] if c["solved"]), default=0)
     mine_label = f"{answer['label']} (placed)"
+    if answer["state"].get("growth") == "log L":  # a count that grows as log L: where it sits
+        mine_label += f", state {answer['state']['text']}: its count at the longest table"
     if fr.get("censored"):  # tables not run could raise it: say so, and point up
         mine_label += f": tables above {fr['ran_to']:g} not run"
     at = mine_x or x_hi / 1.5

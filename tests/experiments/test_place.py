@@ -385,3 +385,24 @@ def test_a_mixer_that_cannot_take_the_longest_table_is_refused_in_a_dry_run(
                        tiny[0], "--dry-run", "--out", out], needle)
     assert target != "Limited" or "AttributeError" in line
     assert not out.exists()
+
+
+def test_a_log_l_state_meets_the_rows_nearest_its_count_at_each_tables_length(tiny):
+    """log-linear attention's state grows by a constant per doubling of L: at each table it is
+    compared with the fixed-state rows nearest its count at that table's length, and the claim
+    says so (the frontier with the longest table's count)."""
+    from recall_lab.experiments.state import LayerState
+
+    _, protocol, rows, _ = tiny
+    counts = sorted(r.state.numbers for r in rows if r.state and r.state.numbers is not None)
+    lo, hi = counts[0], counts[-1]
+    states = {2.0: LayerState(lo / 2, "log L", length=10),
+              3.0: LayerState(hi * 2, "log L", length=14)}
+    claims = pl.make_claims("loglin", states[3.0], rows, [2.0, 3.0], protocol, states)
+    by_size = {s: {c["b"]["place.row"] for c in claims if c.get("size") == s} for s in (2.0, 3.0)}
+    smallest = {r.label for r in rows if r.state and r.state.numbers == lo}
+    largest = {r.label for r in rows if r.state and r.state.numbers == hi}
+    assert by_size[2.0] == smallest and by_size[3.0] == largest
+    assert all("its count at this table's length" in c["claim"] for c in claims
+               if c["kind"] == "solved")
+    assert any("at the longest table" in c["claim"] for c in claims if c["kind"] == "frontier")
