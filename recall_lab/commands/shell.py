@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
@@ -39,11 +39,13 @@ except ImportError:  # pragma: no cover - older typer
     from click import exceptions as click_errors
 
 from generators.errors import RecallLabError
+from recall_lab.commands.fit import fit
 
 # When stdout is not a terminal (CI, nohup, pipes, files) output is PIPE_WIDTH columns wide, or
-# COLUMNS where that is set: tables fold their cells (a word longer than its column is folded
-# onto the next line, never cut to "…") and text wraps at word boundaries, so no content is lost.
-# Error lines stay one line whatever their length (`fail`).
+# COLUMNS where that is set: tables fit that width without splitting a token (`fit`: cells wrap
+# at spaces, or the columns are split over tables that repeat the key column, or plain rows) and
+# text wraps at word boundaries, so no content is lost. Error lines stay one line whatever their
+# length (`fail`).
 PIPE_WIDTH = 100
 
 
@@ -57,34 +59,28 @@ def pipe_width() -> int:
     return width if width > 0 else PIPE_WIDTH
 
 
-class FoldingConsole(Console):
-    """A console whose tables never cut a cell: every column folds what does not fit."""
+class FittingConsole(Console):
+    """A console whose tables fit its width with every token whole (`commands/fit.py`)."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        for obj in objects:
-            if isinstance(obj, Table):
-                fold_cells(obj)
-        super().print(*objects, **kwargs)
+        width = kwargs.get("width") or self.width
+        super().print(*(self.fitted(obj, width) for obj in objects), **kwargs)
+
+    def fitted(self, obj: Any, width: int) -> Any:
+        """`obj` with every table in it (alone or in a Group) fitted to `width`."""
+        if isinstance(obj, Table):
+            return fit(obj, self, width)
+        if isinstance(obj, Group):
+            return Group(*(self.fitted(o, width) for o in obj.renderables))
+        return obj
 
 
-def fold_cells(table: Table) -> Table:
-    """Every column of `table` (and of tables nested in its cells) folds what does not fit,
-    never cuts it; a `no_wrap` column keeps its cells on one line while the wrapping columns
-    can give way (rich shrinks those first)."""
-    for col in table.columns:
-        col.overflow = "fold"
-        for cell in col.cells:
-            if isinstance(cell, Table):
-                fold_cells(cell)
-    return table
-
-
-console = FoldingConsole()
+console = FittingConsole()
 if not console.is_terminal:
-    console = FoldingConsole(width=pipe_width())
-err_console = FoldingConsole(stderr=True)
+    console = FittingConsole(width=pipe_width())
+err_console = FittingConsole(stderr=True)
 if not err_console.is_terminal:
-    err_console = FoldingConsole(stderr=True, width=pipe_width())
+    err_console = FittingConsole(stderr=True, width=pipe_width())
 
 F = TypeVar("F", bound=Callable[..., Any])
 
