@@ -49,7 +49,7 @@ def rendered(args: list[str], width: int, monkeypatch, code: int = 0) -> str:
     return r.stdout
 
 
-def assert_fits_and_whole(args: list[str], monkeypatch, widths=(NARROW,), code: int = 0) -> None:
+def assert_fits_and_whole(args: list[str], monkeypatch, widths=(NARROW,), code: int = 0) -> str:
     wide = rendered(args, WIDE, monkeypatch, code)
     for width in widths:
         narrow = rendered(args, width, monkeypatch, code)
@@ -58,13 +58,38 @@ def assert_fits_and_whole(args: list[str], monkeypatch, widths=(NARROW,), code: 
         assert "…" not in narrow, (args, width)
         lost = words(wide) - words(narrow)
         assert not lost, (args, width, sorted(lost)[:10])
+    return wide
 
 
 def test_every_help_fits_100_columns_and_keeps_every_word(monkeypatch):
     paths = [[]] + list(command_paths())
     assert len(paths) > 20  # every command, not a few
     for path in paths:
-        assert_fits_and_whole([*path, "--help"], monkeypatch)
+        wide = assert_fits_and_whole([*path, "--help"], monkeypatch)
+        # in words: no `<bool>` after a plain flag, no `<list[str]>`, no raw backticks
+        assert not re.search(r"<(bool|str|int|float|path|list\[)", wide), (path, wide)
+        assert "`" not in wide, path
+
+
+def test_a_flag_takes_no_value_and_types_read_as_words(monkeypatch):
+    sweep = rendered(["sweep", "--help"], WIDE, monkeypatch)
+    assert re.search(r"--dry-run +List the runs", sweep)  # no metavar between
+    assert re.search(r"--only +TEXT\.\.\. ", sweep)
+    report = rendered(["report", "--help"], WIDE, monkeypatch)
+    assert re.search(r"runs\.\.\. +PATH\.\.\. ", report)
+    r = runner.invoke(app, ["sweep", "x.toml", "--dry-run", "true"])
+    assert r.exit_code == 2 and "unexpected extra argument" in r.output
+
+
+@pytest.mark.parametrize("args", [["train", "--model", "mambaa", "--task", "passkey"],
+                                  ["train", "--model", "mamba", "--task", "passkeys"],
+                                  ["check", "gated-deltanett"]])
+def test_an_unknown_name_errs_in_one_line_of_at_most_200_characters(args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown ")
+    assert len(lines[0]) <= 200 and "nearest: " in lines[0], lines[0]
 
 
 def test_help_wraps_the_docstrings_at_word_boundaries(monkeypatch):

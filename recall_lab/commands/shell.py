@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 try:  # typer >= 0.22 vendors click
     from typer._click import exceptions as click_errors
@@ -191,7 +191,60 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class OneLineGroup(TyperGroup):
+# How a value's type reads in help: a word, as a user types it (typer shows `<list[str]>`)
+TYPE_WORDS = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "path": "PATH",
+              "Path": "PATH", "file": "PATH", "directory": "PATH"}
+
+
+def type_word(label: str | None) -> str | None:
+    """typer's type label (`<int>`, `<list[Path]>`) as a word (`INTEGER`, `PATH...`); a
+    metavar a command chose (`best|last`, `SWEEP`) stays as it is."""
+    if not label or not (label.startswith("<") and label.rstrip(".").endswith(">")):
+        return label
+    many = label.endswith("...")
+    inner = label.rstrip(".")[1:-1]
+    if inner.startswith("list[") and inner.endswith("]"):
+        inner, many = inner[5:-1], True
+    word = TYPE_WORDS.get(inner, inner.upper())
+    return word + ("..." if many else "")
+
+
+class InWords:
+    """Help that reads as words, for a command or a group: a plain flag shows no `<bool>` (it
+    takes no value), a type shows as `TEXT`, `PATH...`, and backticks (code in the docstrings)
+    are not printed raw."""
+
+    help: str | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:
+            self.help = self.help.replace("`", "")
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # the command's, and --help
+        for param in params:
+            if getattr(param, "_in_words", False):
+                continue
+            param._in_words = True
+            if getattr(param, "help", None):
+                param.help = param.help.replace("`", "")
+            shown = param.display_type_rich
+
+            def words(ctx: Any, _param: Any = param, _shown: Any = shown) -> str | None:
+                if getattr(_param, "is_flag", False) and not getattr(_param, "count", False):
+                    return None
+                return type_word(_shown(ctx=ctx))
+
+            param.display_type_rich = words  # type: ignore[method-assign]
+        return params
+
+
+class WordsCommand(InWords, TyperCommand):
+    """Every command of the app (`GuardedApp` registers it so)."""
+
+
+class OneLineGroup(InWords, TyperGroup):
     """The app's command group: a flag click cannot parse (`--index abc`, a missing argument,
     an unknown option) ends in one `error:` line and exit 2, like every other bad input,
     instead of click's usage box. `recall-lab` alone still prints the help."""
@@ -226,7 +279,7 @@ def help_text(doc: str) -> str:
 
 class GuardedApp:
     """What a command module's `register(app)` receives: `app.command(...)` registers the
-    command on the typer app with `guarded` applied."""
+    command on the typer app with `guarded` applied, its help in words (`WordsCommand`)."""
 
     def __init__(self, app: typer.Typer) -> None:
         self.app = app
@@ -235,6 +288,7 @@ class GuardedApp:
         def register(fn: F) -> F:
             if kwargs.get("help") is None and fn.__doc__:
                 kwargs["help"] = help_text(fn.__doc__)
+            kwargs.setdefault("cls", WordsCommand)
             self.app.command(*args, **kwargs)(guarded(fn))
             return fn
 
