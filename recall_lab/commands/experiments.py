@@ -15,6 +15,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from generators.errors import RecallLabError
+from recall_lab.commands.fit import fit
 from recall_lab.commands.progress import SweepProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
@@ -292,8 +293,6 @@ def report_table(rep: dict, width: int | None = None):
     """The report's table for the terminal (rich). Wider than `width` (default: the console's):
     the headline columns first, and what does not fit moves to tables that repeat the group's
     columns (`commands/fit.py`), so no cell is folded and no number split."""
-    from recall_lab.commands.fit import fit
-
     head, cells = report_columns(rep)
     title = f"{rep['metric']} at the best lr per group ({rep['runs']} runs)"
     full = _table(title, head, cells, rep["by"])

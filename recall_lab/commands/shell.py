@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - older typer
 
 from generators.errors import RecallLabError
 from recall_lab.commands.fit import fit
+from recall_lab.errors import one_line
 
 # When stdout is not a terminal (CI, nohup, pipes, files) output is PIPE_WIDTH columns wide, or
 # COLUMNS where that is set: tables fit that width without splitting a token (`fit`: cells wrap
@@ -83,19 +84,6 @@ if not err_console.is_terminal:
     err_console = FittingConsole(stderr=True, width=pipe_width())
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def one_line(exc: BaseException) -> str:
-    """The message of `exc` as one line (a validation error: every failing field, joined)."""
-    if isinstance(exc, ValidationError):
-        parts = []
-        for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"]) or "input"
-            msg = str(e["msg"]).removeprefix("Value error, ")
-            parts.append(f"{loc}: {msg}" if e["type"] != "value_error" else msg)
-        return "invalid configuration: " + "; ".join(parts)
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def fail(message: str, code: int = 2) -> None:
