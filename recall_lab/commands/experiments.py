@@ -168,8 +168,8 @@ def register(app: GuardedApp) -> None:
         from recall_lab import api
         from recall_lab.experiments.report import (
             overlap_recorded,
-            overlap_warnings,
             replication_lines,
+            terminal_warnings,
         )
 
         exp = read_toml(experiment) if experiment is not None else None
@@ -177,9 +177,7 @@ def register(app: GuardedApp) -> None:
         result = api.report(runs, out=out, plots=plots, by=fields, metric=metric,
                             experiment=exp, solve_at=solve_at, best_of_lr=best_of_lr)
         rep, paths = result.data, result.paths
-        for line in overlap_warnings(rep):
-            console.print(line, style="yellow" if line.startswith("warning") else None,
-                          markup=False, highlight=False)
+        print_warnings(terminal_warnings(rep))
         console.print(report_table(rep))
         if not overlap_recorded(rep):
             console.print("held-out overlap: not recorded by these runs", highlight=False)
@@ -263,6 +261,13 @@ def register(app: GuardedApp) -> None:
         need = stats.seeds_for_power(rate_a, rate_b, target, level, max_seeds=200)
         console.print(f"seeds per arm for {target:.0%} power (one-sided): "
                       f"{need if need is not None else 'more than 200'}", highlight=False)
+
+
+def print_warnings(lines: list[str]) -> None:
+    """A report's warnings, above its table (`report`, `demo`): where the person reads."""
+    for line in lines:
+        console.print(line, style="yellow" if line.startswith("warning") else None,
+                      markup=False, highlight=False)
 
 
 def by_table_table(rep: dict):

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from generators.errors import RecallLabError
-from recall_lab.commands.experiments import report_table
+from recall_lab.commands.experiments import print_warnings, report_table
 from recall_lab.commands.progress import SweepProgress, TrainProgress
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import resolve_task
@@ -260,6 +260,9 @@ def register(app: GuardedApp) -> None:
             res = run_demo(out, steps, force, workers=workers, monitor=monitor)
         finally:
             monitor.close()
+        from recall_lab.experiments.report import terminal_warnings
+
+        print_warnings(terminal_warnings(res["report"]))
         console.print(report_table(res["report"]))
         console.print(res["sentence"], highlight=False)
         pngs = res["report"]["figures"]

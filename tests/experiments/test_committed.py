@@ -65,3 +65,20 @@ def test_the_list_is_short_by_default_and_whole_with_long(monkeypatch):
     text = summary(shipped_path("capacity"))
     assert len(short(text)) <= 100 and short(text) != text
     assert short("One sentence (with an aside). Two.") == "One sentence."
+
+
+def test_the_demo_section_quotes_capacity_as_its_report_has_it():
+    """docs/experiments.md's demo section: the capacity numbers it quotes are report.json's,
+    and it quotes no demo accuracy (no record of one is committed)."""
+    text = (ROOT / "docs" / "experiments.md").read_text()
+    section = text.split("## `recall-lab demo`", 1)[1].split("\n## ", 1)[0]
+    section = " ".join(section.split())
+    found = re.search(r"Mamba with state 1 solves (\d+) of (\d+) seeds at 8 pairs and "
+                      r"attention (\d+) of (\d+)", section)
+    assert found, section
+    rep = json.loads((RESULTS / "capacity" / "report.json").read_text())
+    groups = {g["label"]: g["solved"] for g in rep["groups"]}
+    mamba, attention = groups["mamba / levels=8 / d_state=1"], groups["transformer / levels=8"]
+    assert [int(x) for x in found.groups()] == [mamba["k"], mamba["n"], attention["k"],
+                                                attention["n"]]
+    assert not re.search(r"\b0\.\d{3}\b", section)  # no accuracy without a record
