@@ -165,12 +165,16 @@ TABLE_COMMANDS = {
 
 @pytest.fixture()
 def listing_once(monkeypatch):
-    """`models` builds every model to count it; once per test is enough (it is deterministic)."""
+    """`models` builds every model to count it, `experiments list` reads every committed
+    record: once per test is enough (both are deterministic)."""
     import functools
 
+    from recall_lab.experiments import committed
     from recall_lab.models import registry
 
     monkeypatch.setattr(registry, "listing_row", functools.lru_cache(registry.listing_row))
+    monkeypatch.setattr(committed, "committed_records",
+                        functools.lru_cache(committed.committed_records))
 
 
 @pytest.mark.parametrize("name", list(TABLE_COMMANDS))
