@@ -189,10 +189,11 @@ def _plain_rows(table: Table, console: Console, keys: int) -> Group:
         lines.append(Text(key or "-", style="bold"))
         for c in range(keys, len(cells)):
             value = cells[c][r]
+            head = f"{heads[c]}: " if heads[c] else ""
             if isinstance(value, (str, Text)):
-                lines.append(Text(f"  {heads[c]}: {_plain(value, console)}"))
+                lines.append(Text(f"  {head}{_plain(value, console)}"))
             else:
-                lines.extend([Text(f"  {heads[c]}:"), value])
+                lines.extend([Text(f"  {head}".rstrip()), value])
     if table.caption:
         lines.append(Text(_plain(table.caption, console)))
     return Group(*lines)
