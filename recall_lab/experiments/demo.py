@@ -54,12 +54,12 @@ def gap_sentence(groups: list[dict]) -> str:
                      if held_out.high(g.get("overlap")))
     acc = {(g["model.name"], _pairs(g["task.levels"])): g["mean"] for g in groups
            if g["mean"] is not None and not held_out.high(g.get("overlap"))}
-    left_out = ""
+    sentence = _gap(acc)
     if warned:
         cells = ", ".join(f"{m} at {n} pairs" for n, m in warned)
-        left_out = (f" (not cited: {cells}, whose held-out samples also occur in training; "
-                    "see the warning above)")
-    return _gap(acc) + left_out
+        sentence = (f"{sentence.removesuffix('.')}; not cited: {cells}, whose held-out samples "
+                    "also occur in training (the warning above).")
+    return sentence
 
 
 def _gap(acc: dict[tuple[str, int], float]) -> str:

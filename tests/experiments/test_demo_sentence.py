@@ -39,5 +39,5 @@ def test_sentence_does_not_cite_a_cell_the_report_warns_about():
         row["overlap"] = {"valid": seen, "test": seen}
     s = gap_sentence(rows)
     assert "(at 4 pairs: 0.97)" in s and "at 2 pairs: 1.00" not in s
-    assert "not cited: mamba at 2 pairs, transformer at 2 pairs" in s
+    assert "; not cited: mamba at 2 pairs, transformer at 2 pairs, whose" in s
     assert "falls behind" in s
