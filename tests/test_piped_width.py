@@ -166,7 +166,7 @@ TABLE_COMMANDS = {
 @pytest.fixture()
 def listing_once(monkeypatch):
     """`models` builds every model to count it, `experiments list` reads every committed
-    record: once per test is enough (both are deterministic)."""
+    record, `check` runs its checks: once per test is enough (each is deterministic)."""
     import functools
 
     from recall_lab.experiments import committed
@@ -175,6 +175,21 @@ def listing_once(monkeypatch):
     monkeypatch.setattr(registry, "listing_row", functools.lru_cache(registry.listing_row))
     monkeypatch.setattr(committed, "committed_records",
                         functools.lru_cache(committed.committed_records))
+    # `check` and `check --all` run the checks once; the three renderings print the same rows
+    from recall_lab import testing
+    from recall_lab.experiments import audit
+
+    done: dict = {}
+    run_checks = testing.run_checks
+
+    def checks_once(target, **kwargs):
+        key = (target.name, str(target.info.get("path")), tuple(sorted(kwargs.items())))
+        if key not in done:
+            done[key] = run_checks(target, **kwargs)
+        return done[key]
+
+    monkeypatch.setattr(audit, "run_checks", checks_once)
+    monkeypatch.setattr(testing, "run_checks", checks_once)
 
 
 @pytest.mark.parametrize("name", list(TABLE_COMMANDS))
