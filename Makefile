@@ -19,20 +19,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# WORKERS: runs in parallel (one torch thread each); `make demo WORKERS=1` on one core
+# WORKERS: runs in parallel (one torch thread each); `make demo WORKERS=1` on one core.
+# DEMO_STEPS: fewer training steps (tests/test_readme_tour.py runs the README's lines quickly).
+# The last line says how to put recall-lab on PATH: the README's next lines type it bare.
 WORKERS ?= 2
+DEMO_STEPS ?=
 demo: $(STAMP)
-	$(BIN)/recall-lab demo --workers $(WORKERS)
+	$(BIN)/recall-lab demo --workers $(WORKERS) $(if $(DEMO_STEPS),--steps $(DEMO_STEPS))
+	@echo "recall-lab is installed in .venv: run 'source .venv/bin/activate' to type it as" \
+		"recall-lab (the README's next lines do), or call .venv/bin/recall-lab"
 
 # the README's generated sections (the tour's wall times and numbers, one line per experiment's
 # report) from the committed records; tests/test_readme_numbers.py checks that they are current
 readme-numbers:
 	$(PYTHON) scripts/readme_numbers.py
 
-# re-run the README's tour on one core into its record (docs/results/tour/record.json; minutes:
-# the tiny sweep), then `make readme-numbers`
+# re-run the README's tour, its lines as printed and nothing pinned (no core affinity, the lab's
+# default threads), into its record (docs/results/tour/record.json; minutes: the tiny sweep),
+# then `make readme-numbers`; on a quiet machine: the record gives the load average
 tour-record: $(STAMP)
-	taskset -c 0 $(BIN)/python scripts/tour.py
+	$(BIN)/python scripts/tour.py
 
 # mamba-ssm as an external oracle for the SSM tests (and peft for the adapter tests): its torch references and Triton kernels,
 # without its CUDA extension (which does not build on a CPU machine). If an oracle cannot be

@@ -9,7 +9,9 @@ Every function takes its configuration as a config object, a dict (the tables of
 or a TOML path, and returns a typed result: `Run` (a run folder: config, summary, metrics,
 `model()`), `Report` (a report: its rows as a DataFrame, its claims, its figures) or `Check`
 rows. Runs go to `./runs` of the working directory unless `out` says otherwise. Weights: the
-best checkpoint (by validation) unless `checkpoint="last"`.
+best checkpoint (by validation) unless `checkpoint="last"`. A user's mistake (a config that
+does not validate, a missing file) raises `RecallLabError` with the line the command line
+prints.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, read_toml, resolve_task, task_from_table
 from recall_lab.device import resolve_device
+from recall_lab.errors import lab_errors
 from recall_lab.evaluate import evaluate_run
 from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand, load_experiment
@@ -83,6 +86,7 @@ class Report:
         return all(c["ok"] for c in self.claims)
 
 
+@lab_errors
 def run_config(config: Config) -> RunConfig:
     """A RunConfig from itself, a dict of `[model]`, `[train]`, `[task]` tables, or a TOML
     path."""
@@ -96,6 +100,7 @@ def run_config(config: Config) -> RunConfig:
                          f"{type(config).__name__}")
 
 
+@lab_errors
 def load_run(path: str | Path) -> Run:
     """A run folder written by `train` (finished or not)."""
     path = Path(path)
@@ -105,6 +110,7 @@ def load_run(path: str | Path) -> Run:
     return Run(path, cfg, summary)
 
 
+@lab_errors
 def train(config: Config, *, out: str | Path | None = None, force: bool = False,
           resume: bool = False, progress=None, log: tuple[str, ...] = ()) -> Run:
     """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory);
@@ -118,6 +124,7 @@ def train(config: Config, *, out: str | Path | None = None, force: bool = False,
     return load_run(out)
 
 
+@lab_errors
 def evaluate(run: str | Path | Run, task: TaskSpec | str | dict | None = None, *,
              n: int = 512, data_seed: int = 0, checkpoint: str = "best",
              batch_size: int = 64, device: str = "auto", decode: bool = False) -> dict:
@@ -137,6 +144,7 @@ def _task(task: TaskSpec | str | dict) -> Any:
     return task
 
 
+@lab_errors
 def generate(task: TaskSpec | str | dict, out: str | Path, *, train: int = 10_000,
              valid: int = 1_000, test: int = 1_000, seed: int = 0, workers: int = 2,
              force: bool = False) -> dict:
@@ -147,6 +155,7 @@ def generate(task: TaskSpec | str | dict, out: str | Path, *, train: int = 10_00
                          preset=name, workers=workers, force=force)
 
 
+@lab_errors
 def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: int = 1,
           threads: int = 1, engine: str = "local", only: dict | None = None) -> Path:
     """Run an experiment (a TOML path, a shipped experiment's name, or its tables as a dict with
@@ -159,6 +168,7 @@ def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: 
     return Path(root) / exp.name
 
 
+@lab_errors
 def report(runs: str | Path | list, *, out: str | Path | None = None, plots: bool = True,
            by: list[str] | None = None, metric: str | None = None,
            experiment: dict | None = None, solve_at: float | None = None,
@@ -185,6 +195,7 @@ def report(runs: str | Path | list, *, out: str | Path | None = None, plots: boo
                   [p for p in paths if p.suffix == ".png"], rep, paths)
 
 
+@lab_errors
 def check(target: str, kwargs: dict | None = None, *, learning: bool = True,
           speed: bool = True, strict_state: bool = False, dtype: str | None = None
           ) -> list[Check]:
@@ -198,6 +209,7 @@ def check(target: str, kwargs: dict | None = None, *, learning: bool = True,
     return run_checks(target_, learning=learning, speed=speed, strict_state=strict_state)
 
 
+@lab_errors
 def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None = None,
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           reference: str | Path | None = None, check: bool = True,

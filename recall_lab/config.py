@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from generators import PRESETS, TaskSpec, get_preset
-from generators.errors import RecallLabError
+from generators.errors import RecallLabError, unknown
 from generators.fields import Float, Int
 from generators.tasks import BUILTIN, GeneratorTask, generator_task, task_from_json
 
@@ -608,7 +608,5 @@ def resolve_task(task: str) -> tuple[Any, str | None]:
     if path.suffix == ".toml" or path.exists():
         data = read_toml(path)
         return task_from_table(data.get("task", data))
-    raise RecallLabError(
-        f"unknown task {task!r}: not a preset ({', '.join(PRESETS)}), not a built-in task "
-        f"({', '.join(BUILTIN)}) and not a TOML file"
-    )
+    raise RecallLabError(unknown("task", task, [*PRESETS, *BUILTIN], "recall-lab presets",
+                                 "; or a TOML file"))

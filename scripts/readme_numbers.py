@@ -63,10 +63,13 @@ def tour_section(record: dict) -> str:
     block.append("```")
     num = record["numbers"]
     pk = num["passkey"]
+    threads = record["threads"]
+    load = (f", load average {record['load'][0]:g} before and {record['load'][1]:g} after"
+            if record.get("load") else "")
     text = (f"Wall times and numbers from one run of `scripts/tour.py` (its record: "
             f"[docs/results/tour/record.json](docs/results/tour/record.json); "
-            f"{record['machine']}, {record['threads']} torch thread, commit {record['commit']}, "
-            f"{record['date']}): "
+            f"{record['machine']}, {threads} torch thread{'' if threads == 1 else 's'}{load}, "
+            f"commit {record['commit']}, {record['date']}): "
             f"the passkey run reached test accuracy {pk['test_acc']:.3f} at its training length "
             f"and {pk['x4_acc']:.3f} at 4x")
     tiny = num.get("tiny")

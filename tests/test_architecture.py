@@ -26,7 +26,8 @@ PACKAGES = ("generators", "recall_lab", "proofs")
 # layer of its longest matching name (`recall_lab` alone is the package's version string).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("generators", ("generators",)),
-    ("base", ("recall_lab", "recall_lab.version", "recall_lab.device", "recall_lab.native",
+    ("base", ("recall_lab", "recall_lab.version", "recall_lab.errors", "recall_lab.device",
+              "recall_lab.native",
               "recall_lab.tracking", "recall_lab.config", "recall_lab.checkpoint",
               "recall_lab.data")),
     # torch kernels and the measurements that read a model's tensors (decimation chooses its

@@ -1,10 +1,12 @@
 """Output a person reads fits 100 columns (or COLUMNS) when it is not a terminal, and loses no
 content doing so: every word of a wide rendering (250 columns) is found whole in the narrow one,
-so nothing was cut ("…") or folded mid-word. Every command's `--help`, and the representative
-outputs of the commands that print tables and sentences."""
+so nothing was cut ("…") or folded mid-word. Every command's `--help`, and every command that
+prints a table, at 100 and at 80 columns: a model name, a number, a path or an import path
+stays whole on one line (commands/fit.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections import Counter
@@ -35,31 +37,59 @@ def command_paths(group=None, prefix=()):
 
 
 def words(text: str) -> Counter:
-    return Counter(BOX.sub(" ", text).split())
+    """The tokens of a rendering (a plain row's `header:` counts as the header)."""
+    return Counter(w.removesuffix(":") for w in BOX.sub(" ", text).split())
 
 
-def rendered(args: list[str], width: int, monkeypatch) -> str:
+def rendered(args: list[str], width: int, monkeypatch, code: int = 0) -> str:
     """`recall-lab ARGS` with stdout captured (not a terminal) at `width` columns."""
     monkeypatch.setattr(shell.console, "width", width)
     r = runner.invoke(app, args, env={"COLUMNS": str(width)})
-    assert r.exit_code == 0, (args, r.output)
+    assert r.exit_code == code, (args, r.output)
     return r.stdout
 
 
-def assert_fits_and_whole(args: list[str], monkeypatch) -> None:
-    narrow, wide = rendered(args, NARROW, monkeypatch), rendered(args, WIDE, monkeypatch)
-    too_wide = [line for line in narrow.splitlines() if len(line) > NARROW]
-    assert not too_wide, (args, too_wide[:3])
-    assert "…" not in narrow, args
-    lost = words(wide) - words(narrow)
-    assert not lost, (args, sorted(lost)[:10])
+def assert_fits_and_whole(args: list[str], monkeypatch, widths=(NARROW,), code: int = 0) -> str:
+    wide = rendered(args, WIDE, monkeypatch, code)
+    for width in widths:
+        narrow = rendered(args, width, monkeypatch, code)
+        too_wide = [line for line in narrow.splitlines() if len(line) > width]
+        assert not too_wide, (args, width, too_wide[:3])
+        assert "…" not in narrow, (args, width)
+        lost = words(wide) - words(narrow)
+        assert not lost, (args, width, sorted(lost)[:10])
+    return wide
 
 
 def test_every_help_fits_100_columns_and_keeps_every_word(monkeypatch):
     paths = [[]] + list(command_paths())
     assert len(paths) > 20  # every command, not a few
     for path in paths:
-        assert_fits_and_whole([*path, "--help"], monkeypatch)
+        wide = assert_fits_and_whole([*path, "--help"], monkeypatch)
+        # in words: no `<bool>` after a plain flag, no `<list[str]>`, no raw backticks
+        assert not re.search(r"<(bool|str|int|float|path|list\[)", wide), (path, wide)
+        assert "`" not in wide, path
+
+
+def test_a_flag_takes_no_value_and_types_read_as_words(monkeypatch):
+    sweep = rendered(["sweep", "--help"], WIDE, monkeypatch)
+    assert re.search(r"--dry-run +List the runs", sweep)  # no metavar between
+    assert re.search(r"--only +TEXT\.\.\. ", sweep)
+    report = rendered(["report", "--help"], WIDE, monkeypatch)
+    assert re.search(r"runs\.\.\. +PATH\.\.\. ", report)
+    r = runner.invoke(app, ["sweep", "x.toml", "--dry-run", "true"])
+    assert r.exit_code == 2 and "unexpected extra argument" in r.output
+
+
+@pytest.mark.parametrize("args", [["train", "--model", "mambaa", "--task", "passkey"],
+                                  ["train", "--model", "mamba", "--task", "passkeys"],
+                                  ["check", "gated-deltanett"]])
+def test_an_unknown_name_errs_in_one_line_of_at_most_200_characters(args):
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: unknown ")
+    assert len(lines[0]) <= 200 and "nearest: " in lines[0], lines[0]
 
 
 def test_help_wraps_the_docstrings_at_word_boundaries(monkeypatch):
@@ -67,11 +97,6 @@ def test_help_wraps_the_docstrings_at_word_boundaries(monkeypatch):
     (it was printed as 'causality, padding and' / 'length')."""
     wide = rendered(["--help"], WIDE, monkeypatch)
     assert "causality, padding and length" in wide
-
-
-@pytest.mark.parametrize("args", [["presets"], ["info"], ["experiments", "list"]])
-def test_tables_and_lines_fit_100_columns(args, monkeypatch):
-    assert_fits_and_whole(args, monkeypatch)
 
 
 def test_presets_keeps_its_brackets(monkeypatch):
@@ -85,28 +110,141 @@ def test_info_names_the_kernels_in_words(monkeypatch):
     assert "(1 threads)" not in out
 
 
-def test_report_splits_its_table_to_fit(tmp_path, monkeypatch):
-    """A committed experiment's report: its many columns become tables that each fit, with the
-    group columns repeated, and every number of the wide table is still there."""
-    runs = tmp_path / "runs"
-    shutil.copytree(ROOT / "docs" / "results" / "mini-ml3" / "runs", runs)
-    args = ["report", str(runs), "--out", str(tmp_path / "out"), "--no-plots"]
-    assert_fits_and_whole(args, monkeypatch)
-    narrow = rendered(args, NARROW, monkeypatch)
-    assert narrow.count("the same groups, continued") >= 1
-
-
 def test_show_and_a_dry_run_fit_100_columns(tmp_path, monkeypatch):
     data = tmp_path / "d"
     r = runner.invoke(app, ["generate", "mini-mqjr", "--out", str(data), "--train", "8",
                             "--valid", "8", "--test", "8", "--workers", "1"])
     assert r.exit_code == 0, r.output
     assert_fits_and_whole(["show", str(data), "--index", "0"], monkeypatch)
-    exp = tmp_path / "e.toml"
-    exp.write_text('name = "a-rather-long-experiment-name-for-the-title"\n'
-                   '[model]\nname = "mamba"\nd_model = 16\n[train]\nsteps = 2\n'
-                   '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
-                   '[grid]\n"model.name" = ["mamba", "mamba+hax", "transformer"]\n'
-                   '"train.lr" = [0.001, 0.003]\n"train.seed" = [0, 1]\n')
-    assert_fits_and_whole(["sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run"],
-                          monkeypatch)
+
+
+# ---- every command that prints a table, at 100 and 80 columns ----------------------------------
+
+NARROWS = (NARROW, 80)
+EXPERIMENT = ('name = "a-rather-long-experiment-name-for-the-title"\n'
+              '[model]\nname = "mamba"\nd_model = 16\n[train]\nsteps = 2\n'
+              '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
+              '[grid]\n"model.name" = ["mamba", "mamba+hax", "transformer"]\n'
+              '"train.lr" = [0.001, 0.003]\n"train.seed" = [0, 1]\n')
+
+
+def dry(args: list[str]) -> list[str]:
+    """A dry run's arguments, with `--no-estimate` (skip the timing probe) where the command
+    has that flag."""
+    help_text = runner.invoke(app, [args[0], "--help"], env={"COLUMNS": "250"}).stdout
+    return [*args, "--dry-run"] + (["--no-estimate"] if "--no-estimate" in help_text else [])
+
+
+@pytest.fixture(scope="module")
+def table_workspace(tmp_path_factory):
+    """What the table commands read: a committed report's records, a sweep file, a tiny
+    placement reference (tests/experiments/place_fixtures.py)."""
+    from tests.experiments.place_fixtures import make_reference
+
+    tmp = tmp_path_factory.mktemp("tables")
+    shutil.copytree(ROOT / "docs" / "results" / "mini-ml3" / "runs", tmp / "runs")
+    (tmp / "e.toml").write_text(EXPERIMENT)
+    make_reference(tmp / "ref")
+    return tmp
+
+
+TABLE_COMMANDS = {
+    "models": (["models"], 0),
+    "presets": (["presets"], 0),
+    "experiments list": (["experiments", "list"], 0),
+    "info": (["info"], 0),
+    "check": (["check", "retention_mixer:Retention", "--no-learning", "--no-speed"], 0),
+    # the example package's LeakyRetention reads the future on purpose: exit 1
+    "check --all": (["check", "--all", "retention_mixer", "--no-learning", "--no-speed"], 1),
+    "sweep --dry-run": (["sweep", "e.toml", "--out", "sweep"], 0),
+    "report": (["report", "runs", "--out", "report", "--no-plots"], 0),
+    "place --dry-run": (["place", "gla", "--kwargs", '{"num_heads": 2}', "--reference",
+                         "ref", "--no-check", "--out", "place"], 0),
+}
+
+
+@pytest.fixture()
+def listing_once(monkeypatch):
+    """`models` builds every model to count it, `experiments list` reads every committed
+    record, `check` runs its checks: once per test is enough (each is deterministic)."""
+    import functools
+
+    from recall_lab.experiments import committed
+    from recall_lab.models import registry
+
+    monkeypatch.setattr(registry, "listing_row", functools.lru_cache(registry.listing_row))
+    monkeypatch.setattr(committed, "committed_records",
+                        functools.lru_cache(committed.committed_records))
+    # `check` and `check --all` run the checks once; the three renderings print the same rows
+    from recall_lab import testing
+    from recall_lab.experiments import audit
+
+    done: dict = {}
+    run_checks = testing.run_checks
+
+    def checks_once(target, **kwargs):
+        key = (target.name, str(target.info.get("path")), tuple(sorted(kwargs.items())))
+        if key not in done:
+            done[key] = run_checks(target, **kwargs)
+        return done[key]
+
+    monkeypatch.setattr(audit, "run_checks", checks_once)
+    monkeypatch.setattr(testing, "run_checks", checks_once)
+
+
+@pytest.mark.parametrize("name", list(TABLE_COMMANDS))
+def test_every_table_keeps_every_token_whole_at_100_and_80_columns(
+        name, table_workspace, listing_once, monkeypatch):
+    """Every name and number of the 250-column rendering is found whole at 100 and 80 columns
+    (no token folded over two lines, none cut), and no line is wider than its width."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "mixer-package"))
+    monkeypatch.chdir(table_workspace)  # paths as a user types them: relative
+    args, code = TABLE_COMMANDS[name]
+    if name.endswith("--dry-run"):
+        args = dry(args)
+    assert_fits_and_whole(args, monkeypatch, NARROWS, code)
+
+
+def test_models_piped_to_grep_finds_every_models_row(listing_once, monkeypatch):
+    """`recall-lab models | grep NAME` finds each model's row: its name whole, as a cell of a
+    table row, at 100 and at 80 columns."""
+    from recall_lab.models.registry import listed_models
+
+    names = listed_models()
+    assert len(names) > 40
+    for width in NARROWS:
+        out = rendered(["models"], width, monkeypatch)
+        for name in names:
+            row = re.compile(rf"^│ {re.escape(name)} +│", re.M)
+            assert row.search(out), (width, name)
+
+
+def test_a_table_too_narrow_for_its_columns_prints_plain_rows():
+    """Where a column's longest token cannot fit beside the key column, a table becomes plain
+    rows."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from recall_lab.commands.fit import fit
+
+    def printed(table, width):
+        con = Console(width=width, file=open(os.devnull, "w"))  # noqa: SIM115
+        with con.capture() as cap:
+            con.print(fit(table, con, width))
+        return cap.get().splitlines()
+
+    table = Table("name", "path", "state", title="mixers")
+    table.add_row("gated-deltanet", "zoology.mixers:X", "2,048")
+    assert printed(table, 30) == ["mixers", "name: gated-deltanet", "  path: zoology.mixers:X",
+                                  "  state: 2,048"]
+    wide = printed(table, 40)  # the key and one column fit: split tables, the key repeated
+    assert sum("gated-deltanet" in line for line in wide) == 2
+    assert any("zoology.mixers:X" in line for line in wide)
+
+
+def test_the_report_table_splits_with_the_groups_repeated(table_workspace, monkeypatch):
+    args = ["report", str(table_workspace / "runs"), "--out", str(table_workspace / "report"),
+            "--no-plots"]
+    narrow = rendered(args, NARROW, monkeypatch)
+    assert narrow.count("the same groups, continued") >= 1
+

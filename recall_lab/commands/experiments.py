@@ -11,9 +11,11 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from generators.errors import RecallLabError
+from recall_lab.commands.fit import fit
 from recall_lab.commands.progress import SweepProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
@@ -166,8 +168,8 @@ def register(app: GuardedApp) -> None:
         from recall_lab import api
         from recall_lab.experiments.report import (
             overlap_recorded,
-            overlap_warnings,
             replication_lines,
+            terminal_warnings,
         )
 
         exp = read_toml(experiment) if experiment is not None else None
@@ -175,9 +177,7 @@ def register(app: GuardedApp) -> None:
         result = api.report(runs, out=out, plots=plots, by=fields, metric=metric,
                             experiment=exp, solve_at=solve_at, best_of_lr=best_of_lr)
         rep, paths = result.data, result.paths
-        for line in overlap_warnings(rep):
-            console.print(line, style="yellow" if line.startswith("warning") else None,
-                          markup=False, highlight=False)
+        print_warnings(terminal_warnings(rep))
         console.print(report_table(rep))
         if not overlap_recorded(rep):
             console.print("held-out overlap: not recorded by these runs", highlight=False)
@@ -263,6 +263,13 @@ def register(app: GuardedApp) -> None:
                       f"{need if need is not None else 'more than 200'}", highlight=False)
 
 
+def print_warnings(lines: list[str]) -> None:
+    """A report's warnings, above its table (`report`, `demo`): where the person reads."""
+    for line in lines:
+        console.print(line, style="yellow" if line.startswith("warning") else None,
+                      markup=False, highlight=False)
+
+
 def by_table_table(rep: dict):
     """report.md's seeds solved by table, for the terminal; None where the groups do not sweep
     two or more tables."""
@@ -288,34 +295,22 @@ HEADLINE = ("solved [95% CI]", "KM median steps [95% CI]", "mean +/- std", "seed
 
 
 def report_table(rep: dict, width: int | None = None):
-    """The report's table for the terminal (rich; cells never truncated when piped). Wider than
-    `width` (default: the console's): two tables, the headline columns and then the detail, each
-    with the group's columns, so nothing is folded into one-character columns."""
-    from rich.console import Group
-    from rich.measure import Measurement
-
+    """The report's table for the terminal (rich). Wider than `width` (default: the console's):
+    the headline columns first, and what does not fit moves to tables that repeat the group's
+    columns (`commands/fit.py`), so no cell is folded and no number split."""
     head, cells = report_columns(rep)
-    full = _table(f"{rep['metric']} at the best lr per group ({rep['runs']} runs)", head, cells,
-                  rep["by"])
+    title = f"{rep['metric']} at the best lr per group ({rep['runs']} runs)"
+    full = _table(title, head, cells, rep["by"])
     width = console.width if width is None else width
     if Measurement.get(console, console.options.update_width(10**4), full).maximum <= width:
         return full
-    # headline columns first, then the rest in the report's order, packed into tables that fit
     by = [i for i, h in enumerate(head) if h in rep["by"]]
-    order = [i for i, h in enumerate(head) if h in HEADLINE]
-    order += [i for i, h in enumerate(head) if i not in by and h not in HEADLINE]
-    parts: list[list[int]] = [[]]
-    for i in order:
-        trial = _table("", [head[j] for j in by + parts[-1] + [i]],
-                       [[row[j] for j in by + parts[-1] + [i]] for row in cells], rep["by"])
-        if parts[-1] and Measurement.get(console, console.options.update_width(10**4),
-                                         trial).maximum > width:
-            parts.append([])
-        parts[-1].append(i)
-    titles = [full.title] + ["the same groups, continued"] * (len(parts) - 1)
-    return Group(*(_table(t, [head[j] for j in by + part], [[row[j] for j in by + part]
-                                                           for row in cells], rep["by"])
-                   for t, part in zip(titles, parts, strict=True)))
+    order = by + [i for i, h in enumerate(head) if h in HEADLINE]
+    order += [i for i in range(len(head)) if i not in order]
+    ordered = _table(title, [head[j] for j in order], [[row[j] for j in order] for row in cells],
+                     rep["by"])
+    return fit(ordered, console, width, keys=max(1, len(by)),
+               continued="the same groups, continued")
 
 
 def _table(title: str, head: list[str], cells: list[list[str]], by: list[str]):
@@ -323,8 +318,7 @@ def _table(title: str, head: list[str], cells: list[list[str]], by: list[str]):
 
     table = Table(title=escape(title) if title else None)
     for col in head:
-        table.add_column(escape(col), justify="left" if col in by else "right",
-                         overflow="fold")
+        table.add_column(escape(col), justify="left" if col in by else "right")
     for row in cells:
         table.add_row(*map(escape, row))
     return table

@@ -65,8 +65,8 @@ def register(app: GuardedApp) -> None:
             raise RecallLabError(f"reference folder {reference} does not exist")
         args = mixer_kwargs_json(kwargs, "--kwargs")
 
-        def say(text: str) -> None:  # whole words, 100 columns, continued lines indented
-            console.print(textwrap.fill(text, 100, subsequent_indent="  ",
+        def say(text: str) -> None:  # whole words, the console's width, continued lines indented
+            console.print(textwrap.fill(text, min(console.width, 100), subsequent_indent="  ",
                                         break_long_words=False, break_on_hyphens=False),
                           markup=False, highlight=False, soft_wrap=True)
 

@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 try:  # typer >= 0.22 vendors click
     from typer._click import exceptions as click_errors
@@ -39,11 +39,14 @@ except ImportError:  # pragma: no cover - older typer
     from click import exceptions as click_errors
 
 from generators.errors import RecallLabError
+from recall_lab.commands.fit import fit
+from recall_lab.errors import one_line
 
 # When stdout is not a terminal (CI, nohup, pipes, files) output is PIPE_WIDTH columns wide, or
-# COLUMNS where that is set: tables fold their cells (a word longer than its column is folded
-# onto the next line, never cut to "…") and text wraps at word boundaries, so no content is lost.
-# Error lines stay one line whatever their length (`fail`).
+# COLUMNS where that is set: tables fit that width without splitting a token (`fit`: cells wrap
+# at spaces, or the columns are split over tables that repeat the key column, or plain rows) and
+# text wraps at word boundaries, so no content is lost. Error lines stay one line whatever their
+# length (`fail`).
 PIPE_WIDTH = 100
 
 
@@ -57,49 +60,30 @@ def pipe_width() -> int:
     return width if width > 0 else PIPE_WIDTH
 
 
-class FoldingConsole(Console):
-    """A console whose tables never cut a cell: every column folds what does not fit."""
+class FittingConsole(Console):
+    """A console whose tables fit its width with every token whole (`commands/fit.py`)."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
-        for obj in objects:
-            if isinstance(obj, Table):
-                fold_cells(obj)
-        super().print(*objects, **kwargs)
+        width = kwargs.get("width") or self.width
+        super().print(*(self.fitted(obj, width) for obj in objects), **kwargs)
+
+    def fitted(self, obj: Any, width: int) -> Any:
+        """`obj` with every table in it (alone or in a Group) fitted to `width`."""
+        if isinstance(obj, Table):
+            return fit(obj, self, width)
+        if isinstance(obj, Group):
+            return Group(*(self.fitted(o, width) for o in obj.renderables))
+        return obj
 
 
-def fold_cells(table: Table) -> Table:
-    """Every column of `table` (and of tables nested in its cells) folds what does not fit,
-    never cuts it; a `no_wrap` column keeps its cells on one line while the wrapping columns
-    can give way (rich shrinks those first)."""
-    for col in table.columns:
-        col.overflow = "fold"
-        for cell in col.cells:
-            if isinstance(cell, Table):
-                fold_cells(cell)
-    return table
-
-
-console = FoldingConsole()
+console = FittingConsole()
 if not console.is_terminal:
-    console = FoldingConsole(width=pipe_width())
-err_console = FoldingConsole(stderr=True)
+    console = FittingConsole(width=pipe_width())
+err_console = FittingConsole(stderr=True)
 if not err_console.is_terminal:
-    err_console = FoldingConsole(stderr=True, width=pipe_width())
+    err_console = FittingConsole(stderr=True, width=pipe_width())
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def one_line(exc: BaseException) -> str:
-    """The message of `exc` as one line (a validation error: every failing field, joined)."""
-    if isinstance(exc, ValidationError):
-        parts = []
-        for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"]) or "input"
-            msg = str(e["msg"]).removeprefix("Value error, ")
-            parts.append(f"{loc}: {msg}" if e["type"] != "value_error" else msg)
-        return "invalid configuration: " + "; ".join(parts)
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -195,7 +179,60 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class OneLineGroup(TyperGroup):
+# How a value's type reads in help: a word, as a user types it (typer shows `<list[str]>`)
+TYPE_WORDS = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "path": "PATH",
+              "Path": "PATH", "file": "PATH", "directory": "PATH"}
+
+
+def type_word(label: str | None) -> str | None:
+    """typer's type label (`<int>`, `<list[Path]>`) as a word (`INTEGER`, `PATH...`); a
+    metavar a command chose (`best|last`, `SWEEP`) stays as it is."""
+    if not label or not (label.startswith("<") and label.rstrip(".").endswith(">")):
+        return label
+    many = label.endswith("...")
+    inner = label.rstrip(".")[1:-1]
+    if inner.startswith("list[") and inner.endswith("]"):
+        inner, many = inner[5:-1], True
+    word = TYPE_WORDS.get(inner, inner.upper())
+    return word + ("..." if many else "")
+
+
+class InWords:
+    """Help that reads as words, for a command or a group: a plain flag shows no `<bool>` (it
+    takes no value), a type shows as `TEXT`, `PATH...`, and backticks (code in the docstrings)
+    are not printed raw."""
+
+    help: str | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.help:
+            self.help = self.help.replace("`", "")
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # the command's, and --help
+        for param in params:
+            if getattr(param, "_in_words", False):
+                continue
+            param._in_words = True
+            if getattr(param, "help", None):
+                param.help = param.help.replace("`", "")
+            shown = param.display_type_rich
+
+            def words(ctx: Any, _param: Any = param, _shown: Any = shown) -> str | None:
+                if getattr(_param, "is_flag", False) and not getattr(_param, "count", False):
+                    return None
+                return type_word(_shown(ctx=ctx))
+
+            param.display_type_rich = words  # type: ignore[method-assign]
+        return params
+
+
+class WordsCommand(InWords, TyperCommand):
+    """Every command of the app (`GuardedApp` registers it so)."""
+
+
+class OneLineGroup(InWords, TyperGroup):
     """The app's command group: a flag click cannot parse (`--index abc`, a missing argument,
     an unknown option) ends in one `error:` line and exit 2, like every other bad input,
     instead of click's usage box. `recall-lab` alone still prints the help."""
@@ -230,7 +267,7 @@ def help_text(doc: str) -> str:
 
 class GuardedApp:
     """What a command module's `register(app)` receives: `app.command(...)` registers the
-    command on the typer app with `guarded` applied."""
+    command on the typer app with `guarded` applied, its help in words (`WordsCommand`)."""
 
     def __init__(self, app: typer.Typer) -> None:
         self.app = app
@@ -239,6 +276,7 @@ class GuardedApp:
         def register(fn: F) -> F:
             if kwargs.get("help") is None and fn.__doc__:
                 kwargs["help"] = help_text(fn.__doc__)
+            kwargs.setdefault("cls", WordsCommand)
             self.app.command(*args, **kwargs)(guarded(fn))
             return fn
 

@@ -9,7 +9,13 @@ import typer
 from rich.markup import escape
 
 from recall_lab.commands.shell import GuardedApp, OneLineGroup, console
-from recall_lab.experiments.shipped import by_study, copy_shipped, shipped_path, summary
+from recall_lab.experiments.shipped import (
+    by_study,
+    copy_shipped,
+    shipped_path,
+    short,
+    summary,
+)
 
 
 def register(app: GuardedApp) -> None:
@@ -20,22 +26,39 @@ def register(app: GuardedApp) -> None:
     shell = GuardedApp(sub)
 
     @shell.command("list")
-    def list_() -> None:
-        """Every shipped experiment, grouped by study (its folder of experiments/): its name and
+    def list_(
+        long: bool = typer.Option(False, "--long", help="Each experiment's whole description "
+                                  "(default: its first sentence, up to 100 characters)."),
+    ) -> None:
+        """Every shipped experiment, grouped by study (its folder of experiments/): its name,
+        the runs of it committed under docs/results with their time (from the records), and
         what it is about."""
         from rich.table import Table
 
-        table = Table("name", "about", title="shipped experiments by study (recall-lab sweep "
-                      "NAME)")
+        from recall_lab.experiments.committed import committed_records, duration
+
+        records = committed_records()
+        table = Table("name", "runs", "time", "about",
+                      title="shipped experiments by study (recall-lab sweep NAME)",
+                      caption="runs: run records committed under docs/results, of the runs "
+                              "its sweeps planned; time: the runs' own wall time summed (core "
+                              "time), from their summary.json; --long: whole descriptions")
         for i, (folder, names) in enumerate(by_study().items()):
             if i:
                 table.add_section()
             if folder:
-                table.add_row(f"[bold]{escape(folder)}/[/bold]", "")
+                table.add_row(f"[bold]{escape(folder)}/[/bold]", "", "", "")
             for name in names:
+                rec = records.get(name)
+                about = summary(shipped_path(name))
                 table.add_row(escape(f"  {name}" if folder else name),
-                              escape(summary(shipped_path(name))))
+                              f"{rec.runs} of {rec.planned}" if rec else "none",
+                              duration(rec.run_s) if rec else "-",
+                              escape(about if long else short(about)))
         console.print(table)
+        if not records:
+            console.print("no run records here (they are committed in the repository's "
+                          "docs/results)", highlight=False)
 
     @shell.command("show")
     def show(

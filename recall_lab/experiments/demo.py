@@ -22,6 +22,7 @@ from typing import Any
 from generators.errors import RecallLabError
 from recall_lab.checkpoint import write_json
 from recall_lab.config import read_toml
+from recall_lab.experiments import overlap as held_out
 from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand
 from recall_lab.experiments.report import build_report, write_report
@@ -44,10 +45,24 @@ def _pairs(levels: Any) -> int:
 def gap_sentence(groups: list[dict]) -> str:
     """The sentence the table supports: who recalls at the largest table, and whether the base
     SSM fell behind as the table grew (a drop of more than 0.1 from the smallest table and more
-    than 0.1 below the best model); otherwise it says there was no gap at this budget.
-    `groups`: {"model.name", "task.levels" (the config value), "mean"} per report group."""
+    than 0.1 below the best model); otherwise it says there was no gap at this budget. A cell the
+    report warns about (held-out overlap above 1%: its accuracy includes memorised samples) is
+    not cited: the sentence says it left it out.
+    `groups`: {"model.name", "task.levels" (the config value), "mean", optionally "overlap"}
+    per report group."""
+    warned = sorted((_pairs(g["task.levels"]), g["model.name"]) for g in groups
+                     if held_out.high(g.get("overlap")))
     acc = {(g["model.name"], _pairs(g["task.levels"])): g["mean"] for g in groups
-           if g["mean"] is not None}
+           if g["mean"] is not None and not held_out.high(g.get("overlap"))}
+    sentence = _gap(acc)
+    if warned:
+        cells = ", ".join(f"{m} at {n} pairs" for n, m in warned)
+        sentence = (f"{sentence.removesuffix('.')}; not cited: {cells}, whose held-out samples "
+                    "also occur in training (the warning above).")
+    return sentence
+
+
+def _gap(acc: dict[tuple[str, int], float]) -> str:
     sizes = sorted({n for _, n in acc})
     if not sizes:
         return "No run finished: nothing to conclude."
@@ -98,7 +113,8 @@ def run_demo(out: Path | None, steps: int | None, force: bool, *, workers: int =
     wall = time.perf_counter() - t0
     rep = build_report([out])
     write_report(rep, out)
-    sentence = gap_sentence([{**g.values, "mean": g.mean} for g in rep["groups"]])
+    sentence = gap_sentence([{**g.values, "mean": g.mean, "overlap": g.overlap}
+                             for g in rep["groups"]])
     write_json(out / "demo.json", {"experiment": data, "wall_s": wall, "sentence": sentence,
                                    "counts": index["counts"]})
     return {"report": rep, "sentence": sentence, "wall_s": wall, "out": out,

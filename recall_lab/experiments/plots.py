@@ -572,7 +572,7 @@ def plot_window(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 # ---- against state ------------------------------------------------------------------------------
 
 # three short lines: the panels of a 2 x 2 figure are 3.3 inches wide
-STATE_LABEL = ("recurrent state per layer (numbers,\nas `recall-lab models` counts; short-\n"
+STATE_LABEL = ("recurrent state per layer (numbers,\nas recall-lab models counts; short-\n"
                "convolution caches not included)")
 
 

@@ -525,6 +525,16 @@ def _runs_text(rep: dict) -> str:
             else f"{rep['runs'] - missing} of {rep['runs']} planned runs finished")
 
 
+def terminal_warnings(rep: dict) -> list[str]:
+    """Every warning of a report, for the terminal above its table (`report`, `demo`): the
+    held-out overlap above WARN_ABOVE (as report.md has it) and each claim still open."""
+    lines = overlap_warnings(rep)
+    for c in rep.get("checks") or []:
+        if c.get("verdict") == "open":
+            lines.append(f"warning: claim open (a run of its rows is unfinished): {c['claim']}")
+    return lines
+
+
 def _markdown(rep: dict) -> str:
     fields, metric = rep["by"], rep["metric"]
     ref = rep["reference"] or {}

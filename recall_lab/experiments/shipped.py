@@ -92,8 +92,8 @@ def shipped_path(name: str) -> Path:
 
 def summary(path: Path) -> str:
     """What an experiment file is about, whole: its `description`, else the first sentence of
-    its first comment paragraph (comment lines joined; never cut mid-sentence: the table that
-    shows it wraps it)."""
+    its first comment paragraph (comment lines joined up to an indented command line; never cut
+    mid-sentence: the table that shows it wraps it)."""
     text = path.read_text(encoding="utf-8")
     found = re.search(r"""^description\s*=\s*["'](.+)["']\s*$""", text, re.MULTILINE)
     if found:
@@ -101,11 +101,30 @@ def summary(path: Path) -> str:
     para: list[str] = []
     for line in text.splitlines():
         body = line.lstrip("#").strip() if line.startswith("#") else None
+        if body and line.startswith("#   "):  # an indented command line ends the prose
+            body = None
         if body:
             para.append(body)
         elif para:
             break
     return first_sentence(" ".join(para))
+
+
+def short(text: str, limit: int = 100) -> str:
+    """`text`'s first sentence without its asides in parentheses, at most `limit` characters
+    of it, cut at a word and marked "[...]" where it was cut (`experiments list` without
+    --long)."""
+    first = first_sentence(text)
+    while True:  # asides in parentheses go first (innermost first)
+        shorter = re.sub(r"\s*\([^()]*\)", "", first)
+        if shorter == first:
+            break
+        first = shorter
+    first = re.sub(r"\bexperiments/[\w.+-]+/", "", first)  # a shipped file: its name is enough
+    if len(first) <= limit:
+        return first
+    cut = first[:limit - 6].rsplit(" ", 1)[0].rstrip(",;:(")
+    return f"{cut} [...]"
 
 
 def first_sentence(text: str) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 
-from generators.errors import RecallLabError
+from generators.errors import RecallLabError, unknown
 from recall_lab.attention import PATTERN_TABLE, PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.mixers import load_mixer_class, named_mixers, required_kwargs, resolve_mixer
@@ -213,15 +213,13 @@ def suggest(name: str, known: list[str]) -> str:
 
 
 def _unknown(name: str) -> str:
-    mixers = ", ".join(mixer_models())
+    """One line: the nearest names (zoo mixers and built-in patterns among them) and where
+    every model is listed; `mamba+PATTERN` and `--mixer` named as the ways beyond the list."""
     known = [*PAPER_MODELS, *(r for r in MODEL_ROWS if r not in PAPER_MODELS), *mixer_models()]
-    return (
-        f"unknown model {name!r}; {suggest(name, known)}choose from {', '.join(PAPER_MODELS)}, "
-        f"{', '.join(r for r in MODEL_ROWS if r not in PAPER_MODELS)}"
-        f"{', ' + mixers if mixers else ''} "
-        f"(or mamba+PATTERN / mamba2+PATTERN with PATTERN in {', '.join(_known_patterns())}; "
-        "or mamba+deci / mamba2+deci; or a mixer: --mixer pkg.module:Class)"
-    )
+    known += [f"{base}+{p}" for base in ("mamba", "mamba2") for p in _known_patterns()
+              if f"{base}+{p}" not in known]
+    return unknown("model", name, known, "recall-lab models",
+                   "; or mamba+PATTERN, or --mixer pkg.module:Class")
 
 
 ATTENTIONS = ("keep", "full", "sw", "se", "se-paper", "se-nomem", "se-random")

@@ -130,5 +130,12 @@ def test_demo_writes_report_plot_sentence_and_refuses_to_overwrite(tmp_path):
         assert f"{s['test']['acc']:.4f}" in r.output
     png = (out / "report-task_levels.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    # every warning of report.md is in the terminal too, above the table
+    md = (out / "report.md").read_text()
+    warnings = [ln.strip("*") for ln in md.splitlines() if ln.startswith("**warning")]
+    for line in warnings:
+        assert line in r.output and r.output.index(line) < r.output.index("┏"), line
+    figures = [p for p in out.glob("*.png")]
+    assert f"{len(figures)} figures" in " ".join(r.output.split())
     fails_with(["demo", "--out", str(out), "--steps", "2"], "already exists")
     assert (out / "report-task_levels.png").read_bytes() == png
