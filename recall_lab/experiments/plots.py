@@ -221,8 +221,13 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
                                   bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     if n == 1:  # over one panel: long lines wrapped (a legend outside narrows the axes, and a
         # 66-character title ran past the figure's left edge)
-        axes[0][0].set_title("\n".join(textwrap.fill(line, TITLE_WIDTH)
-                                       for line in title.split("\n")), fontsize=10)
+        ax = axes[0][0]
+        ax.set_title("\n".join(textwrap.fill(line, TITLE_WIDTH)
+                                for line in title.split("\n")), fontsize=10)
+        fig.tight_layout()
+        if ax.title.get_window_extent(fig.canvas.get_renderer()).x0 < 0:  # a long legend
+            ax.title.set_horizontalalignment("left")  # narrowed the axes: the title starts
+            ax.title.set_x(0.0)  # at their left edge and runs on over the legend's room
     else:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
@@ -283,6 +288,7 @@ def _spread(x: float, n: int, width: float) -> list[float]:
     return [x + width * 0.6 * (i / (n - 1) - 0.5) for i in range(n)]
 
 
+LEGEND_WIDTH = 44  # characters per line of a long legend entry
 BAR_WIDTH = 0.7  # inches per group in the bar figure, beside 3.5 for the labels and legend
 BARS_PER_ROW = int((MAX_WIDTH - 3.5) / BAR_WIDTH)  # more: rows of bars, or the solved grid
 
@@ -291,9 +297,10 @@ def reference_label(rep: dict) -> str:
     """The legend's words for the reference bars: its source and the task its numbers were
     measured on (the [reference] table's `task`), which need not be this report's."""
     ref = rep["reference"] or {}
-    text = f"reference: {ref.get('source', 'reference')}"
     task = ref.get("task")
-    return text + (f"\nmeasured on {task}" if task else "\n(its task not recorded)")
+    words = (f"reference: {ref.get('source', 'reference')}; "
+             + (f"measured on {task}" if task else "its task not recorded"))
+    return textwrap.fill(words, LEGEND_WIDTH)  # a legend beside the axes never wider than them
 
 
 def _bars(ax, rep: dict, groups: list, pal: Palette, unit: bool, has_ref: bool) -> dict:
