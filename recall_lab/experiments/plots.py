@@ -20,7 +20,13 @@ every figure (`axis_scale`: the table size and d_state on log2, in the accuracy 
 solve-rate figures alike). Figures
 with more than one table size draw one small panel per size (the facet field: `task.levels` when
 it varies; otherwise, past `MAX_LINES` groups, the first grouping field that is not the model),
-at most `MAX_LINES` lines a panel, and put the legend outside the axes."""
+at most `MAX_LINES` lines a panel, and put the legend outside the axes.
+
+Readable by a person: no figure wider than `MAX_WIDTH` inches (more groups than bars fit: the
+solved grid, rows x tables with k/n in each cell, or rows of bars); every solve-rate axis reads
+"share of seeds solved"; lines on the same points drawn side by side with a marker each
+(`dodged`); markers whole inside the axes; a reference value the source does not give written
+"not reported", and the reference's legend entry naming the task it was measured on."""
 
 from __future__ import annotations
 
