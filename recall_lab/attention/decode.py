@@ -12,9 +12,10 @@ tokens <= t only), with memory and time growing as L. So a new pattern decodes w
 of its own; a bounded one is an optimisation that the generic decode test ties to the parallel form.
 
 Why a bounded state is exact here (the joint-recall paper's patterns): every key's eligibility is
-fixed when it arrives: SW/D keep the n latest (dilated) positions, Sink the first n, LSH the n
-latest keys of each bin (a key's bin comes from its centred key, which never changes later), KS
-the top-n scores so far (a score is fixed at its position, so a key that drops out of the top-n
+fixed when it arrives: SW keeps the n - 1 positions before the current one (which arrives with
+the input), D the n latest dilated positions, Sink the first n, LSH the n latest keys of each
+bin (a key's bin comes from its centred key, which never changes later), KS the top-n scores so
+far (a score is fixed at its position, so a key that drops out of the top-n
 never returns).
 
 `growth` of a decoder: how its memory grows with the context length L ("constant", "L/P", "L";
@@ -148,6 +149,31 @@ class SlotDecoder(Decoder):
         return self.slots.keys()
 
 
+class WindowDecoder(Decoder):
+    """SW(n): the current token arrives with its q, k, v, so only the n - 1 keys before it are
+    kept, in a ring (position t writes slot t mod (n - 1) after it is read), as a short
+    convolution keeps kernel - 1 columns. The keys query t reads are those n - 1 slots and the
+    current key."""
+
+    growth = "constant"
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.past = Slots(n - 1)
+
+    def _step(self, q, k, v) -> Keys:
+        past = self.past
+        past.ensure(k, v)
+        b, h = k.shape[:2]
+        here = torch.full((b, h, 1), self.t, dtype=torch.int64, device=k.device)
+        keys = Keys(torch.cat([past.pos.expand(b, h, past.n), here], -1),
+                    torch.cat([past.k, k.unsqueeze(-2)], -2),
+                    torch.cat([past.v, v.unsqueeze(-2)], -2))
+        if past.n:
+            past.write(self.t % past.n, self.t, k, v)
+        return keys
+
+
 class FullDecoder(Decoder):
     """Every key (the Transformer's KV cache): capacity doubles, memory grows as L."""
 
@@ -251,4 +277,5 @@ def make_decoder(pattern) -> Decoder:
 
 
 __all__ = ["GROWTH_ORDER", "Decoder", "FullDecoder", "Keys", "PrefixDecoder", "SlotDecoder",
-           "Slots", "UnionDecoder", "attend", "gather_keys", "make_decoder", "tensor_bytes"]
+           "Slots", "UnionDecoder", "WindowDecoder", "attend", "gather_keys", "make_decoder",
+           "tensor_bytes"]

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, UnionPattern, check_qk
-from recall_lab.attention.decode import Decoder, FullDecoder, SlotDecoder
+from recall_lab.attention.decode import Decoder, FullDecoder, SlotDecoder, WindowDecoder
 
 RELEASE_MAX_LEN = 2048
 
@@ -96,11 +96,12 @@ class FixedPattern(Pattern):
         return self.indices(check_qk(q, k), q.device), None
 
     def decoder(self) -> Decoder:
-        """n slots: SW overwrites slot t mod n; Sink fills slots 0..n-1 once; D writes dilated
-        position t = m g + g - 1 into slot m mod n (the n latest); full keeps every key."""
+        """SW keeps the n - 1 keys before the current one (`WindowDecoder`); Sink fills slots
+        0..n-1 once; D writes dilated position t = m g + g - 1 into slot m mod n (the n latest:
+        between dilated positions all n are past keys); full keeps every key."""
         n = self.budget
         if self.name == "sw":
-            return SlotDecoder(n, lambda t: t % n)
+            return WindowDecoder(n)
         if self.name == "sink":
             return SlotDecoder(n, lambda t: t if t < n else None)
         if self.name == "d":

@@ -27,6 +27,7 @@ tables override key by key) and a `[grid]` of axes over config fields named by d
 
     [reference]                          # optional: published numbers, drawn beside ours
     source = "joint-recall paper Table 1"          # by `recall-lab report` (keys: group labels)
+    task = "paper-mqjr"                  # optional: the task those numbers were measured on
     values = { "mamba" = 0.31, "mamba+hax" = 0.92 }
 
     [[report.expect]]                    # optional: claims checked by `report --check`

@@ -1,9 +1,11 @@
 """The two figures of a placement (`recall-lab place`): seeds solved against recurrent state per
 layer, one panel per table, with the placed mixer drawn over the reference's rows (Wilson 95%
 bars); and the frontier against state (the point frontier, bars for the range its seeds' Wilson
-intervals allow). One colour for the placed mixer, the reference rows muted (one grey-blue
-shade per family), rows whose state grows with the sequence as a dashed line, the legend
-outside the axes. matplotlib is imported when a figure is drawn (about 0.9 s)."""
+intervals allow). One bold colour for the placed mixer, the reference rows muted (one shade
+per family, a marker per row), rows whose state grows with the sequence as a dashed line, the
+legend outside the axes in room of its own (never narrowing them), markers drawn whole inside
+the axes, no figure wider than 16 inches (four tables: panels in two rows). matplotlib is
+imported when a figure is drawn (about 0.9 s)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,13 @@ from typing import Any
 from recall_lab.experiments import stats
 
 MINE = "#d62728"  # the placed mixer
-MUTED = ("#8c9fb5", "#b5a68c", "#9fb58c", "#b58ca6", "#8cb5b0", "#a6a6a6", "#b5938c",
-         "#a08cb5")
+# tab10's hues but its red (the placed mixer's), lightened 40% towards white: muted, yet one
+# family's hue apart from the next (the greyed shades before were hard to tell apart)
+MUTED = ("#79add2", "#ffb26e", "#80c680", "#bfa4d7", "#ba9a93", "#eeadda", "#b2b2b2",
+         "#d7d77a", "#74d8e2")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+SOLVED = "share of seeds solved"
+LEGEND_IN = 4.2  # inches of figure right of the axes for the legend
 
 
 def _family(label: str) -> str:
@@ -71,11 +77,16 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
     x_lo, x_hi = (min(xs) / 1.6, max(xs) * 1.6) if xs else (1.0, 10.0)
     paths = []
 
-    # 1. seeds solved against state, one panel per table
-    fig, axes = plt.subplots(1, len(sizes), figsize=(3.1 * len(sizes) + 2.6, 3.4),
+    # 1. seeds solved against state, one panel per table (four: two rows of two)
+    ncols = 2 if len(sizes) == 4 else min(len(sizes), 3)
+    nrows = -(-len(sizes) // ncols)
+    panels_in = 3.3 * ncols + 0.8
+    fig, axes = plt.subplots(nrows, ncols, figsize=(panels_in + LEGEND_IN, 2.9 * nrows + 0.8),
                              sharey=True, squeeze=False)
+    for ax in axes.flat[len(sizes):]:
+        ax.set_visible(False)
     cells = {c["size"]: c for c in answer["cells"]}
-    for ax, size in zip(axes[0], sizes, strict=True):
+    for ax, size in zip(axes.flat, sizes, strict=False):
         for r in fixed:
             g = r.cells.get(size)
             if g is None or not g.solved.n:
@@ -105,30 +116,32 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xlim(x_lo, x_hi)
         numbers(ax)
-        ax.set_ylim(-0.05, 1.05)
+        ax.set_ylim(-0.07, 1.07)
         ran = (answer.get("ran") or {}).get("tables", sizes)
         ax.set_title(names[f"{size:g}"] + (" (cut)" if c and c["status"] == "cut" else "")
                      + ("" if size in ran else " (placed mixer: not run)"), fontsize=10)
-        ax.set_xlabel("recurrent state per layer (numbers)")
+        ax.set_xlabel("recurrent state per layer (numbers)", fontsize=8)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("seeds solved (Wilson 95%)")
+    for row in axes:
+        row[0].set_ylabel(f"{SOLVED}\n(Wilson 95%)")
     handles, labels = {}, []
-    for ax in axes[0]:
+    for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             if lab not in handles:
                 handles[lab] = h
                 labels.append(lab)
+    right = panels_in / (panels_in + LEGEND_IN)
     fig.legend([handles[x] for x in labels], labels, loc="center left",
-               bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+               bbox_to_anchor=(right + 0.01, 0.5), fontsize=7, frameon=False)
     fig.suptitle(f"{answer['label']} placed on {answer['reference']['name']}", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, right, 0.96))
     path = Path(folder) / "place-solved-state.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     paths.append(path)
 
     # 2. the frontier against state
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(5.6 + LEGEND_IN, 3.8))
     for r in fixed:
         pts = [(s, g.solved) for s, g in r.cells.items() if g.solved.n]
         if not pts:
@@ -163,6 +176,8 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
                     arrowprops={"arrowstyle": "->", "color": MINE, "ls": ":", "lw": 1.5})
     ax.set_xscale("log")
     ax.set_yscale("log", base=2)
+    # a third of a power of 2 beyond "none" and the largest table: markers drawn whole
+    ax.set_ylim(0.5 / 2 ** 0.35, max(sizes) * 2 ** 0.35)
     ax.set_yticks([s for s in sizes] + [0.5])
     ax.set_yticklabels([f"{s:g}" for s in sizes] + ["none"])
     ax.set_xlim(x_lo, x_hi)
@@ -170,10 +185,12 @@ def place_figures(answer: dict, rows: list[Any], folder: Path) -> list[Path]:
     ax.set_xlabel("recurrent state per layer (numbers)")
     ax.set_ylabel("frontier: largest table solved\nin >= half the seeds [range]")
     ax.grid(alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7, frameon=False)
-    fig.tight_layout()
+    right = 5.6 / (5.6 + LEGEND_IN)
+    fig.legend(*ax.get_legend_handles_labels(), loc="center left",
+               bbox_to_anchor=(right + 0.01, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, right, 1))
     path = Path(folder) / "place-frontier.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     paths.append(path)
     return paths

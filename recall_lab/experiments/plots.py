@@ -20,7 +20,13 @@ every figure (`axis_scale`: the table size and d_state on log2, in the accuracy 
 solve-rate figures alike). Figures
 with more than one table size draw one small panel per size (the facet field: `task.levels` when
 it varies; otherwise, past `MAX_LINES` groups, the first grouping field that is not the model),
-at most `MAX_LINES` lines a panel, and put the legend outside the axes."""
+at most `MAX_LINES` lines a panel, and put the legend outside the axes.
+
+Readable by a person: no figure wider than `MAX_WIDTH` inches (more groups than bars fit: the
+solved grid, rows x tables with k/n in each cell, or rows of bars); every solve-rate axis reads
+"share of seeds solved"; lines on the same points drawn side by side with a marker each
+(`dodged`); markers whole inside the axes; a reference value the source does not give written
+"not reported", and the reference's legend entry naming the task it was measured on."""
 
 from __future__ import annotations
 
@@ -50,6 +56,10 @@ from recall_lab.experiments.grid import format_value, group_label, numeric  # no
 
 MAX_LINES = 8  # lines per panel; more are split over further panels
 HUES = [*plt.get_cmap("tab10").colors, *plt.get_cmap("Dark2").colors]
+MAX_WIDTH = 16.0  # inches: no figure is wider (zoo-frontier's 57 bars in one row were 43)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")  # lines of a panel: one shape each
+SOLVED = "share of seeds solved"  # every solve-rate axis (0 to 1: a share, not a count)
+NOT_REPORTED = "not reported"  # a reference value the source does not give
 
 
 # ---- rows, panels and colours -------------------------------------------------------------------
@@ -189,8 +199,8 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
         if key:
             ax.set_title(key, fontsize=9)
         ax.grid(alpha=0.3)
-        if rate:
-            ax.set_ylim(-0.03, 1.03)
+        if rate:  # markers at 0 and 1 drawn whole, not cut by the axes' edges
+            ax.set_ylim(-0.05, 1.05)
         if xscale:
             ax.set_xscale(*xscale[:1], **(xscale[1] if len(xscale) > 1 else {}))
         if eng and xscale and xscale[0] == "log":  # powers of 2 written out (512, 1,024,
@@ -217,8 +227,13 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
                                   bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     if n == 1:  # over one panel: long lines wrapped (a legend outside narrows the axes, and a
         # 66-character title ran past the figure's left edge)
-        axes[0][0].set_title("\n".join(textwrap.fill(line, TITLE_WIDTH)
-                                       for line in title.split("\n")), fontsize=10)
+        ax = axes[0][0]
+        ax.set_title("\n".join(textwrap.fill(line, TITLE_WIDTH)
+                                for line in title.split("\n")), fontsize=10)
+        fig.tight_layout()
+        if ax.title.get_window_extent(fig.canvas.get_renderer()).x0 < 0:  # a long legend
+            ax.title.set_horizontalalignment("left")  # narrowed the axes: the title starts
+            ax.title.set_x(0.0)  # at their left edge and runs on over the legend's room
     else:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)
@@ -279,20 +294,25 @@ def _spread(x: float, n: int, width: float) -> list[float]:
     return [x + width * 0.6 * (i / (n - 1) - 0.5) for i in range(n)]
 
 
-def plot_bars(rep: dict, path: Path, pal: Palette | None = None) -> Path:
-    """One bar per group at the mean over its seeds, in its row's colour, one dark dot per
-    seed over it (spread across the bar: bimodal seeds show as two clusters), +/- std as an
-    error bar (clipped to [0, 1] for an accuracy), the reference's numbers as grey hatched bars
-    beside ours. The legend names the dots, the error bars, the reference and, where rows span
-    several bars (one panel key, e.g. the table size, per bar), each row's colour."""
-    pal = pal or palette(rep)
-    groups, metric = rep["groups"], rep["metric"]
-    unit = bounded(metric)
+LEGEND_WIDTH = 44  # characters per line of a long legend entry
+BAR_WIDTH = 0.7  # inches per group in the bar figure, beside 3.5 for the labels and legend
+BARS_PER_ROW = int((MAX_WIDTH - 3.5) / BAR_WIDTH)  # more: rows of bars, or the solved grid
+
+
+def reference_label(rep: dict) -> str:
+    """The legend's words for the reference bars: its source and the task its numbers were
+    measured on (the [reference] table's `task`), which need not be this report's."""
+    ref = rep["reference"] or {}
+    task = ref.get("task")
+    words = (f"reference: {ref.get('source', 'reference')}; "
+             + (f"measured on {task}" if task else "its task not recorded"))
+    return textwrap.fill(words, LEGEND_WIDTH)  # a legend beside the axes never wider than them
+
+
+def _bars(ax, rep: dict, groups: list, pal: Palette, unit: bool, has_ref: bool) -> dict:
+    """One row of bars (see `plot_bars`) in `ax`; the legend's handles."""
     ref = (rep["reference"] or {}).get("values") or {}
-    has_ref = any(g.label in ref for g in groups)
     width = 0.4 if has_ref else 0.7
-    # room on the right for the legend, and on the left for the first slanted label
-    fig, ax = plt.subplots(figsize=(max(6.5, 0.7 * len(groups) + 3.5), 4.2))
     xs = [x - width / 2 if has_ref else float(x) for x in range(len(groups))]
     rows = [row_label(rep, g, pal.facet) for g in groups]
     bars = ax.bar(xs, [g.mean if g.mean is not None else 0.0 for g in groups], width,
@@ -324,21 +344,133 @@ def plot_bars(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     if dots is not None:
         handles["one seed"] = dots
     if has_ref:
-        handles[rep["reference"].get("source", "reference")] = ax.bar(
-            [x + width for x in xs], [ref.get(g.label, 0.0) for g in groups], width,
-            hatch="//", color="0.85", edgecolor="0.35", zorder=2)
+        given = [(x + width, ref[g.label]) for x, g in zip(xs, groups, strict=True)
+                 if g.label in ref]
+        handles[reference_label(rep)] = ax.bar(
+            [x for x, _ in given], [v for _, v in given], width, hatch="//", color="0.85",
+            edgecolor="0.35", zorder=2)
+        for x, g in zip(xs, groups, strict=True):  # never a bar of 0, never a gap unexplained
+            if g.label not in ref:
+                ax.text(x + width, 0.02, NOT_REPORTED, ha="center", va="bottom", rotation=90,
+                        fontsize=7, color="0.35", gid="not-reported")
     ax.set_xticks([x + width / 2 if has_ref else x for x in xs], [g.label for g in groups],
                   rotation=45, ha="right", fontsize=8)
-    ax.set_ylabel(metric)
+    ax.set_ylabel(rep["metric"])
     if unit:
-        ax.set_ylim(-0.02, 1.05)
+        ax.set_ylim(-0.04, 1.06)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(list(handles.values()), list(handles), fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.02, 1.0), frameon=False)
-    ax.set_title(f"{metric} at the best lr per group\nbars: mean over seeds; dots: one per seed",
-                 fontsize=10)
+    return handles
+
+
+def plot_bars(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    """One bar per group at the mean over its seeds, in its row's colour, one dark dot per
+    seed over it (spread across the bar: bimodal seeds show as two clusters), +/- std as an
+    error bar (clipped to [0, 1] for an accuracy), the reference's numbers as grey hatched bars
+    beside ours ("not reported" where the reference has no number for a group). The legend
+    names the dots, the error bars, the reference with the task it was measured on and, where
+    rows span several bars (one panel key, e.g. the table size, per bar), each row's colour.
+    More groups than fit `MAX_WIDTH` inches: with a facet field (the table size) and no
+    reference, the solved grid (`plot_solved_grid`) instead; else rows of bars."""
+    pal = pal or palette(rep)
+    groups, metric = rep["groups"], rep["metric"]
+    unit = bounded(metric)
+    has_ref = any(g.label in ((rep["reference"] or {}).get("values") or {}) for g in groups)
+    per_row = BARS_PER_ROW
+    if len(groups) > per_row and pal.facet and not has_ref:
+        return plot_solved_grid(rep, path, pal)
+    per_row = math.ceil(len(groups) / max(1, math.ceil(len(groups) / per_row)))  # balanced
+    chunks = [groups[i:i + per_row] for i in range(0, len(groups), per_row)] or [[]]
+    # room on the right for the legend, and on the left for the first slanted label
+    width = min(MAX_WIDTH, max(6.5, BAR_WIDTH * max(len(c) for c in chunks) + 3.5))
+    fig, axes = plt.subplots(len(chunks), 1, figsize=(width, 4.2 * len(chunks)),
+                             sharey=True, squeeze=False)
+    handles: dict[str, Any] = {}
+    for ax, chunk in zip(axes[:, 0], chunks, strict=True):
+        for label, h in _bars(ax, rep, chunk, pal, unit, has_ref).items():
+            handles.setdefault(label, h)
+    axes[0][0].legend(list(handles.values()), list(handles), fontsize=7, loc="upper left",
+                      bbox_to_anchor=(1.02, 1.0), frameon=False)
+    axes[0][0].set_title(f"{metric} at the best lr per group\nbars: mean over seeds; dots: one "
+                         "per seed", fontsize=10)
     fig.tight_layout()  # a first pass: the slanted labels move as the axes shrink (the second,
     return save_figure(fig, path)  # save_figure's, then fits the first label in the figure)
+
+
+def plot_solved_grid(rep: dict, path: Path, pal: Palette | None = None) -> Path:
+    """Seeds solved as a grid, for a report with more groups than bars fit: one row per row of
+    the report (its values less the facet field), one column per facet value (the table size),
+    each cell coloured by the share of seeds solved and written "k/n" with the mean metric
+    below; a cell no group ran is grey, "not run"."""
+    import numpy as np
+
+    pal = pal or palette(rep)
+    facet = pal.facet
+    rows = list(dict.fromkeys(row_label(rep, g, facet) for g in rep["groups"]))
+    cols = sorted({repr(g.values.get(facet)): g.values.get(facet) for g in rep["groups"]}
+                  .values(), key=lambda v: _sort_key({facet: v}))
+    at = {(row_label(rep, g, facet), repr(g.values.get(facet))): g for g in rep["groups"]}
+    share = np.full((len(rows), len(cols)), np.nan)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            g = at.get((r, repr(c)))
+            if g is not None and g.solved.n:
+                share[i, j] = g.solved.k / g.solved.n
+    label_in = 0.065 * max(len(r) for r in rows)  # inches for the longest row label
+    width = min(MAX_WIDTH, 2.6 + label_in + 1.15 * len(cols))
+    fig, ax = plt.subplots(figsize=(width, 1.6 + 0.34 * len(rows)))
+    cmap = plt.get_cmap("Blues").with_extremes(bad="0.92")
+    image = ax.imshow(np.ma.masked_invalid(share), cmap=cmap, vmin=0.0, vmax=1.0,
+                      aspect="auto")
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            g = at.get((r, repr(c)))
+            if g is None or not g.solved.n:
+                text, dark = ("not run" if g is None else "no seed finished"), False
+            else:
+                text = f"{g.solved.k}/{g.solved.n}" + (
+                    f"\n{g.mean:.2f}" if g.mean is not None else "")
+                dark = share[i, j] > 0.6
+            ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                    color="white" if dark else "black", gid=f"cell:{r}:{j}")
+    ax.set_xticks(range(len(cols)), [panel_label(facet, c) for c in cols], fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.tick_params(length=0)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    bar.set_label(f"{SOLVED} ({rep['metric']} >= {rep['solve_at']:g})", fontsize=8)
+    ax.set_title(f"seeds solved at the best lr per group (cell: k/n seeds; below it: mean "
+                 f"{rep['metric']})", fontsize=10)
+    return save_figure(fig, path)
+
+
+def dodged(lines: list[Line], axis: str) -> dict[str, tuple[str, Any]]:
+    """Each line's marker and x shift, so that lines on the same points (every row solved at
+    the small tables, none at the large ones) show side by side, not one under the other: the
+    i-th of n lines of a panel is moved by (i - (n - 1) / 2) x 4% of a power of 2 on a log2
+    axis (table size, d_state; 10% of a decade on log10), else of the smallest spacing of its
+    x values, and drawn with the i-th marker. label -> (marker, shift(x) function)."""
+    by_panel: dict[str, list[str]] = {}
+    for ln in lines:
+        by_panel.setdefault(ln.panel, [])
+        if ln.label not in by_panel[ln.panel]:
+            by_panel[ln.panel].append(ln.label)
+    xs = sorted({p[0] for ln in lines for p in ln.data})
+    gaps = [b - a for a, b in zip(xs, xs[1:], strict=False) if b > a]
+    out: dict[str, tuple[str, Any]] = {}
+    for labels in by_panel.values():
+        n = len(labels)
+        for i, label in enumerate(labels):
+            off = i - (n - 1) / 2
+            if axis in LOG2_AXES:
+                def shift(x, f=2.0 ** (0.04 * off)):
+                    return x * f
+            elif axis in LOG_AXES:
+                def shift(x, f=10.0 ** (0.1 * off)):
+                    return x * f
+            else:
+                def shift(x, d=0.04 * off * (min(gaps) if gaps else 1.0)):
+                    return x + d
+            out.setdefault(label, (MARKERS[i % len(MARKERS)], shift))
+    return out
 
 
 def _axis_lines(rep: dict, pal: Palette, axis: str, point) -> list[Line]:
@@ -396,21 +528,25 @@ def plot_axis(rep: dict, axis: str, path: Path, pal: Palette | None = None) -> P
 
 
 def plot_solved_axis(rep: dict, axis: str, path: Path, pal: Palette | None = None) -> Path:
-    """Seeds solved against one numeric grouping field, with the Wilson 95% interval shaded."""
+    """The share of seeds solved against one numeric grouping field, with the Wilson 95%
+    interval shaded; lines on the same points side by side (`dodged`), one marker each."""
     pal = pal or palette(rep)
 
     def draw(ax, ln: Line):
-        x = [p[0] for p in ln.data]
+        marker, shift = styles[ln.label]
+        x = [shift(p[0]) for p in ln.data]
         rates = [p[1] for p in ln.data]
-        (h,) = ax.plot(x, [r.k / r.n for r in rates], marker="o", color=ln.colour, lw=1.3,
-                       ms=3)
+        (h,) = ax.plot(x, [r.k / r.n for r in rates], marker=marker, color=ln.colour, lw=1.3,
+                       ms=4)
         ax.fill_between(x, [r.lo for r in rates], [r.hi for r in rates], color=h.get_color(),
-                        alpha=0.12)
+                        alpha=0.10)
         return h
 
     lines = _axis_lines(rep, pal, axis, lambda g: g.solved if g.solved.n else None)
-    return draw_panels(lines, draw, path, title=f"solve rate vs {axis} (band: Wilson 95%)",
-                       xlabel=_axis_label(axis), ylabel=f"seeds solved ({rep['metric']} >= "
+    styles = dodged(lines, axis)
+    return draw_panels(lines, draw, path, title=f"solve rate vs {axis} (band: Wilson 95%; "
+                       "lines on the same points drawn side by side)",
+                       xlabel=_axis_label(axis), ylabel=f"{SOLVED}\n({rep['metric']} >= "
                        f"{rep['solve_at']:g})", rate=True, **axis_scale(axis))
 
 
@@ -543,7 +679,7 @@ def plot_survival(rep: dict, path: Path, pal: Palette | None = None) -> Path:
             ln.label = f"{ln.label} ({g.solved.k}/{g.solved.n})"
     return draw_panels(lines, draw, path, title=f"survival: seeds solved ({rep['metric']} >= "
                        f"{rep['solve_at']:g}), Kaplan-Meier, band 95%",
-                       xlabel="training steps", ylabel="fraction of seeds solved", rate=True,
+                       xlabel="training steps", ylabel=SOLVED, rate=True,
                        eng=True, annotate=words)
 
 
@@ -566,7 +702,7 @@ def plot_window(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     return draw_panels(_group_lines(rep, pal, points), draw, path,
                        title="learning-rate window (Wilson 95% bars)", xlabel="learning rate",
-                       ylabel="seeds solved", rate=True, xscale=("log",))
+                       ylabel=SOLVED, rate=True, xscale=("log",))
 
 
 # ---- against state ------------------------------------------------------------------------------
@@ -677,7 +813,7 @@ def plot_solved_state(rep: dict, path: Path, pal: Palette | None = None) -> Path
         ln.data[0] == "grows" for ln in lines) else ""
     return draw_panels(lines, draw, path, title=f"solve rate vs state per layer (band: Wilson "
                        f"95%{dashed})", xlabel=STATE_LABEL,
-                       ylabel=f"seeds solved ({rep['metric']} >= {rep['solve_at']:g})",
+                       ylabel=f"{SOLVED}\n({rep['metric']} >= {rep['solve_at']:g})",
                        rate=True, xscale=("log",), eng=True)
 
 
@@ -752,6 +888,8 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     def log2_sizes(ax, _lines):
         ax.set_yscale("log", base=2)
+        # a third of a power of 2 beyond "none" and the largest table: markers drawn whole
+        ax.set_ylim(none / 2 ** 0.35, (sizes[-1] if sizes else 1.0) * 2 ** 0.35)
         ax.set_yticks([none, *sizes], ["none", *(f"{v:g}" for v in sizes)])
         ax.yaxis.set_minor_formatter(NullFormatter())
 

@@ -5,7 +5,8 @@ Layout everywhere: [b, h, l, d] for per-head tensors (batch, heads, time, channe
 - `ShortConv`: depthwise causal convolution over time with an optional SiLU (DeltaNet's and
   Hyena's short filters), with a `step` on a [b, c, kernel - 1] window of past inputs.
 - `feature_map(name, x)`: identity, elu + 1, Based's 2nd-order Taylor map
-  (phi(q) . phi(k) = 1 + s + s^2 / 2, s = q . k / sqrt(d), with 1 + d + d^2 features).
+  (phi(q) . phi(k) = 1 + s + s^2 / 2, s = q . k / sqrt(d), with 1 + d + d(d+1)/2 features: the
+  distinct products x_i x_j, i <= j, as zoology's Based keeps them).
 - `to_chunks` / `from_chunks`: right-pad time to a multiple of the chunk size and fold it to
   [b, h, n, c, d] (padded rows are zeros; the chunked forms drop their outputs).
 - `decayed_scores`: the in-chunk score matrix of a per-channel decay (KDA's, RWKV-7's),
@@ -27,20 +28,34 @@ FEATURE_MAPS = ("identity", "elu", "taylor")
 
 
 def feature_dim_expanded(name: str, dim: int) -> int:
-    """Number of features `feature_map(name, .)` makes from `dim` input channels."""
-    return 1 + dim + dim * dim if name == "taylor" else dim
+    """Number of features `feature_map(name, .)` makes from `dim` input channels (Taylor: 1, the
+    dim linear terms and the dim (dim + 1) / 2 distinct second-order products)."""
+    return 1 + dim + dim * (dim + 1) // 2 if name == "taylor" else dim
+
+
+def _taylor_pairs(d: int, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(i, j, scale) of the second-order features: every pair i <= j once, scaled 1 / sqrt(2 d)
+    on the diagonal and 1 / sqrt(d) off it, so that sum_{i<=j} of the scaled products of q and
+    k is (q . k)^2 / (2 d): an off-diagonal pair stands for both x_i x_j and x_j x_i."""
+    i, j = torch.triu_indices(d, d, device=x.device)
+    scale = torch.full(i.shape, 1.0 / math.sqrt(d), dtype=x.dtype, device=x.device)
+    scale[i == j] = 1.0 / math.sqrt(2.0 * d)  # in x's dtype: float64 stays exact
+    return i, j, scale
 
 
 def feature_map(name: str, x: Tensor) -> Tensor:
     """phi(x) over the last axis: identity, elu(x) + 1, or Based's Taylor map of exp(q.k/sqrt(d))
-    to 2nd order: [1, x / d^(1/4), vec(x x^T) / (sqrt(2) sqrt(d))]."""
+    to 2nd order: [1, x / d^(1/4), x_i x_j / sqrt(2 d) for i = j, x_i x_j / sqrt(d) for i < j].
+    phi(q) . phi(k) equals the full outer product's [1, x / d^(1/4), vec(x x^T) / sqrt(2 d)]
+    with d (d - 1) / 2 fewer numbers (tests/mixers/test_zoo_linear_attn.py checks it)."""
     if name == "identity":
         return x
     if name == "elu":
         return F.elu(x) + 1.0
     if name == "taylor":
         d = x.shape[-1]
-        x2 = (x[..., :, None] * x[..., None, :]).flatten(-2) / (math.sqrt(2.0) * math.sqrt(d))
+        i, j, scale = _taylor_pairs(d, x)
+        x2 = x[..., i] * x[..., j] * scale
         return torch.cat([torch.ones_like(x[..., :1]), x / d ** 0.25, x2], dim=-1)
     raise RecallLabError(f"feature_map must be one of {list(FEATURE_MAPS)}, got {name!r}")
 

@@ -16,13 +16,16 @@ tokens): on `recall-lab check`'s learning gate (d_model 32, one seed), windows o
 reached test accuracy 0.965 (step 400) and 0.924 (step 600), while 16 keys, which cover the
 gate's whole sequences, stayed at 0.776 after 600 steps.
 
-State per sequence: the window's keys and values (2 x window x d_model) for a sliding layer,
-num_heads x (1 + d' + d'^2) x (d_model / num_heads + 1) for a linear layer.
+State per sequence: the keys and values before the current token (2 x (window - 1) x d_model:
+the current one arrives with the input, as in a short convolution's cache) for a sliding layer,
+num_heads x (1 + d' + d'(d'+1)/2) x (d_model / num_heads + 1) for a linear layer (the Taylor
+map's distinct second-order products, as zoology's Based counts them).
 
 Forms: the Taylor layer uses `linear_attn.py`'s recurrent loop / chunked form / step; the window
 layer has its loop (`window_attention_recurrent`), a chunked form (each chunk of C queries
 against its C + window - 1 keys: one masked C x (C + window - 1) softmax per chunk) and a step on
-a ring of the last `window` keys and values (RoPE on q and k, as in the paper's window layers).
+the last `window - 1` keys and values plus the current one (RoPE on q and k, as in the paper's
+window layers).
 """
 
 from __future__ import annotations
@@ -91,8 +94,8 @@ def window_attention_chunked(q: Tensor, k: Tensor, v: Tensor, window: int, chunk
 
 @dataclass
 class BasedCache:
-    state: Tensor | None = None  # linear layer: [b, h, 1 + d' + d'^2, d_v + 1]
-    keys: Tensor | None = None  # sliding layer: [b, h, window, d] (RoPE'd), oldest first
+    state: Tensor | None = None  # linear layer: [b, h, 1 + d' + d'(d'+1)/2, d_v + 1]
+    keys: Tensor | None = None  # sliding layer: [b, h, window - 1, d] (RoPE'd), oldest first
     values: Tensor | None = None
     t: int = 0  # tokens seen
 
@@ -160,14 +163,14 @@ class Based(nn.Module):
 
     def state_size(self, sequence_length: int = 2048) -> int:
         if self.kind == "sliding":
-            return 2 * self.window * self.d_model
+            return 2 * (self.window - 1) * self.d_model
         f = feature_dim_expanded("taylor", self.feature_dim)
         return self.heads * f * (self.head_v + 1)
 
     def allocate_cache(self, batch_size: int, max_len: int) -> BasedCache:
         p = self.qkv.weight
         if self.kind == "sliding":
-            shape = (batch_size, self.heads, self.window, self.head_v)
+            shape = (batch_size, self.heads, self.window - 1, self.head_v)
             return BasedCache(keys=p.new_zeros(shape), values=p.new_zeros(shape))
         f = feature_dim_expanded("taylor", self.feature_dim)
         return BasedCache(state=p.new_zeros(batch_size, self.heads, f, self.head_v + 1))
@@ -178,13 +181,14 @@ class Based(nn.Module):
         if self.kind == "sliding":
             q = rope(q[:, :, None], start=cache.t)[:, :, 0] * (q.shape[-1] ** -0.5)
             k = rope(k[:, :, None], start=cache.t)
-            cache.keys = torch.cat([cache.keys[:, :, 1:], k], dim=2)
-            cache.values = torch.cat([cache.values[:, :, 1:], v[:, :, None]], dim=2)
+            keys = torch.cat([cache.keys, k], dim=2)  # [b, h, window, d]: the past, then now
+            values = torch.cat([cache.values, v[:, :, None]], dim=2)
+            cache.keys, cache.values = keys[:, :, 1:], values[:, :, 1:]
             cache.t += 1
-            s = (cache.keys @ q[..., None])[..., 0]  # [b, h, window]
+            s = (keys @ q[..., None])[..., 0]  # [b, h, window]
             empty = torch.arange(self.window, device=x_t.device) < self.window - cache.t
             w = s.masked_fill(empty, -math.inf).softmax(-1)
-            return self.out_proj((w[..., None] * cache.values).sum(-2).reshape(b, -1))
+            return self.out_proj((w[..., None] * values).sum(-2).reshape(b, -1))
         v = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
         o, cache.state = linear_attn_step(feature_map("taylor", q), feature_map("taylor", k), v,
                                           cache.state)

@@ -2,10 +2,11 @@
 
 `RecallLM.allocate_cache(batch, max_len)` -> `DecodeCache` (one entry per block: `SSMBlock` the
 mixer's conv + scan state and its branch's pattern decode state, attention blocks their pattern's
-decode state, i.e. the KV cache for full attention and a ring of k keys for a window, `MLPBlock`
-nothing, `AttambaBlock` its chunk-end cache); `RecallLM.step(ids_t, cache)` -> logits [b, vocab]
-of the next position. Every block class has `allocate_cache(batch, max_len)` and `step(x_t,
-cache)`, so an architecture made of them decodes with no code here.
+decode state, i.e. the KV cache for full attention and, for a window of k, a ring of the k - 1
+keys before the current one, `MLPBlock` nothing, `AttambaBlock` its chunk-end cache);
+`RecallLM.step(ids_t, cache)` -> logits [b, vocab] of the next position. Every block class has
+`allocate_cache(batch, max_len)` and `step(x_t, cache)`, so an architecture made of them
+decodes with no code here.
 
 `prefill(model, ids, cache)` feeds a prompt: token by token, except for DeciMamba models, whose
 decimating layers drop context tokens during the prefill only (`models/decimation.py`,

@@ -114,9 +114,17 @@ def test_bars_dots_per_seed_clipped_to_one_legend_in_drawn_colours(captured, tmp
     assert "clipped to [0, 1]" in std
     drawn_bars = next(c for c in ax.collections if hasattr(c, "get_segments"))
     assert colour(entries[std]) == pytest.approx(tuple(plots.to_rgb(drawn_bars.get_color()[0])))
+    # the reference: a hatched bar where it gives a number, "not reported" where it does not
+    # (never a bar of 0), its legend entry naming the source and that its task is not recorded
     hatched = [p for p in ax.patches if p.get_hatch()]
-    assert len(hatched) == len(groups)
-    assert colour(entries["paper"]) == pytest.approx(tuple(plots.to_rgb(
+    assert [p.get_height() for p in hatched] == pytest.approx([0.9, 1.0])
+    missing = [t for t in ax.texts if t.get_gid() == "not-reported"]
+    assert [t.get_text() for t in missing] == [plots.NOT_REPORTED] * 2
+    assert sorted(round(t.get_position()[0] - 0.2) for t in missing) == sorted(
+        round(ticks[g.label]) for g in groups[2:])
+    key = next(lab for lab in entries if lab.startswith("reference: paper"))
+    assert "its task not recorded" in key
+    assert colour(entries[key]) == pytest.approx(tuple(plots.to_rgb(
         hatched[0].get_facecolor())))
     assert "ours (mean +/- std)" not in entries
 

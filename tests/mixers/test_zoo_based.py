@@ -16,6 +16,7 @@ from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 @pytest.mark.parametrize("options", [
     {"layer_idx": 0, "window": 5, "chunk_size": 8, "window_heads": 2},
     {"layer_idx": 0, "window": 16, "chunk_size": 8},  # window wider than a chunk
+    {"layer_idx": 0, "window": 1, "chunk_size": 8},  # no past slot: the current key only
     {"layer_idx": 1, "feature_dim": 3, "chunk_size": 8},
     {"layer_idx": 1, "feature_dim": 3, "num_heads": 2},
 ])
@@ -66,7 +67,7 @@ def test_taylor_layer_matches_fla_naive_parallel_based():
     ref = naive.naive_parallel_based(q, k, v, use_norm=True)  # scale d'^-1/2, eps 1e-6
     torch.testing.assert_close(m(x), m.out_proj(ref.transpose(1, 2).reshape(2, 19, 16)),
                                rtol=1e-4, atol=1e-5)
-    assert feature_map("taylor", q).shape[-1] == 1 + 4 + 16
+    assert feature_map("taylor", q).shape[-1] == 1 + 4 + 4 * 5 // 2  # distinct products
 
 
 @pytest.mark.parametrize("layer_idx", [0, 1])

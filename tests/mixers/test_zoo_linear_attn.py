@@ -73,7 +73,7 @@ def test_taylor_loop_matches_fla_naive_parallel_based():
 def test_state_size_counts_the_decode_cache(options):
     m = LinearAttention(16, num_heads=2, **options)
     assert m.state_size(sequence_length=50) == recurrent(m.allocate_cache(1, 50))
-    f = 1 + 3 + 9 if options["feature_map"] == "taylor" else 16
+    f = 1 + 3 + 3 * 4 // 2 if options["feature_map"] == "taylor" else 16
     assert m.state_size() >= 2 * f * 8  # two heads of f x d_v
 
 

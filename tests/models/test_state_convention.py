@@ -10,11 +10,15 @@ under test:
 - a key-index branch (the joint-recall paper's hybrid): its key and value slots, keys of the SSM
   state size and values of d_inner, plus LSH's running sums of q and k (the causal centre) and
   KS's running sum of q and slot scores;
-- attention layers with a window: window keys and values of d_model;
+- a sliding window of k keys: the k - 1 keys and values before the current token (which
+  arrives with the input, as in a convolution's cache), in a hybrid branch or an attention
+  layer (keys and values of d_model there);
 - linear attention and Based's Taylor layers: heads x feature dim x (d_v + 1) (state and
-  normaliser); Based's sliding layers 2 x window x d_model; DeltaNet, Gated DeltaNet, GLA, KDA
-  and Gated DeltaProduct: heads x d_k x d_v (zoology's count), their q/k/v convolutions apart;
-  RWKV-7: heads x head size^2, its token shift (one previous column) apart as a convolution;
+  normaliser), the Taylor map's feature dim 1 + d' + d'(d'+1)/2 (the distinct products, as
+  zoology's Based); Based's sliding layers 2 x (window - 1) x d_model; DeltaNet, Gated
+  DeltaNet, GLA, KDA and Gated DeltaProduct: heads x d_k x d_v (zoology's count), their q/k/v
+  convolutions apart; RWKV-7: heads x head size^2, its token shift (one previous column) apart
+  as a convolution;
 - Mamba-3 (arXiv 2603.15569): its state h, ``expand * d_model * d_state`` per layer; the
   previous token's rotated B (heads x mimo_rank x d_state), its x (d_inner) and the cumulative
   rotary angle (heads x rope_fraction * d_state / 2) are per-token caches, counted apart with
@@ -65,8 +69,11 @@ def ks(n: int, arch: str) -> int:
     return slots(n, arch) + D_STATE[arch] + n  # + the running sum of q, the slots' scores
 
 
-BRANCH = {"": lambda a: 0, "+sw": lambda a: slots(K, a), "+d": lambda a: slots(K, a),
-          "+sw+d": lambda a: 2 * slots(K // 2, a), "+a": lambda a: 2 * slots(K // 2, a),
+# a window of n keys keeps n - 1 slots (the current key arrives with the input); dilated and
+# sink parts keep all n (between dilated positions, or past the sink, every key read is past)
+BRANCH = {"": lambda a: 0, "+sw": lambda a: slots(K - 1, a), "+d": lambda a: slots(K, a),
+          "+sw+d": lambda a: slots(K // 2 - 1, a) + slots(K // 2, a),
+          "+a": lambda a: slots(K // 2 - 1, a) + slots(K // 2, a),
           "+lsh": lambda a: lsh(K, a), "+ks": lambda a: ks(K, a),
           "+hax": lambda a: lsh(K // 2, a) + ks(K // 2, a),
           "+seattn-nomem": lambda a: slots(K // 2, a),  # one chunk of k/2, no memory
@@ -82,7 +89,7 @@ def formula(name: str) -> tuple[int, int] | str:
         if name == f"{arch}-2x":
             rec, conv = ssm(arch, 2 * D)
             return 2 * rec, 2 * conv
-    window = K * 2 * D  # a window of k keys and values of d_model
+    window = (K - 1) * 2 * D  # a window of k: the k - 1 past keys and values of d_model
     fixed = {
         "samba": (2 * ssm("mamba")[0] + 2 * window, 2 * ssm("mamba")[1]),
         "transformer+sw": (2 * window, 0),
@@ -103,8 +110,9 @@ def formula(name: str) -> tuple[int, int] | str:
         "gla": (2 * 4 * 8 * 16, 2 * (CONV - 1) * (D // 2 + D // 2 + D)),
         # one head, ELU feature dim 16, d_v 64, with its normaliser; q, k (16 each), v convolved
         "linear-attn": (2 * 16 * (D + 1), 2 * (CONV - 1) * (16 + 16 + D)),
-        # a sliding layer (window 4) and a Taylor layer: 1 + 16 + 16^2 features, d_v 64 + 1
-        "based": (2 * 4 * D + (1 + 16 + 16**2) * (D + 1), 0),
+        # a sliding layer (window 4: 3 past keys and values) and a Taylor layer: 1 + 16 +
+        # 16 * 17 / 2 features (the distinct second-order products), d_v 64 + 1
+        "based": (2 * 3 * D + (1 + 16 + 16 * 17 // 2) * (D + 1), 0),
         # h of expand d_model x d_state; per-token caches: the previous B (4 heads x rank 1 x
         # d_state), the previous x (d_inner), the angle (4 heads x 16 * 0.5 / 2 angles)
         "mamba3": (2 * E * D * ZOO_D_STATE,
