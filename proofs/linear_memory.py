@@ -67,6 +67,7 @@ from scipy import optimize, stats
 from generators.errors import RecallLabError
 from generators.limits import check_fits
 from proofs.evidence import Evidence
+from recall_lab.experiments.memory import largest_passing
 
 F_LIST = 0.05  # the listwise fraction
 PER_PAIR_QUERIES = 256  # pairs scored per n for the per-pair listwise criterion
@@ -160,24 +161,6 @@ CRITERIA: dict[str, Criterion] = {"top1": top1_all, "list_pair": listwise_per_pa
 
 
 # ---- the threshold estimator ---------------------------------------------------------------------
-
-def largest_passing(passes: Callable[[int], bool], start: int, n_max: int,
-                    resolution: int = 1) -> tuple[int, bool]:
-    """The largest n in [1, n_max] with passes(n), by doubling from `start` then bisection;
-    exact when passes is a step function (true up to some n, false after) and `resolution` is 1
-    (else within 1/resolution of n, relative, below it). Returns (n, censored): censored when
-    n_max itself passes. passes(1) is taken as true."""
-    lo, hi = 1, max(2, min(start, n_max))
-    while passes(hi):
-        lo = hi
-        if hi >= n_max:
-            return n_max, True
-        hi = min(n_max, 2 * hi)
-    while hi - lo > (max(1, lo // resolution) if resolution > 1 else 1):  # passes(lo) only
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
-    return lo, False
-
 
 def median_interval(values: Sequence[float], rng: np.random.Generator,
                     resamples: int = BOOTSTRAP) -> tuple[float, float, float, np.ndarray]:

@@ -719,7 +719,10 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     """The largest table solved in >= half the seeds against the state per layer in numbers,
     one line per model family with a fixed state (in the family's hue), each point with a bar
     over the frontiers its seeds' Wilson intervals allow (`stats.frontier_range`); rows whose
-    state grows with the sequence as dashed lines at their frontier (in the row's colour)."""
+    state grows with the sequence as dashed lines at their frontier (in the row's colour).
+    With `report --memory` (rep["memory"]), each row's constructed capacities beside its point:
+    hollow circles (random keys) just left of it, hollow triangles (designed keys) just right,
+    thin bars over their Wilson ranges; the y axis then reaches down to the smallest."""
     pal = pal or palette(rep)
     tables = _frontier_tables(rep)
     fixed, growing = frontier_points(rep, tables)
@@ -732,13 +735,30 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     sizes = sorted({v for g in rep["groups"]
                     if (v := numeric("task.levels", g.values.get("task.levels"))) is not None})
-
-    none = sizes[0] / 2 if sizes else 0.5  # "no table solved": one step below the smallest
+    built = _memory_points(rep, pal)
+    for keys, marker in (("random", "o"), ("designed", "^")):
+        if built[keys]:
+            lines.append(Line("", f"no-decay construction, {keys} keys", "#555555",
+                              ("memory", marker, built[keys])))
+    floor = [v for pts in built.values() for p in pts for v in p[1:4] if v > 0]
+    ticks = sorted(set(sizes) | {2 ** k for k in range(8) if floor and 2 ** k >= min(floor)
+                                 and 2 ** k <= max(floor)})
+    # "no table solved": one step below the smallest table or constructed capacity
+    none = ticks[0] / 2 if ticks else 0.5
 
     def y(v: float) -> float:  # table size on log2, as every figure draws it
         return v or none
 
     def draw(ax, ln: Line):
+        if ln.data[0] == "memory":
+            _, marker, pts = ln.data
+            shift = 0.9 if marker == "o" else 1.11  # beside the trained point, not on it
+            for x, n, lo, hi, colour in pts:
+                ax.scatter([x * shift], [y(n)], marker=marker, s=30, facecolors="none",
+                           edgecolors=colour, linewidths=1.2, zorder=4)
+                ax.vlines([x * shift], [y(lo)], [y(hi)], color=colour, lw=1, alpha=0.7)
+            return ax.scatter([], [], marker=marker, s=30, facecolors="none",
+                              edgecolors=ln.colour, linewidths=1.2)
         if ln.data[0] == "grows":
             return _draw_growing(ax, Line(ln.panel, ln.label, ln.colour,
                                           ("grows", y(ln.data[1]))))
@@ -752,15 +772,32 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     def log2_sizes(ax, _lines):
         ax.set_yscale("log", base=2)
-        ax.set_yticks([none, *sizes], ["none", *(f"{v:g}" for v in sizes)])
+        ax.set_yticks([none, *ticks], ["none", *(f"{v:g}" for v in ticks)])
         ax.yaxis.set_minor_formatter(NullFormatter())
 
+    hollow = ("\nhollow: the layer as a memory, no decay (not a ceiling: a trained model can "
+              "learn better keys)" if any(built.values()) else "")
     return draw_panels(lines, draw, path,
                        title="capacity frontier vs state per layer (none: no table solved)\n"
-                             "bars: the frontiers the seeds' Wilson 95% intervals allow",
+                             "bars: the frontiers the seeds' Wilson 95% intervals allow"
+                             + hollow,
                        xlabel=STATE_LABEL,
                        ylabel="frontier: largest table solved\nin >= 50% of seeds",
                        xscale=("log",), eng=True, annotate=log2_sizes)
+
+
+def _memory_points(rep: dict, pal: Palette) -> dict[str, list[tuple]]:
+    """Per key set, (state per layer, capacity, range low, range high, the family's colour) of
+    every row measured as a memory (`report --memory`)."""
+    out: dict[str, list[tuple]] = {"random": [], "designed": []}
+    for row in rep.get("memory") or []:
+        mem = row["memory"]
+        if mem.spec is None or row["state_numbers"] is None:
+            continue
+        for keys, cap in mem.capacities.items():
+            out[keys].append((row["state_numbers"], cap.n, cap.lo, cap.hi,
+                              pal.model(row["family"]) or "#555555"))
+    return out
 
 
 def report_figures(rep: dict, out: Path) -> list[Path]:

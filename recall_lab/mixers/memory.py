@@ -8,10 +8,10 @@ offers it; docs/mixers.md documents it for users' mixers.
 The construction (docs/results/memory-theory/README.md writes it out for numpy), per seed:
 
 - **keys**: n distinct raw keys per head, k_i^h ~ N(0, I_{d_k}) ("random"), or a frame of low
-  coherence per head ("designed": orthonormal while n <= d_k, else unit vectors spread by
-  minimising the sum of the 4th powers of their inner products), times sqrt(d_k) so that both
-  sets have the Gaussian keys' mean square norm. A `shared_keys` spec (Mamba2: B in R^{d_state}
-  shared by the heads) draws one key set for all heads. Keys pass the layer's key path
+  coherence per head ("designed": orthonormal while n <= d_k, else unit vectors spread apart by
+  `low_coherence_frame`), times sqrt(d_k) so that both sets have the Gaussian keys' mean square
+  norm. A `shared_keys` spec (Mamba2: B in R^{d_state} shared by the heads) draws one key set
+  for all heads. Keys pass the layer's key path
   (`key_map`); queries are the same raw keys through the query path (the map, times
   `query_scale`);
 - **values**: y_i uniform over the |V| = 16 values (repeats happen, as in MQAR), through a
@@ -107,23 +107,31 @@ def spec_of(mixer: object) -> MemorySpec | None | str:
     return spec
 
 
-def low_coherence_frame(n: int, d: int, generator: torch.Generator,
+def low_coherence_frame(sets: int, n: int, d: int, generator: torch.Generator,
                         iterations: int = 300) -> torch.Tensor:
-    """n unit vectors in R^d: orthonormal when n <= d; else spread by gradient steps on the sum
-    of the 4th powers of their inner products, renormalised after each step. [n, d], float64."""
+    """`sets` independent frames of n unit vectors in R^d: orthonormal when n <= d; else spread
+    by tangent gradient steps on sum_{i != j} |<x_i, x_j>|^p, p raised 4, 8, 16, 32 (towards
+    the largest inner product, the coherence), renormalised after each step (d = 1: signs).
+    [sets, n, d], float64. Measured: six lines in the plane reach coherence 0.874-0.877 (the
+    optimum is cos(pi / 6) = 0.866); 40 in R^32 0.090-0.094 (Welch's bound 0.080)."""
     if n <= d:
-        q, _ = torch.linalg.qr(torch.randn(d, d, generator=generator, dtype=torch.float64))
-        return q[:, :n].T.contiguous()
-    x = torch.randn(n, d, generator=generator, dtype=torch.float64)
+        q, _ = torch.linalg.qr(torch.randn(sets, d, d, generator=generator, dtype=torch.float64))
+        return q[..., :n].transpose(-1, -2).contiguous()
+    x = torch.randn(sets, n, d, generator=generator, dtype=torch.float64)
     x = x / x.norm(dim=-1, keepdim=True)
     if d == 1:
         return x.sign()
-    for _ in range(iterations):
-        g = x @ x.T
-        g.fill_diagonal_(0.0)
-        grad = (g ** 3) @ x
-        x = x - 0.5 * grad / (grad.norm(dim=-1, keepdim=True).max() + 1e-12)
-        x = x / x.norm(dim=-1, keepdim=True)
+    off = 1.0 - torch.eye(n, dtype=torch.float64)
+    powers = (4, 8, 16, 32)
+    per = iterations // len(powers)
+    for p in powers:
+        for it in range(per):
+            g = (x @ x.transpose(-1, -2)) * off
+            grad = (g.abs() ** (p - 1) * g.sign()) @ x
+            grad = grad - (grad * x).sum(-1, keepdim=True) * x  # along the sphere
+            scale = grad.norm(dim=-1, keepdim=True).amax(dim=-2, keepdim=True) + 1e-300
+            x = x - (0.1 * (1 - it / per) + 0.01) * grad / scale
+            x = x / x.norm(dim=-1, keepdim=True)
     return x
 
 
@@ -136,8 +144,7 @@ def raw_keys(spec: MemorySpec, n: int, keys: str, generator: torch.Generator) ->
     if keys == "random":
         k = torch.randn(sets, n, d, generator=generator, dtype=torch.float64)
     else:
-        k = torch.stack([low_coherence_frame(n, d, generator) for _ in range(sets)])
-        k = k * math.sqrt(d)
+        k = low_coherence_frame(sets, n, d, generator) * math.sqrt(d)
     return k.expand(spec.heads, n, d) if spec.shared_keys else k
 
 
@@ -150,13 +157,12 @@ def codebook(width: int, generator: torch.Generator) -> torch.Tensor:
     return q.T.contiguous()
 
 
-def seed_accuracy(spec: MemorySpec, n: int, keys: str = "random", tables: int = 512,
-                  seed: int = 0) -> float:
-    """The mean accuracy over `tables` tables of one seed (module docstring)."""
-    gen = torch.Generator().manual_seed(seed)
-    k_raw = raw_keys(spec, n, keys, gen)  # [h, n, d_k]
-    e = codebook(spec.heads * spec.value_width, gen)  # [16, h * d_v]
-    y = torch.randint(0, N_VALUES, (tables, n), generator=gen)
+def read_out(spec: MemorySpec, k_raw: torch.Tensor, e: torch.Tensor, y: torch.Tensor,
+             order: torch.Tensor | None = None) -> torch.Tensor:
+    """The layer's outputs at the n queries, after its normaliser, heads concatenated:
+    k_raw [h, n, d_k] raw keys, e [16, h * d_v] codes, y [t, n] values, `order` [t, n] the
+    write order (the delta rule's; None: as given) -> [t, n, h * d_v], queries in key order."""
+    tables, n = y.shape
     v = e[y].view(tables, n, spec.heads, spec.value_width).transpose(1, 2)  # [t, h, n, d_v]
     fk = phi(spec.key_map, k_raw)
     fq = phi(spec.key_map, k_raw) * spec.query_scale
@@ -165,22 +171,35 @@ def seed_accuracy(spec: MemorySpec, n: int, keys: str = "random", tables: int = 
         o = a @ v  # [t, h, n, d_v]
         z = a.sum(-1)[..., None]  # [h, n, 1]
     else:
-        order = torch.argsort(torch.rand(tables, n, generator=gen), dim=1)  # write order
+        if order is None:
+            order = torch.arange(n).expand(tables, n)
         ko = fk[:, order].transpose(0, 1)  # [t, h, n, d_k] in write order
         vo = torch.gather(v, 2, order[:, None, :, None].expand_as(v))
         kk = ko @ ko.transpose(-1, -2)
         u = torch.linalg.solve_triangular(kk, vo, upper=False, unitriangular=True)
-        s = ko.transpose(-1, -2) @ u  # [t, h, d_k, d_v]
-        o = fq @ s  # [t, h, n, d_v], queries in key order
+        o = fq @ (ko.transpose(-1, -2) @ u)  # the state K^T U [t, h, d_k, d_v], read
         z = None
     if spec.normaliser == "z":
         o = o / (z + _EPS)
     elif spec.normaliser == "rms_head":
         o = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + 1e-5)
-    o = o.transpose(1, 2).reshape(tables, n, -1)  # [t, n, h * d_v]
+    o = o.transpose(1, 2).reshape(tables, n, -1)
     if spec.normaliser == "rms_all":
         o = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + 1e-5)
-    pred = (o @ e.T).argmax(-1)
+    return o
+
+
+def seed_accuracy(spec: MemorySpec, n: int, keys: str = "random", tables: int = 512,
+                  seed: int = 0) -> float:
+    """The mean accuracy over `tables` tables of one seed (module docstring)."""
+    gen = torch.Generator().manual_seed(seed)
+    k_raw = raw_keys(spec, n, keys, gen).float()  # [h, n, d_k]
+    e = codebook(spec.heads * spec.value_width, gen).float()  # [16, h * d_v]
+    y = torch.randint(0, N_VALUES, (tables, n), generator=gen)
+    order = None
+    if spec.rule == "delta":
+        order = torch.argsort(torch.rand(tables, n, generator=gen), dim=1)  # write order
+    pred = (read_out(spec, k_raw, e, y, order) @ e.T).argmax(-1)
     return float((pred == y).double().mean())
 
 
