@@ -204,7 +204,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
-          dry_run: bool = False) -> dict:
+          dry_run: bool = False, memory: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
     shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
@@ -213,10 +213,12 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     report.md, row.md and two figures are beside it. A second call with the same mixer and
     kwargs reuses its finished runs. `say` (a function of one line) hears its progress,
     `monitor(name)` gives each sweep's monitor; `dry_run` returns the plan (state, claims,
-    runs) without checking, training or writing anything."""
+    runs) without checking, training or writing anything; `memory` also measures the layer as
+    a memory outside training where the mixer offers `memory_spec()` (minutes)."""
     return place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
                        threads=threads, engine=engine, reference=reference, check=check,
-                       out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run)
+                       out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run,
+                       memory=memory)
 
 
 __all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",

@@ -145,7 +145,7 @@ class RowMemory:
     def cell(self, keys: str) -> str:
         if self.spec is None:
             return self.why or "n/a"
-        return self.capacities[keys].text()
+        return self.capacities[keys].text() if keys in self.capacities else "not measured"
 
     def to_json(self) -> dict:
         return {"spec": None if self.spec is None else self.spec.__dict__, "why": self.why,
@@ -158,19 +158,20 @@ _CACHE: dict[str, RowMemory] = {}
 _SPECS: dict[MemorySpec, dict[str, Capacity]] = {}
 
 
-def row_memory(tables: dict | None, seeds: int = SEEDS, tables_per_seed: int = TABLES
-               ) -> RowMemory:
-    """A run config's (config.json's tables) layer as a memory; cached per model."""
+def row_memory(tables: dict | None, seeds: int = SEEDS, tables_per_seed: int = TABLES,
+               measure: bool = True) -> RowMemory:
+    """A run config's (config.json's tables) layer as a memory; cached per model. Without
+    `measure`, only its spec and bound (capacities "not measured"): seconds, not minutes."""
     if not isinstance(tables, dict) or not isinstance(tables.get("model"), dict):
         return RowMemory(None, "n/a")
-    key = json.dumps([tables.get("model"), tables.get("task"), seeds, tables_per_seed],
+    key = json.dumps([tables.get("model"), tables.get("task"), seeds, tables_per_seed, measure],
                      sort_keys=True, default=str)
     if key not in _CACHE:
-        _CACHE[key] = _measure(tables, seeds, tables_per_seed)
+        _CACHE[key] = _measure(tables, seeds, tables_per_seed, measure)
     return _CACHE[key]
 
 
-def _measure(tables: dict, seeds: int, per_seed: int) -> RowMemory:
+def _measure(tables: dict, seeds: int, per_seed: int, measure: bool = True) -> RowMemory:
     try:
         cfg = run_config_from_json(tables, "run config").model
         with torch.random.fork_rng(devices=[]):
@@ -184,7 +185,7 @@ def _measure(tables: dict, seeds: int, per_seed: int) -> RowMemory:
     if isinstance(found, str):
         return RowMemory(None, found)
     numbers = count.recurrent.numbers + (count.conv.numbers if count.conv else 0)
-    return RowMemory(found, None, spec_capacities(found, seeds, per_seed),
+    return RowMemory(found, None, spec_capacities(found, seeds, per_seed) if measure else {},
                      information_bound(numbers))
 
 

@@ -124,3 +124,17 @@ def test_model_memory_finds_the_rows_layer():
     assert model_memory(Model(Block(torch.nn.Linear(2, 2)))) == "n/a"
     hax = Model(Block(Mamba2Mixer(64, d_state=4), branch=torch.nn.Linear(2, 2)))
     assert model_memory(hax) == "excluded"
+
+
+def test_place_says_na_without_the_hook_and_measures_only_when_asked():
+    from recall_lab.experiments.place import _memory_lines
+
+    na = _memory_lines({"memory": {"random": "n/a", "designed": "n/a",
+                                   "information_bound": None}})
+    assert "n/a" in na[0] and "memory_spec()" in na[0]
+    later = _memory_lines({"memory": {"random": "not measured", "designed": "not measured",
+                                      "information_bound": 8192}})
+    assert "place --memory" in later[0]
+    done = _memory_lines({"memory": {"random": "3 [3, 4]", "designed": "5 [5, 5]",
+                                     "information_bound": 8192}})
+    assert "random keys 3 [3, 4]" in done[0] and "8192" in done[0]
