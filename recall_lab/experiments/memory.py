@@ -12,8 +12,9 @@ with the frontier's Wilson range, and the information bound of Cor. 3.1 for the 
   the capacity is the largest n with >= 10 of 20 seeds solved, its range the largest n whose
   seeds' Wilson 95% interval lies at or above one half, and the largest whose interval reaches
   it (as the trained frontier's range, `stats.frontier_range`). Each is found by doubling then
-  bisection on n (`largest_passing`), which assumes the seeds solved fall as n grows; the counts
-  at every n evaluated are kept in `Capacity.counts`.
+  bisection on n (`largest_passing`), which assumes the seeds solved fall as n grows; at each n
+  the seeds run in order only until the question asked there is settled (10 solved, or too few
+  left to reach 10); the counts so evaluated are kept in `Capacity.counts`.
 - **Information bound**: the largest n with b >= n log2 |V|, b = the whole model's state (every
   layer's recurrent state and convolution caches, as Cor. 3.1 counts it) times `BITS` bits a
   number. At float32 it is loose: it counts every bit as usable.
@@ -73,7 +74,9 @@ class Capacity:
     censored: bool  # n_max itself solved: n is a lower bound
     hi_censored: bool = False  # likewise for the range's upper end
     seeds: int = SEEDS
-    counts: dict[int, int] = field(default_factory=dict)
+    # n -> [seeds solved, seeds evaluated]: seeds run in order only until the search's question
+    # at n is settled, so fewer than `seeds` may have run there
+    counts: dict[int, list[int]] = field(default_factory=dict)
 
     def text(self) -> str:
         more, hi_more = (">" if self.censored else ""), (">" if self.hi_censored else "")
@@ -85,24 +88,32 @@ def capacity(spec: MemorySpec, keys: str = "random", seeds: int = SEEDS, tables:
     """The construction's capacity under `spec` with `keys` (module docstring)."""
     if keys not in KEY_SETS:
         raise RecallLabError(f"keys must be one of {list(KEY_SETS)}, got {keys!r}")
-    counts: dict[int, int] = {}
+    outcomes: dict[int, list[bool]] = {}  # per n, the seeds evaluated so far, in seed order
 
-    def solved(n: int) -> stats.SolveRate:
-        if n not in counts:
+    def at_least(n: int, need: int) -> bool:
+        """Do >= `need` of the seeds solve n? Seeds run in order until the answer is known."""
+        done = outcomes.setdefault(n, [])
+        while sum(done) < need <= sum(done) + seeds - len(done):
             with torch.random.fork_rng(devices=[]):
-                counts[n] = sum(solved_seeds(spec, n, keys, seeds, tables))
-        return stats.wilson(counts[n], seeds)
+                done.append(solved_seeds(spec, n, keys, 1, tables, first=len(done))[0])
+        return sum(done) >= need
 
-    def search(ok: Callable[[stats.SolveRate], bool], start: int) -> tuple[int, bool]:
-        if not ok(solved(1)):
+    def search(need: int, start: int) -> tuple[int, bool]:
+        if not at_least(1, need):
             return 0, False
-        return largest_passing(lambda n: ok(solved(n)), start, n_max)
+        return largest_passing(lambda n: at_least(n, need), start, n_max)
 
-    guess = max(2, spec.heads * spec.key_width)
-    n, censored = search(lambda r: r.k / r.n >= 0.5, guess)
-    lo, _ = search(lambda r: r.lo >= 0.5, max(2, n))
-    hi, hi_censored = search(lambda r: r.hi >= 0.5, max(2, n))
-    return Capacity(keys, n, lo, hi, censored, hi_censored, seeds, dict(sorted(counts.items())))
+    # the seeds solved that the three questions need: >= half; a Wilson interval at or above
+    # one half; one that reaches it
+    rates = [stats.wilson(k, seeds) for k in range(seeds + 1)]
+    half = math.ceil(seeds / 2)
+    k_lo = next((k for k, r in enumerate(rates) if r.lo >= 0.5), seeds + 1)
+    k_hi = next((k for k, r in enumerate(rates) if r.hi >= 0.5), seeds + 1)
+    n, censored = search(half, max(2, spec.heads * spec.key_width))
+    lo, _ = search(k_lo, max(2, n))
+    hi, hi_censored = search(k_hi, max(2, n))
+    counts = {m: [sum(o), len(o)] for m, o in sorted(outcomes.items())}
+    return Capacity(keys, n, lo, hi, censored, hi_censored, seeds, counts)
 
 
 def information_bound(numbers: float, bits: int = BITS, values: int = N_VALUES) -> int:

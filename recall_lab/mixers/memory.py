@@ -204,6 +204,7 @@ def seed_accuracy(spec: MemorySpec, n: int, keys: str = "random", tables: int = 
 
 
 def solved_seeds(spec: MemorySpec, n: int, keys: str = "random", seeds: int = 20,
-                 tables: int = 512, solve_at: float = SOLVE_AT) -> list[bool]:
-    """Per seed 0 .. seeds - 1: is its mean accuracy at n pairs >= solve_at?"""
-    return [seed_accuracy(spec, n, keys, tables, s) >= solve_at for s in range(seeds)]
+                 tables: int = 512, solve_at: float = SOLVE_AT, first: int = 0) -> list[bool]:
+    """Per seed first .. first + seeds - 1: is its mean accuracy at n pairs >= solve_at?"""
+    return [seed_accuracy(spec, n, keys, tables, s) >= solve_at
+            for s in range(first, first + seeds)]
