@@ -20,7 +20,7 @@ def register(app: GuardedApp) -> None:
                  f"{', '.join(ON_REQUEST)}.",
         ),
         scale: str = typer.Option(
-            "small", help="small: seconds on a laptop CPU (linear_memory: about a minute); "
+            "small", help="small: seconds on a laptop CPU (linear_memory: about 15 s of one core); "
                           "large: construction up to n = 10^6, linear_memory to d = 256."
         ),
         dims: list[int] = typer.Option(

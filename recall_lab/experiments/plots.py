@@ -154,11 +154,13 @@ class Line:
 
 def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xlabel: str,
                 ylabel: str, rate: bool = False, xscale: tuple | None = None,
-                eng: bool = False, annotate: Callable | None = None) -> Path:
+                eng: bool = False, annotate: Callable | None = None,
+                legend_extra: dict[str, Any] | None = None) -> Path:
     """One small panel per panel key (at most MAX_LINES lines each: more are split over further
     panels), shared axes, labels on the outer panels, one legend outside on the right.
     `draw(ax, line)` draws a line and returns its legend handle (None: no entry);
-    `annotate(ax, lines)`, once every panel is drawn and scaled, writes into a panel."""
+    `annotate(ax, lines)`, once every panel is drawn and scaled, writes into a panel;
+    `legend_extra`: further legend entries (label -> handle) for marks drawn with the lines."""
     panels: dict[str, list[Line]] = {}
     order: dict[str, tuple] = {}
     for ln in lines:
@@ -212,6 +214,7 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
         axes[last][col].tick_params(labelbottom=True)
     for r in range(nrows):
         axes[r][0].set_ylabel(ylabel, fontsize=8)
+    handles.update(legend_extra or {})
     if handles:
         axes[0][ncols - 1].legend(list(handles.values()), list(handles), loc="upper left",
                                   bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
@@ -735,11 +738,8 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     sizes = sorted({v for g in rep["groups"]
                     if (v := numeric("task.levels", g.values.get("task.levels"))) is not None})
-    built = _memory_points(rep, pal)
-    for keys, marker in (("random", "o"), ("designed", "^")):
-        if built[keys]:
-            lines.append(Line("", f"no-decay construction, {keys} keys", "#555555",
-                              ("memory", marker, built[keys])))
+    built = _memory_points(rep)
+    marks = {"random": "o", "designed": "^"}
     floor = [v for pts in built.values() for p in pts for v in p[1:4] if v > 0]
     ticks = sorted(set(sizes) | {2 ** k for k in range(8) if floor and 2 ** k >= min(floor)
                                  and 2 ** k <= max(floor)})
@@ -749,16 +749,20 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     def y(v: float) -> float:  # table size on log2, as every figure draws it
         return v or none
 
-    def draw(ax, ln: Line):
-        if ln.data[0] == "memory":
-            _, marker, pts = ln.data
-            shift = 0.9 if marker == "o" else 1.11  # beside the trained point, not on it
-            for x, n, lo, hi, colour in pts:
+    def draw_memory(ax, ln: Line) -> None:
+        """The family's rows as memories, beside their trained points (not on them)."""
+        for keys, marker in marks.items():
+            shift = 0.88 if keys == "random" else 1.13
+            for x, n, lo, hi, family in built[keys]:
+                if family != ln.label:
+                    continue
                 ax.scatter([x * shift], [y(n)], marker=marker, s=30, facecolors="none",
-                           edgecolors=colour, linewidths=1.2, zorder=4)
-                ax.vlines([x * shift], [y(lo)], [y(hi)], color=colour, lw=1, alpha=0.7)
-            return ax.scatter([], [], marker=marker, s=30, facecolors="none",
-                              edgecolors=ln.colour, linewidths=1.2)
+                           edgecolors=ln.colour, linewidths=1.2, zorder=4)
+                ax.vlines([x * shift], [y(lo)], [y(hi)], color=ln.colour, lw=1, alpha=0.7)
+
+    def draw(ax, ln: Line):
+        if ln.data[0] == "fixed":
+            draw_memory(ax, ln)
         if ln.data[0] == "grows":
             return _draw_growing(ax, Line(ln.panel, ln.label, ln.colour,
                                           ("grows", y(ln.data[1]))))
@@ -777,26 +781,28 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     hollow = ("\nhollow: the layer as a memory, no decay (not a ceiling: a trained model can "
               "learn better keys)" if any(built.values()) else "")
+    extra = {f"no-decay construction, {keys} keys": plt.Line2D(
+        [], [], ls="none", marker=marker, mfc="none", mec="#555555", ms=6)
+        for keys, marker in marks.items() if built[keys]}
     return draw_panels(lines, draw, path,
                        title="capacity frontier vs state per layer (none: no table solved)\n"
                              "bars: the frontiers the seeds' Wilson 95% intervals allow"
                              + hollow,
                        xlabel=STATE_LABEL,
                        ylabel="frontier: largest table solved\nin >= 50% of seeds",
-                       xscale=("log",), eng=True, annotate=log2_sizes)
+                       xscale=("log",), eng=True, annotate=log2_sizes, legend_extra=extra)
 
 
-def _memory_points(rep: dict, pal: Palette) -> dict[str, list[tuple]]:
-    """Per key set, (state per layer, capacity, range low, range high, the family's colour) of
-    every row measured as a memory (`report --memory`)."""
+def _memory_points(rep: dict) -> dict[str, list[tuple]]:
+    """Per key set, (state per layer, capacity, range low, range high, family) of every row
+    measured as a memory (`report --memory`)."""
     out: dict[str, list[tuple]] = {"random": [], "designed": []}
     for row in rep.get("memory") or []:
         mem = row["memory"]
         if mem.spec is None or row["state_numbers"] is None:
             continue
         for keys, cap in mem.capacities.items():
-            out[keys].append((row["state_numbers"], cap.n, cap.lo, cap.hi,
-                              pal.model(row["family"]) or "#555555"))
+            out[keys].append((row["state_numbers"], cap.n, cap.lo, cap.hi, row["family"]))
     return out
 
 
