@@ -169,3 +169,23 @@ def test_the_docs_numpy_construction_is_the_labs(spec):
     ours = read_out(spec, torch.tensor(keys), torch.tensor(e), torch.tensor(y)[None],
                     torch.tensor(order)[None])[0].numpy()
     assert np.allclose(theirs, ours, atol=1e-9)
+
+
+def test_the_reports_memory_table():
+    from recall_lab.experiments.memory import Capacity, RowMemory, memory_lines, memory_table
+
+    spec = MemorySpec("sum", 16, 2, 4)
+    caps = {"random": Capacity("random", 6, 5, 6, False),
+            "designed": Capacity("designed", 8, 8, 9, False, True)}
+    rows = [{"row": "gla / num_heads=16", "state": "128", "frontier": (16, 16, 16),
+             "memory": RowMemory(spec, None, caps, 8192)},
+            {"row": "mamba2+hax", "state": "136,224", "frontier": None,
+             "memory": RowMemory(None, "excluded")}]
+    head, lines = memory_table(rows)
+    assert lines[0] == ["gla / num_heads=16", "128", "16 [16, 16]", "6 [5, 6]", "8 [8, >9]",
+                        "8,192", "2.7", "2"]
+    assert lines[1][2:] == ["open", "excluded", "excluded", "-", "-", "-"]
+    assert len(head) == len(lines[0])
+    text = "\n".join(memory_lines({"memory": rows}))
+    assert "neither is a ceiling" in text and "exploratory" in text
+    assert memory_lines({}) == []
