@@ -1,6 +1,9 @@
 """Draw docs/results/memory-theory's figures from `recall-lab prove linear_memory --out F.json`.
 
-    python scripts/memory_theory_figures.py F.json OUT_DIR
+    python scripts/memory_theory_figures.py F.json [G.json ...] OUT_DIR
+
+Several files are merged by d (a later file's row for a d replaces an earlier one's); the fit
+drawn is the last file's.
 
 - collapse.png: P(all n pairs retrieved top-1) against n ln n / d^2, one line per d (the share
   of seeds whose capacity is >= n, read off each seed's measured capacity); if the scale law
@@ -22,13 +25,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+ROWS = ("top1", "listwise_per_pair", "listwise_all", "lp_top1")
 
-def load(path: Path) -> dict:
-    data = json.loads(path.read_text())
-    found = [r for r in data["results"] if r["name"] == "linear_memory"]
-    if not found:
-        raise SystemExit(f"error: {path} holds no linear_memory evidence")
-    return found[0]["details"]
+
+def load(paths: list[Path]) -> dict:
+    merged: dict = {}
+    for path in paths:
+        data = json.loads(path.read_text())
+        found = [r for r in data["results"] if r["name"] == "linear_memory"]
+        if not found:
+            raise SystemExit(f"error: {path} holds no linear_memory evidence")
+        details = found[0]["details"]
+        for key in ROWS:
+            by_d = {r["d"]: r for r in merged.get(key, [])}
+            by_d.update({r["d"]: r for r in details[key]})
+            details[key] = [by_d[d] for d in sorted(by_d)]
+        merged = details
+    return merged
 
 
 def collapse(details: dict, out: Path) -> Path:
@@ -108,11 +121,12 @@ def constants(details: dict, out: Path) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python scripts/memory_theory_figures.py PROVE_JSON OUT_DIR", file=sys.stderr)
+    if len(argv) < 2:
+        print("usage: python scripts/memory_theory_figures.py PROVE_JSON [...] OUT_DIR",
+              file=sys.stderr)
         return 2
-    details = load(Path(argv[0]))
-    out = Path(argv[1])
+    details = load([Path(a) for a in argv[:-1]])
+    out = Path(argv[-1])
     out.mkdir(parents=True, exist_ok=True)
     for path in (collapse(details, out), constants(details, out)):
         print(f"wrote {path}")
