@@ -48,8 +48,9 @@ is at most 1.0 wide; otherwise *not decided at these d*. The verdict is conditio
 1 / ln d form of the finite-d correction, so c(d) itself and its trend are reported beside it.
 The listwise ratio is called *flat* when the per-pair n* / d^2 intervals of all d share a point.
 
-Scales: `small` d = 8 .. 128, 20 seeds, the LP at d = 8 (about a minute on one core); `large`
-adds d = 256 and the LP at d = 16. `dims` and `n_max` override the grid (`recall-lab prove
+Scales: `small` d = 8 .. 128, 20 seeds, the LP at d = 8 (measured: 14 s of CPU on one core);
+`large` adds d = 256 (77 s of CPU with d = 32 .. 128) and the LP at d = 16 (1.5 to 14 s of CPU
+per LP, about 160 of them). `dims` and `n_max` override the grid (`recall-lab prove
 linear_memory --d 16 --n-max 2000`); `validate` refuses bad values before any work.
 """
 
