@@ -1,7 +1,8 @@
 """The papers' theorems as executable checks.
 
-One module per statement (`capacity`, `cisa`, `construction`, `lsh_equivalence`), each with
-`check(scale, seed) -> Evidence`; `proofs.registry.run` runs them for `recall-lab prove`.
+One module per statement (`capacity`, `cisa`, `construction`, `lsh_equivalence`, and on request
+`linear_memory`), each with `check(scale, seed) -> Evidence`; `proofs.registry.run` runs them for
+`recall-lab prove`.
 """
 
 from proofs.evidence import Evidence

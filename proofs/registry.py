@@ -1,13 +1,18 @@
 """The list of executable statements and the runner behind `recall-lab prove`.
 
 Each entry names a module in `proofs/` whose `check(scale, seed)` returns an `Evidence`. Modules
-are imported on demand so that listing the names costs nothing.
+are imported on demand so that listing the names costs nothing. `STATEMENTS` run by default;
+`ON_REQUEST` only when named (minutes of measurement that the tour's `recall-lab prove` should not
+wait for). A module may offer `validate(scale, **options)`: every chosen statement's inputs are
+refused there before the first check runs. Options (`dims`, `n_max`) go only to the statements
+that take them (`OPTIONS`).
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from generators.errors import RecallLabError
 from proofs.evidence import Evidence
@@ -18,31 +23,61 @@ STATEMENTS: dict[str, str] = {
     "construction": "Prop. 3.2 / Prop. C.1",
     "lsh_equivalence": "App. A",
 }
+ON_REQUEST: dict[str, str] = {
+    "linear_memory": "arXiv 2605.05189 (linear associative memory thresholds)",
+}
+OPTIONS: dict[str, tuple[str, ...]] = {"linear_memory": ("dims", "n_max")}
+FLAGS = {"dims": "--d", "n_max": "--n-max"}  # the options' names on the command line
 SCALES = ("small", "large")
 
 
 def resolve(names: Sequence[str] | None) -> list[str]:
-    """Validate statement names (all of them when none are given)."""
+    """Validate statement names (the default set when none are given)."""
     if not names:
         return list(STATEMENTS)
+    known = {**STATEMENTS, **ON_REQUEST}
     for name in names:
-        if name not in STATEMENTS:
+        if name not in known:
             raise RecallLabError(
-                f"unknown statement {name!r}; choose from {', '.join(STATEMENTS)}")
+                f"unknown statement {name!r}; choose from {', '.join(known)}")
     return list(dict.fromkeys(names))
+
+
+def _options(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in options.items() if k in OPTIONS.get(name, ())}
+
+
+def prepare(names: Sequence[str] | None = None, scale: str = "small",
+            **options: Any) -> list[str]:
+    """The chosen statements, after refusing bad input for all of them (before any work):
+    unknown names or scale, options no chosen statement takes, each module's `validate`."""
+    if scale not in SCALES:
+        raise RecallLabError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+    chosen = resolve(names)
+    given = {k: v for k, v in options.items() if v}
+    takers = [n for n in chosen if set(given) & set(OPTIONS.get(n, ()))]
+    if given and not takers:
+        takers_all = ", ".join(n for n, opts in OPTIONS.items() if set(given) & set(opts))
+        flags = ", ".join(FLAGS.get(k, k) for k in sorted(given))
+        raise RecallLabError(f"{flags} apply only to {takers_all}")
+    for name in chosen:
+        module = importlib.import_module(f"proofs.{name}")
+        if hasattr(module, "validate"):
+            module.validate(scale=scale, **_options(name, given))
+    return chosen
 
 
 def run(
     names: Sequence[str] | None = None, scale: str = "small", seed: int = 0,
-    on_done: Callable[[Evidence], None] | None = None,
+    on_done: Callable[[Evidence], None] | None = None, **options: Any,
 ) -> list[Evidence]:
     """Run the named checks in order; `on_done` sees each result as soon as it exists."""
-    if scale not in SCALES:
-        raise RecallLabError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
+    chosen = prepare(names, scale, **options)
+    given = {k: v for k, v in options.items() if v}
     results = []
-    for name in resolve(names):
+    for name in chosen:
         module = importlib.import_module(f"proofs.{name}")
-        evidence = module.check(scale=scale, seed=seed)
+        evidence = module.check(scale=scale, seed=seed, **_options(name, given))
         results.append(evidence)
         if on_done is not None:
             on_done(evidence)

@@ -172,14 +172,16 @@ def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: 
 def report(runs: str | Path | list, *, out: str | Path | None = None, plots: bool = True,
            by: list[str] | None = None, metric: str | None = None,
            experiment: dict | None = None, solve_at: float | None = None,
-           best_of_lr: bool = False) -> Report:
+           best_of_lr: bool = False, memory: bool = False) -> Report:
     """The report over sweep folders (or folders of run folders): best lr per group, solve
     rates with Wilson intervals, steps to solve as time to event, the experiment's claims
     checked, a replication beside its original. Written to `out` (default: the one runs
     folder) as report.md / .csv / .json and PNGs. `experiment`: the tables of an experiment
     file whose `[report]` and `[reference]` to use instead of those the sweep recorded.
     `best_of_lr`: also best-of-lr.md / .json / .png, what one seed at its best lr (zoology's
-    way of reporting a cell) would have given, for every seed that ran every lr."""
+    way of reporting a cell) would have given, for every seed that ran every lr. `memory`: also
+    each fixed-state row's layer measured as a memory beside its trained frontier
+    (experiments/memory.py; minutes: 20 seeds x 512 tables per n)."""
     dirs = [Path(r) for r in (runs if isinstance(runs, list) else [runs])]
     if out is None:
         if len(dirs) != 1:
@@ -188,7 +190,7 @@ def report(runs: str | Path | list, *, out: str | Path | None = None, plots: boo
             raise RecallLabError(f"{dirs[0]} is a single run's folder: pass --out for the "
                                  "report")
     rep = build_report(dirs, by=by, metric=metric, experiment=experiment, solve_at=solve_at,
-                       best_of_lr=best_of_lr)
+                       best_of_lr=best_of_lr, memory=memory)
     add_replication(rep, dirs)
     paths = write_report(rep, Path(out) if out is not None else dirs[0], plots=plots)
     return Report(pd.DataFrame(rep["rows"]), rep["checks"],
@@ -214,7 +216,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
-          dry_run: bool = False) -> dict:
+          dry_run: bool = False, memory: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
     shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
@@ -223,10 +225,12 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     report.md, row.md and two figures are beside it. A second call with the same mixer and
     kwargs reuses its finished runs. `say` (a function of one line) hears its progress,
     `monitor(name)` gives each sweep's monitor; `dry_run` returns the plan (state, claims,
-    runs) without checking, training or writing anything."""
+    runs) without checking, training or writing anything; `memory` also measures the layer as
+    a memory outside training where the mixer offers `memory_spec()` (minutes)."""
     return place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
                        threads=threads, engine=engine, reference=reference, check=check,
-                       out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run)
+                       out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run,
+                       memory=memory)
 
 
 __all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",

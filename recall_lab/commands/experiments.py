@@ -162,6 +162,10 @@ def register(app: GuardedApp) -> None:
                                         "best-of-lr.md/.json/.png: every seed that ran every "
                                         "lr, reported as zoology reports a cell (one seed at "
                                         "its own best lr), beside the lab's solve rate."),
+        memory: bool = typer.Option(False, "--memory", help="Also measure each fixed-state "
+                                    "row's layer as a memory outside training (no decay, 20 "
+                                    "seeds x 512 tables per n; minutes) and draw it beside the "
+                                    "trained frontier."),
     ) -> None:
         """Aggregate runs: best lr per group on validation, test mean +/- std over seeds; writes
         report.md, report.csv, report.json and PNGs; --check tests the experiment's claims."""
@@ -175,7 +179,8 @@ def register(app: GuardedApp) -> None:
         exp = read_toml(experiment) if experiment is not None else None
         fields = [f.strip() for f in by.split(",") if f.strip()] if by else None
         result = api.report(runs, out=out, plots=plots, by=fields, metric=metric,
-                            experiment=exp, solve_at=solve_at, best_of_lr=best_of_lr)
+                            experiment=exp, solve_at=solve_at, best_of_lr=best_of_lr,
+                            memory=memory)
         rep, paths = result.data, result.paths
         print_warnings(terminal_warnings(rep))
         console.print(report_table(rep))
@@ -184,6 +189,9 @@ def register(app: GuardedApp) -> None:
         pivot = by_table_table(rep)
         if pivot is not None:
             console.print(pivot)
+        mem = memory_table_rich(rep)
+        if mem is not None:
+            console.print(mem)
         for c in rep["checks"]:
             mark = {"pass": "[green]PASS[/]", "fail": "[bold red]FAIL[/]",
                     "open": "[yellow]OPEN[/]"}[c["verdict"]]
@@ -283,6 +291,23 @@ def by_table_table(rep: dict):
     head, rows = pivot
     table = Table(title="seeds solved by table", caption=escape(BY_TABLE_NOTE))
     for col in head:  # escaped: rich would take "[range]" for a style tag
+        table.add_column(escape(col), justify="left" if col == "row" else "right")
+    for row in rows:
+        table.add_row(*map(escape, row))
+    return table
+
+
+def memory_table_rich(rep: dict):
+    """report.md's "layer as a memory" section, for the terminal; None where not asked for."""
+    from rich.table import Table
+
+    from recall_lab.experiments.memory import NOTE, memory_table
+
+    if not rep.get("memory"):
+        return None
+    head, rows = memory_table(rep["memory"])
+    table = Table(title="the layer as a memory (exploratory)", caption=escape(NOTE))
+    for col in head:
         table.add_column(escape(col), justify="left" if col == "row" else "right")
     for row in rows:
         table.add_row(*map(escape, row))

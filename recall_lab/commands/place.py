@@ -48,6 +48,9 @@ def register(app: GuardedApp) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (the mixer's "
                                      "state, its claims, the runs) and run nothing; nothing is "
                                      "written."),
+        memory: bool = typer.Option(False, "--memory", help="Also measure the layer as a "
+                                    "memory outside training (no decay; minutes), where the "
+                                    "mixer offers memory_spec() (docs/mixers.md)."),
     ) -> None:
         """Place a mixer on the recall-against-state frontier: the reference's protocol (the
         zoo-frontier's tables, budgets, lr pilot rule, cut rule, solve threshold) run for it,
@@ -73,7 +76,8 @@ def register(app: GuardedApp) -> None:
         answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
                            threads=threads, engine=engine, reference=reference, check=check,
                            out=out, plots=plots, say=say,
-                           monitor=lambda name: SweepProgress(console, name), dry_run=dry_run)
+                           monitor=lambda name: SweepProgress(console, name), dry_run=dry_run,
+                           memory=memory)
         if dry_run:
             say(f"{answer['label']}: recurrent state per layer {answer['state']['text']}; "
                 f"reference {answer['reference']}; {answer['pilot_runs']} pilot runs, up to "

@@ -59,6 +59,7 @@ from recall_lab.experiments.grid import (
     group_label,
     numeric,
 )
+from recall_lab.experiments.memory import row_memory
 from recall_lab.experiments.place_plots import place_figures
 from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, read_protocol
 from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs
@@ -501,11 +502,12 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           address: str | None = None, reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", monitor: Callable[[str], Monitor] | None = None,
           say: Callable[[str], None] | None = None, plots: bool = True,
-          dry_run: bool = False) -> dict:
+          dry_run: bool = False, memory: bool = False) -> dict:
     """Place `mixer` (a built-in name, a zoo mixer, an import path or a plug-in; `kwargs` for
     its class) against the reference (default: the shipped zoo-frontier). Returns the answer
     (also answer.json in the placement folder); with `dry_run`, the plan only (state,
-    claims, runs), nothing checked, trained or written."""
+    claims, runs), nothing checked, trained or written. `memory`: also measure the layer as a
+    memory (experiments/memory.py; minutes), where the mixer offers `memory_spec()`."""
     say = say or (lambda _text: None)
     started = time.perf_counter()
     with open_reference(reference) as ref:
@@ -588,7 +590,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                 tried |= {(s, x) for s in group_sizes for x in seed_group}
                 sweep(exp, only)
         answer = build_answer(folder, plan, protocol, rows, ref_groups, exp, pilot, lr, accs,
-                              cells, verdicts, cut, label, state)
+                              cells, verdicts, cut, label, state, memory)
         answer["wall_s_this_call"] = time.perf_counter() - started
         answer["folder"] = str(folder)
         write_answer(answer, folder, rows, plots=plots)
@@ -654,7 +656,7 @@ def frontier_text(f: dict) -> str:
 def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                  ref_groups: list[Group], exp: Experiment, pilot: Experiment, lr: float,
                  accs: dict, cells: dict[float, Cell], verdicts: list[dict], cut: str | None,
-                 label: str, state: LayerState) -> dict:
+                 label: str, state: LayerState, memory: bool = False) -> dict:
     mine = records(exp, folder)
     done = [r for r in mine if r.status == "done"]
     failed = [r for r in mine if r.status == "failed"]
@@ -678,7 +680,11 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                               if cells[s].group is not None],
                              unrun_tables(protocol, plan["tables"], cut))
     compared = sorted({v["b"] for v in verdicts})
+    # the layer as a memory: "n/a" unless the mixer offers `memory_spec()` (docs/mixers.md)
+    mem = row_memory(next((r.tables for r in done if r.tables), None), measure=memory)
     return {"mixer": plan["mixer"], "kwargs": plan["kwargs"], "label": label,
+            "memory": {"random": mem.cell("random"), "designed": mem.cell("designed"),
+                       "information_bound": mem.bound},
             "state": _state_json(state), "reference": plan["reference"], "lr": lr,
             "pilot": {f"{k:g}": v for k, v in accs.items()}, "cells": cell_rows,
             "claims": verdicts, "cut": cut, "frontier": frontier,
@@ -752,7 +758,7 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         "Seeds solved with a Wilson 95% interval; \"stopped\": the cell stopped launching seeds "
         "once its verdicts were settled (below); \"-\": not run (the cut rule, or not asked "
         "for). Below it, the reference rows its claims compare it with.", "",
-        head, row, *nb_lines, "",
+        head, row, *nb_lines, "", *_memory_lines(answer),
         "## Claims and verdicts", "",
         f"Written and recorded before the first run (claims.json: {reg['claims_recorded']}; "
         f"first run launched {reg['first_run_launched'] or '-'}; "
@@ -787,6 +793,24 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         lines += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})"
                                        for p in answer["figures"]]
     return "\n".join(lines) + "\n"
+
+
+def _memory_lines(answer: dict) -> list[str]:
+    """The layer measured as a memory outside training (experiments/memory.py), or why not."""
+    mem = answer.get("memory")
+    if not mem:
+        return []
+    if mem["random"] == "n/a":
+        return ["The layer as a memory (no-decay construction): n/a; the mixer offers no "
+                "`memory_spec()` hook (docs/mixers.md), so its update rule is not known here.",
+                ""]
+    if mem["random"] == "not measured":
+        return ["The layer as a memory (no-decay construction): not measured; the mixer offers "
+                "`memory_spec()`, and `recall-lab place --memory` measures it (minutes).", ""]
+    return [f"The layer as a memory (no-decay construction, 20 seeds of 512 tables, exploratory; "
+            f"neither key set is a ceiling): random keys {mem['random']}, designed keys "
+            f"{mem['designed']} pairs; information bound at 32 bits a number "
+            f"{mem['information_bound'] if mem['information_bound'] is not None else '-'}.", ""]
 
 
 def _seeds_text(protocol: dict) -> str:

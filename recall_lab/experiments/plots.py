@@ -164,11 +164,13 @@ class Line:
 
 def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xlabel: str,
                 ylabel: str, rate: bool = False, xscale: tuple | None = None,
-                eng: bool = False, annotate: Callable | None = None) -> Path:
+                eng: bool = False, annotate: Callable | None = None,
+                legend_extra: dict[str, Any] | None = None) -> Path:
     """One small panel per panel key (at most MAX_LINES lines each: more are split over further
     panels), shared axes, labels on the outer panels, one legend outside on the right.
     `draw(ax, line)` draws a line and returns its legend handle (None: no entry);
-    `annotate(ax, lines)`, once every panel is drawn and scaled, writes into a panel."""
+    `annotate(ax, lines)`, once every panel is drawn and scaled, writes into a panel;
+    `legend_extra`: further legend entries (label -> handle) for marks drawn with the lines."""
     panels: dict[str, list[Line]] = {}
     order: dict[str, tuple] = {}
     for ln in lines:
@@ -222,6 +224,7 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
         axes[last][col].tick_params(labelbottom=True)
     for r in range(nrows):
         axes[r][0].set_ylabel(ylabel, fontsize=8)
+    handles.update(legend_extra or {})
     if handles:
         axes[0][ncols - 1].legend(list(handles.values()), list(handles), loc="upper left",
                                   bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
@@ -855,7 +858,10 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     """The largest table solved in >= half the seeds against the state per layer in numbers,
     one line per model family with a fixed state (in the family's hue), each point with a bar
     over the frontiers its seeds' Wilson intervals allow (`stats.frontier_range`); rows whose
-    state grows with the sequence as dashed lines at their frontier (in the row's colour)."""
+    state grows with the sequence as dashed lines at their frontier (in the row's colour).
+    With `report --memory` (rep["memory"]), each row's constructed capacities beside its point:
+    hollow circles (random keys) just left of it, hollow triangles (designed keys) just right,
+    thin bars over their Wilson ranges; the y axis then reaches down to the smallest."""
     pal = pal or palette(rep)
     tables = _frontier_tables(rep)
     fixed, growing = frontier_points(rep, tables)
@@ -868,13 +874,31 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     sizes = sorted({v for g in rep["groups"]
                     if (v := numeric("task.levels", g.values.get("task.levels"))) is not None})
-
-    none = sizes[0] / 2 if sizes else 0.5  # "no table solved": one step below the smallest
+    built = _memory_points(rep)
+    marks = {"random": "o", "designed": "^"}
+    floor = [v for pts in built.values() for p in pts for v in p[1:4] if v > 0]
+    ticks = sorted(set(sizes) | {2 ** k for k in range(8) if floor and 2 ** k >= min(floor)
+                                 and 2 ** k <= max(floor)})
+    # "no table solved": one step below the smallest table or constructed capacity
+    none = ticks[0] / 2 if ticks else 0.5
 
     def y(v: float) -> float:  # table size on log2, as every figure draws it
         return v or none
 
+    def draw_memory(ax, ln: Line) -> None:
+        """The family's rows as memories, beside their trained points (not on them)."""
+        for keys, marker in marks.items():
+            shift = 0.88 if keys == "random" else 1.13
+            for x, n, lo, hi, family in built[keys]:
+                if family != ln.label:
+                    continue
+                ax.scatter([x * shift], [y(n)], marker=marker, s=30, facecolors="none",
+                           edgecolors=ln.colour, linewidths=1.2, zorder=4)
+                ax.vlines([x * shift], [y(lo)], [y(hi)], color=ln.colour, lw=1, alpha=0.7)
+
     def draw(ax, ln: Line):
+        if ln.data[0] == "fixed":
+            draw_memory(ax, ln)
         if ln.data[0] == "grows":
             return _draw_growing(ax, Line(ln.panel, ln.label, ln.colour,
                                           ("grows", y(ln.data[1]))))
@@ -888,17 +912,36 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
 
     def log2_sizes(ax, _lines):
         ax.set_yscale("log", base=2)
-        # a third of a power of 2 beyond "none" and the largest table: markers drawn whole
-        ax.set_ylim(none / 2 ** 0.35, (sizes[-1] if sizes else 1.0) * 2 ** 0.35)
-        ax.set_yticks([none, *sizes], ["none", *(f"{v:g}" for v in sizes)])
+        # a third of a power of 2 beyond "none" and the largest tick: markers drawn whole
+        ax.set_ylim(none / 2 ** 0.35, (ticks[-1] if ticks else 1.0) * 2 ** 0.35)
+        ax.set_yticks([none, *ticks], ["none", *(f"{v:g}" for v in ticks)])
         ax.yaxis.set_minor_formatter(NullFormatter())
 
+    hollow = ("\nhollow: the layer as a memory, no decay (not a ceiling: a trained model can "
+              "learn better keys)" if any(built.values()) else "")
+    extra = {f"no-decay construction, {keys} keys": plt.Line2D(
+        [], [], ls="none", marker=marker, mfc="none", mec="#555555", ms=6)
+        for keys, marker in marks.items() if built[keys]}
     return draw_panels(lines, draw, path,
                        title="capacity frontier vs state per layer (none: no table solved)\n"
-                             "bars: the frontiers the seeds' Wilson 95% intervals allow",
+                             "bars: the frontiers the seeds' Wilson 95% intervals allow"
+                             + hollow,
                        xlabel=STATE_LABEL,
                        ylabel="frontier: largest table solved\nin >= 50% of seeds",
-                       xscale=("log",), eng=True, annotate=log2_sizes)
+                       xscale=("log",), eng=True, annotate=log2_sizes, legend_extra=extra)
+
+
+def _memory_points(rep: dict) -> dict[str, list[tuple]]:
+    """Per key set, (state per layer, capacity, range low, range high, family) of every row
+    measured as a memory (`report --memory`)."""
+    out: dict[str, list[tuple]] = {"random": [], "designed": []}
+    for row in rep.get("memory") or []:
+        mem = row["memory"]
+        if mem.spec is None or row["state_numbers"] is None:
+            continue
+        for keys, cap in mem.capacities.items():
+            out[keys].append((row["state_numbers"], cap.n, cap.lo, cap.hi, row["family"]))
+    return out
 
 
 def report_figures(rep: dict, out: Path) -> list[Path]:

@@ -70,6 +70,7 @@ from recall_lab.experiments.best_of_lr import markdown as best_of_lr_markdown
 from recall_lab.experiments.best_of_lr import to_json as best_of_lr_json
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, format_value, group_label, numeric
+from recall_lab.experiments.memory import memory_json, memory_lines, memory_rows
 from recall_lab.experiments.state import UNKNOWN, LayerState, common_state
 from recall_lab.experiments.verdicts import check_expectations, claim_groups  # noqa: F401
 from recall_lab.models.archs import ARCH_TABLE, SSM_FIELDS
@@ -469,9 +470,12 @@ def _by_table_lines(rep: dict) -> list[str]:
 
 def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
                  metric: str | None = None, experiment: dict | None = None,
-                 solve_at: float | None = None, best_of_lr: bool = False) -> dict:
+                 solve_at: float | None = None, best_of_lr: bool = False,
+                 memory: bool = False) -> dict:
     """Everything the report shows, as data (what report.json holds). `best_of_lr`: also what
-    one seed at the best lr would have reported, seed by seed (experiments/best_of_lr.py)."""
+    one seed at the best lr would have reported, seed by seed (experiments/best_of_lr.py).
+    `memory`: also each fixed-state row's layer measured as a memory (experiments/memory.py;
+    minutes)."""
     runs, meta = load_runs(dirs)
     if experiment is not None:
         meta["report"] = experiment.get("report") or {}
@@ -495,6 +499,8 @@ def build_report(dirs: list[str | Path], *, by: list[str] | None = None,
            "runs": len(runs)}
     if best_of_lr:
         rep["best_of_lr"] = one_seed_points(groups, metric, float(solve_at))
+    if memory:
+        rep["memory"] = memory_rows(rep)
     return rep
 
 
@@ -593,6 +599,7 @@ def _markdown(rep: dict) -> str:
             cells.append(row["overlap_text"])
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += _by_table_lines(rep)
+    lines += memory_lines(rep)
     lines += _slice_lines(rep)
     if rep["checks"]:
         lines += ["", "## Claims", ""]
@@ -694,7 +701,8 @@ def _json(rep: dict) -> dict:
     return {"metric": rep["metric"], "by": rep["by"], "experiments": rep["experiments"],
             "runs": rep["runs"], "solve_at": rep["solve_at"], "reference": rep["reference"],
             "groups": groups, "checks": rep["checks"], "figures": rep.get("figures", []),
-            **({"replication": rep["replication"]} if rep.get("replication") else {})}
+            **({"replication": rep["replication"]} if rep.get("replication") else {}),
+            **({"memory": memory_json(rep["memory"])} if rep.get("memory") else {})}
 
 
 def write_report(rep: dict, out: str | Path, plots: bool = True) -> list[Path]:

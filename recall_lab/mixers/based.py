@@ -56,6 +56,7 @@ from recall_lab.mixers.linear_attn import (
     linear_attn_recurrent,
     linear_attn_step,
 )
+from recall_lab.mixers.memory import MemorySpec
 
 KINDS = ("sliding", "linear")
 IMPLS = ("chunk", "recurrent")
@@ -166,6 +167,13 @@ class Based(nn.Module):
             return 2 * (self.window - 1) * self.d_model
         f = feature_dim_expanded("taylor", self.feature_dim)
         return self.heads * f * (self.head_v + 1)
+
+    def memory_spec(self) -> MemorySpec | None:
+        """The layer as a memory (mixers/memory.py): the Taylor layer superposes phi(k) v^T; a
+        window of `window` keys holds no pair by the time its query comes (None)."""
+        if self.kind == "sliding":
+            return None
+        return MemorySpec("sum", self.heads, self.feature_dim, self.head_v, "taylor", 1.0, "z")
 
     def allocate_cache(self, batch_size: int, max_len: int) -> BasedCache:
         p = self.qkv.weight

@@ -45,6 +45,7 @@ from recall_lab.mixers._linear import (
     split_heads,
     to_chunks,
 )
+from recall_lab.mixers.memory import MemorySpec
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
@@ -199,6 +200,12 @@ class DeltaNet(nn.Module):
         # recurrent state only, as zoology counts it; the short convolution's window is the
         # convolution cache, counted apart (mixers/state.py)
         return self.num_heads * self.head_k * self.head_v
+
+    def memory_spec(self) -> MemorySpec:
+        """The layer as a memory (mixers/memory.py): the delta rule with beta = 1 on L2-normed
+        keys, no decay (Gated DeltaNet's alpha = 1, its output gate left out), RMSNorm per head."""
+        return MemorySpec("delta", self.num_heads, self.head_k, self.head_v, "l2",
+                          self.head_k ** -0.5, "rms_head")
 
     def allocate_cache(self, batch_size: int, max_len: int) -> DeltaCache:
         p = self.qkv.weight

@@ -41,6 +41,7 @@ from recall_lab.mixers._linear import (
     split_heads,
     to_chunks,
 )
+from recall_lab.mixers.memory import MemorySpec
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
@@ -167,6 +168,12 @@ class GatedLinearAttention(nn.Module):
     def state_size(self, sequence_length: int = 2048) -> int:
         # recurrent state only; the short convolution's window is counted apart
         return self.num_heads * self.head_k * self.head_v
+
+    def memory_spec(self) -> MemorySpec:
+        """The layer as a memory (mixers/memory.py): k v^T superposed with every gate at 1,
+        RMSNorm per head (the output gate left out)."""
+        return MemorySpec("sum", self.num_heads, self.head_k, self.head_v, "identity",
+                          self.head_k ** -0.5, "rms_head")
 
     def allocate_cache(self, batch_size: int, max_len: int) -> GLACache:
         p = self.qkv.weight

@@ -42,6 +42,7 @@ from recall_lab.mixers._linear import (
     taylor_scores,
     to_chunks,
 )
+from recall_lab.mixers.memory import MemorySpec
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
@@ -164,6 +165,11 @@ class LinearAttention(nn.Module):
     def state_size(self, sequence_length: int = 2048) -> int:
         # the state and its normaliser; the short convolution's window is counted apart
         return self.num_heads * self.features * (self.head_v + int(self.normalize))
+
+    def memory_spec(self) -> MemorySpec:
+        """The layer as a memory (mixers/memory.py): superposed phi(k) v^T per head."""
+        return MemorySpec("sum", self.num_heads, self.feature_dim, self.head_v, self.map,
+                          self._scale(), "z" if self.normalize else "rms_head")
 
     def allocate_cache(self, batch_size: int, max_len: int) -> LinearAttentionCache:
         p = self.qkv.weight

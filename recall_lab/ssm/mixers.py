@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
+from recall_lab.mixers.memory import MemorySpec
 from recall_lab.ssm import native
 from recall_lab.ssm.backend import selective_scan, ssd
 from recall_lab.ssm.decimation import Decimate, decimate_indices, decimation_scores
@@ -384,6 +385,15 @@ class Mamba2Mixer(nn.Module):
             delta = F.softplus(dt + self.dt_bias).transpose(1, 2)
             params = SSMParams(delta=delta, A=A, B=B, C=C, x=xh, D=self.D)
         return _result(out, kept, params)
+
+    def memory_spec(self) -> MemorySpec:
+        """The layer as a memory (mixers/memory.py): key B in R^{d_state}, shared by the heads
+        (one group), value x per head, query C, every decay and dt at 1, the gate and the D skip
+        left out, RMSNorm over the group."""
+        if self.ngroups != 1:
+            raise RecallLabError("Mamba2's memory construction is written for one group of B/C")
+        return MemorySpec("sum", self.nheads, self.d_state, self.headdim, "identity", 1.0,
+                          "rms_all", shared_keys=True)
 
     def allocate_state(self, batch: int, device=None, dtype=None) -> MixerState:
         p = self.A_log
