@@ -233,10 +233,15 @@ def draw_panels(lines: list[Line], draw: Callable, path: Path, *, title: str, xl
         ax = axes[0][0]
         ax.set_title("\n".join(textwrap.fill(line, TITLE_WIDTH)
                                 for line in title.split("\n")), fontsize=10)
-        fig.tight_layout()
-        if ax.title.get_window_extent(fig.canvas.get_renderer()).x0 < 0:  # a long legend
-            ax.title.set_horizontalalignment("left")  # narrowed the axes: the title starts
-            ax.title.set_x(0.0)  # at their left edge and runs on over the legend's room
+        # a long legend narrows the axes: a title wider than what is left of them starts at
+        # their left edge and runs on over the legend's room (centred, it was cut at the left)
+        renderer = fig.canvas.get_renderer()
+        legend = ax.get_legend()
+        room = fig.get_figwidth() - 1.2 - (
+            legend.get_window_extent(renderer).width / fig.dpi if legend else 0.0)
+        if ax.title.get_window_extent(renderer).width / fig.dpi > room:
+            ax.title.set_horizontalalignment("left")
+            ax.title.set_x(0.0)
     else:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, path)

@@ -143,4 +143,3 @@ def test_placement_figures_fit_and_keep_the_legend_beside_the_axes(tmp_path, mon
     solved, frontier = kept.values()
     assert solved.axes[0].get_ylabel().startswith(place_plots.SOLVED)
     assert frontier.axes[0].get_ylim()[1] > max(answer["protocol"]["tables"])
-
