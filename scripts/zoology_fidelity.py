@@ -50,7 +50,9 @@ from recall_lab.models import build_model, model_config  # noqa: E402
 from recall_lab.models.lm import forward_scored  # noqa: E402
 from recall_lab.train import make_optimizer, objective, optimizer_step  # noqa: E402
 
-FIGURE2 = "zoology.experiments.paper_configs.iclr24_zoology_figure2.configs"
+# Figure 2's configs: under paper_configs/ from d88d6f5, directly under experiments/ before
+FIGURE2 = ("zoology.experiments.paper_configs.iclr24_zoology_figure2.configs",
+           "zoology.experiments.iclr24_zoology_figure2.configs")
 FIRST_CELL = "attention-seqlen64-dmodel64-lr0.002154434690031882-kv4"
 LOGIT_TOL = 1e-10
 
@@ -66,6 +68,17 @@ def zoology_commit(path: Path) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown (git not available)"
     return out.stdout.strip() if out.returncode == 0 else "unknown (not a git checkout)"
+
+
+def first_module(names: tuple[str, ...]):
+    """The first of `names` that imports (a missing module of that path is skipped)."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if not (exc.name and name.startswith(exc.name)):
+                raise
+    return None
 
 
 def import_zoology(path: Path, patches: list[str]):
@@ -98,12 +111,15 @@ def import_zoology(path: Path, patches: list[str]):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             zmodel = importlib.import_module("zoology.model")
-            zconfigs = importlib.import_module(FIGURE2)
             ztrain = importlib.import_module("zoology.train")
+            zconfigs = first_module(FIGURE2)
+            if zconfigs is None:
+                fail(f"{path}: zoology's Figure 2 configs are missing (this maps "
+                     f"{' or '.join(FIGURE2)}; the checkout may predate them)")
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("zoology"):
-            fail(f"{path}: zoology's module {exc.name} is missing (this maps zoology's "
-                 f"{FIGURE2}; the checkout may predate it)")
+            fail(f"{path}: zoology's module {exc.name} is missing (this maps zoology.model, "
+                 "zoology.train and Figure 2's configs; the checkout may predate them)")
         fail(f"zoology needs {exc.name}: pip install einops wandb pandas tqdm (its setup.py's "
              "requirements; torch is already here)")
     for cls, attrs in ((zmodel, ("LanguageModel", "TransformerBlock", "TokenEmbeddings")),
@@ -123,7 +139,7 @@ def import_zoology(path: Path, patches: list[str]):
         zmodel.TokenEmbeddings.__init__ = on_cpu
         patches.append("TokenEmbeddings(device='cuda') by default: built with device='cpu' "
                        "(its position ids are made on that device)")
-    return zmodel, zconfigs, ztrain
+    return zmodel, zconfigs, ztrain, zconfigs.__name__
 
 
 def figure2_config(zconfigs, run_id: str):
@@ -171,7 +187,7 @@ def task_table(config) -> dict:
     if getattr(seg, "name", None) != "multiquery_ar":
         fail(f"cannot map {config.run_id}: its training data is {seg.name!r}; the lab maps "
              "multiquery_ar (MQAR)")
-    if config.data.num_passes != 1:
+    if getattr(config.data, "num_passes", 1) != 1:  # JRT repeats (d88d6f5); absent before
         fail(f"cannot map {config.run_id}: num_passes {config.data.num_passes}; the lab maps 1")
     return {"generator": "zoology-mqar", "kwargs": {
         "vocab_size": seg.vocab_size, "input_seq_len": seg.input_seq_len,
@@ -222,16 +238,21 @@ def zoology_logits(zoo, x):
 def run(args) -> dict:
     patches: list[str] = []
     path = Path(args.zoology).expanduser().resolve()
-    zmodel, zconfigs, ztrain = import_zoology(path, patches)
-    config = figure2_config(zconfigs, args.run_id)
-    fields = lab_fields(config)
-    task = generator_task(task_table(config))
-    config.model.embed_dropout, fields["dropout"] = 0.0, 0.0
-    config.model.sequence_mixer.kwargs = {**config.model.sequence_mixer.kwargs, "dropout": 0.0}
-    torch.manual_seed(args.seed)
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        zoo = zmodel.LanguageModel(config.model).double()
+    zmodel, zconfigs, ztrain, configs_module = import_zoology(path, patches)
+    try:  # zoology's config and model: a field this reads that is not there is bad input
+        config = figure2_config(zconfigs, args.run_id)
+        fields = lab_fields(config)
+        task = generator_task(task_table(config))
+        config.model.embed_dropout, fields["dropout"] = 0.0, 0.0
+        config.model.sequence_mixer.kwargs = {**config.model.sequence_mixer.kwargs,
+                                              "dropout": 0.0}
+        torch.manual_seed(args.seed)
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zoo = zmodel.LanguageModel(config.model).double()
+    except (AttributeError, TypeError, KeyError) as exc:
+        fail(f"zoology at {path} differs from what this maps (its Figure 2 config and "
+             f"LanguageModel at d88d6f5): {type(exc).__name__}: {exc}")
     lab = build_model(model_config("transformer", config.model.vocab_size, **fields)).double()
     copy_weights(zoo, lab, name_map(config.model.n_layers))
     names = name_map(config.model.n_layers)
@@ -239,6 +260,15 @@ def run(args) -> dict:
 
     trainer = ztrain.Trainer(zoo, None, None, device="cpu")
     trainer.loss_fn = torch.nn.CrossEntropyLoss()
+    if hasattr(trainer, "compute_loss"):
+        zoo_loss = trainer.compute_loss
+    else:  # before d88d6f5 the loss is written inside train_epoch: its expression, here
+        patches.append("its Trainer has no compute_loss at this commit: the loss is its "
+                       "train_epoch's, loss_fn(logits over (batch x length), targets.flatten())")
+
+        def zoo_loss(x, y):
+            logits = zoo(x)
+            return trainer.loss_fn(logits.reshape(-1, logits.shape[-1]), y.flatten()), None
     if "return_embeddings" in inspect.signature(zoo.forward).parameters:
         patches.append("LanguageModel.forward returns embeddings by default at this commit: "
                        "its trainer's loss is computed on forward(x, return_embeddings=False)")
@@ -251,7 +281,7 @@ def run(args) -> dict:
         logit_gap = (zoo(x) - lab(x).logits).abs().max().item()
 
     zoo.train(), lab.train()
-    zl, _ = trainer.compute_loss(x, y)
+    zl, _ = zoo_loss(x, y)
     zl.backward()
     out, yc = forward_scored(lab, x, y)
     ll = objective(out, yc, 0.0)[0]
@@ -270,7 +300,7 @@ def run(args) -> dict:
     for step in range(args.steps):
         x, y = batch_at(task, args.batch, args.seed, step + 1)
         zopt.zero_grad(), lopt.zero_grad()
-        zl, _ = trainer.compute_loss(x, y)
+        zl, _ = zoo_loss(x, y)
         zl.backward()
         zopt.step()
         out, yc = forward_scored(lab, x, y)
@@ -278,11 +308,11 @@ def run(args) -> dict:
         ll.backward()
         optimizer_step(lab, lopt, 0.0)
         curve.append((zl.item(), ll.item()))
-    loss_gap = max(abs(a - b) for a, b in curve)
+    loss_gap = max((abs(a - b) for a, b in curve), default=0.0)
     weight_gap = max((lparams[a] - zparams[b]).abs().max().item() for a, b in names.items())
     n_zoo = sum(p.numel() for p in zoo.parameters())
     return {
-        "zoology": {"path": str(path), "commit": zoology_commit(path), "config": FIGURE2,
+        "zoology": {"path": str(path), "commit": zoology_commit(path), "config": configs_module,
                     "run_id": config.run_id},
         "cpu_patches": patches, "lab_model": fields | {"dropout": 0.0},
         "task": task_table(config), "dtype": "float64", "batch": args.batch, "seed": args.seed,
