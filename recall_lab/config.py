@@ -146,7 +146,8 @@ class DecimationConfig(BaseModel):
 MIXER_FIELDS = ("mixer", "mixers", "mixer_kwargs", "block")
 # Fields added after runs were committed whose unset value (None) stays out of a run's JSON the
 # same way, so no existing run's hash moved: the recipes (docs/zoology.md).
-OPTIONAL_MODEL_FIELDS = MIXER_FIELDS + ("init", "positions", "norm", "dropout")
+OPTIONAL_MODEL_FIELDS = MIXER_FIELDS + ("init", "positions", "norm", "dropout", "norm2_residual",
+                                        "attn_bias")
 OPTIONAL_TRAIN_FIELDS = ("recipe", "train_examples", "decay", "precision")
 
 # Named recipes, each a preset over existing fields (docs/zoology.md). `fixed`: the values the
@@ -155,6 +156,13 @@ OPTIONAL_TRAIN_FIELDS = ("recipe", "train_examples", "decay", "precision")
 INIT_RECIPES: dict[str, dict[str, Any]] = {
     # zoology's `_init_weights` with its tied head (zoology/model.py)
     "zoology": {"tie_embeddings": True, "embed_std": 0.02, "rescale_residual": True},
+}
+# Named blocks of the transformer (`[model] block`): the parts each fills where a field is not
+# given, so that each part can be turned off for an ablation. "zoology": zoology's
+# `TransformerBlock` with `state_mixer` identity (zoology/model.py): LayerNorms, the identity
+# state mixer's `x + norm2(x)` residual, and biases on the attention's Wqkv and out_proj.
+BLOCK_RECIPES: dict[str, dict[str, Any]] = {
+    "zoology": {"norm": "layer", "norm2_residual": True, "attn_bias": True},
 }
 TRAIN_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
     # zoology's Trainer.fit (zoology/train.py): AdamW(model.parameters()) with torch's default
@@ -275,7 +283,18 @@ class ModelConfig(BaseModel):
     mixer: str | None = None
     mixers: tuple[str | LayerMixer, ...] | None = None
     mixer_kwargs: dict[str, Any] | None = None
-    block: Literal["residual", "mlp"] | None = None
+    # "residual" / "mlp": the mixer model's block (above). "zoology" (the transformer with full
+    # attention and no MLP): zoology's block, BLOCK_RECIPES, which fills the two fields below
+    # (and norm "layer") where they are not given; setting one to false is its ablation.
+    block: Literal["residual", "mlp", "zoology"] | None = None
+    # zoology's identity state mixer is not nothing: its TransformerBlock adds norm2(x) to the
+    # stream after the sequence mixer (`state_mixer` identity of a LayerNorm'd copy), so each
+    # layer is x += attn(norm1(x)); x += norm2(x). Measured (issue 66): it keeps attention on
+    # MQAR's plateau longer. Needs mlp_mult 0 (the identity stands where the MLP would).
+    norm2_residual: bool | None = None
+    # biases on the attention's qkv and out projections (zoology's MHA: Wqkv, out_proj), zero
+    # at init as zoology's `_init_weights` sets them
+    attn_bias: bool | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -285,12 +304,26 @@ class ModelConfig(BaseModel):
             return data  # None, or a value the Literal refuses
         return apply_recipe(data, "model", "init", INIT_RECIPES[init], {})
 
+    @model_validator(mode="before")
+    @classmethod
+    def _block_recipe(cls, data: Any) -> Any:
+        block = data.get("block") if isinstance(data, dict) else None
+        if not isinstance(block, str) or block not in BLOCK_RECIPES:
+            return data
+        return apply_recipe(data, "model", "block", {}, BLOCK_RECIPES[block])
+
     @model_validator(mode="after")
     def _block_options_fit(self) -> ModelConfig:
-        given = [f for f in ("positions", "norm", "dropout") if getattr(self, f) is not None]
+        given = [f for f in ("positions", "norm", "dropout", "norm2_residual", "attn_bias")
+                 if getattr(self, f) is not None]
+        if self.block == "zoology":
+            given.insert(0, "block 'zoology'")
         if given and (self.arch != "transformer" or self.pattern is not None):
             raise RecallLabError(f"{given[0]} is an option of the transformer with full "
                                  f"attention, not of {self.name!r}")
+        if self.norm2_residual and self.mlp_mult:
+            raise RecallLabError(f"norm2_residual (zoology's identity state mixer) stands where "
+                                 f"the MLP would: it needs mlp_mult 0, not {self.mlp_mult}")
         return self
 
     @model_validator(mode="after")
@@ -303,7 +336,8 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _mixer_fits(self) -> ModelConfig:
         if self.arch != "mixer":
-            given = [f for f in MIXER_FIELDS if getattr(self, f) is not None]
+            given = [f for f in MIXER_FIELDS if getattr(self, f) is not None
+                     and (f, getattr(self, f)) != ("block", "zoology")]
             if given:
                 raise RecallLabError(f"{given[0]} is for a model built from a mixer (arch "
                                      f"'mixer'), not arch {self.arch!r}")

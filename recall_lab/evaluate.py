@@ -41,8 +41,11 @@ from recall_lab.runs import (
 def batch_metrics(logits: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
     """Sums over a batch: CE sum, target count, per-sample accuracy sum, exact-match count."""
     mask = targets != IGNORE
+    # half-precision logits are summed in float32; float64 ones (the fidelity checks against
+    # other code, scripts/zoology_fidelity.py) stay float64
+    wide = logits if logits.dtype == torch.float64 else logits.float()
     ce = F.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+        wide.reshape(-1, logits.shape[-1]), targets.reshape(-1),
         ignore_index=IGNORE, reduction="sum",
     )
     correct = (logits.argmax(-1) == targets) & mask

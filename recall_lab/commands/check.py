@@ -27,7 +27,7 @@ def audit_table(rows: list) -> Table:
     return table
 
 
-def _audit(package: str, kwargs_file: Path | None, out: Path | None, learning: bool,
+def _audit(package: str, kwargs_file: str | None, out: Path | None, learning: bool,
            speed: bool, force: bool) -> int:
     """`check --all`: the field audit (recall_lab/experiments/audit.py)."""
     import shlex
@@ -35,9 +35,10 @@ def _audit(package: str, kwargs_file: Path | None, out: Path | None, learning: b
 
     from recall_lab.checkpoint import write_json
     from recall_lab.experiments.audit import audit, audit_markdown
+    from recall_lab.mixers.kwargs_files import kwargs_file as resolve
     from recall_lab.runs import refuse_overwrite
 
-    spec = read_toml(kwargs_file) if kwargs_file is not None else {}
+    spec = read_toml(resolve(kwargs_file)) if kwargs_file is not None else {}
     if out is not None:
         for name in ("audit.md", "audit.json"):
             refuse_overwrite(out / name, force)
@@ -81,9 +82,11 @@ def register(app: GuardedApp) -> None:
                                    "module name such as zoology.mixers, or its folder): each "
                                    "class that declares state_size, checked unchanged; one "
                                    "table (docs/mixers.md, 'Field audit')."),
-        kwargs_file: Path = typer.Option(None, "--kwargs-file", help="With --all: a TOML "
-                                         "file of each mixer's kwargs, the paper's formula of "
-                                         "its state and the lab's count of the same family."),
+        kwargs_file: str = typer.Option(None, "--kwargs-file", help="With --all: a TOML "
+                                        "file of each mixer's kwargs, the paper's formula of "
+                                        "its state and the lab's count of the same family, or "
+                                        "a shipped file's name (zoology); for one mixer, its "
+                                        "entry (--kwargs wins key by key)."),
         out: Path = typer.Option(None, "--out", help="With --all: write audit.md and "
                                  "audit.json into this folder."),
         force: bool = typer.Option(False, help="Overwrite --json (or --out's audit files) if "
@@ -112,14 +115,19 @@ def register(app: GuardedApp) -> None:
             return _audit(all_in, kwargs_file, out, learning, speed, force)
         if target is None:
             raise RecallLabError("give a mixer or model to check, or --all PACKAGE")
-        if kwargs_file is not None or out is not None:
-            raise RecallLabError("--kwargs-file and --out go with --all PACKAGE (for one mixer: "
-                                 "--kwargs and --json)")
+        if out is not None:
+            raise RecallLabError("--out goes with --all PACKAGE (for one mixer: --json)")
         if json_out is not None:
             refuse_overwrite(json_out, force)
         if dtype not in (None, "float32", "float64"):
             raise RecallLabError(f"--dtype {dtype}: float32 or float64")
-        subject = resolve_target(target, mixer_kwargs_json(kwargs, "--kwargs"),
+        args = mixer_kwargs_json(kwargs, "--kwargs")
+        if kwargs_file is not None:  # the file's entry for this mixer; --kwargs wins
+            from recall_lab.mixers.kwargs_files import mixer_kwargs
+            from recall_lab.mixers.registry import resolve_mixer
+
+            args = {**mixer_kwargs(kwargs_file, resolve_mixer(target)), **(args or {})}
+        subject = resolve_target(target, args,
                                  None if dtype is None else getattr(torch, dtype))
         console.print(f"checking {escape(subject.name)}"
                       + (f" ({escape(subject.info['path'])})" if "path" in subject.info else ""),

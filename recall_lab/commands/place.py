@@ -30,6 +30,10 @@ def register(app: GuardedApp) -> None:
                                     "an import path (pkg.mod:Class) or a plug-in's name."),
         kwargs: str = typer.Option(None, "--kwargs", help="The mixer's keyword arguments as a "
                                    "JSON object, e.g. '{\"num_heads\": 4, \"expand_k\": 0.25}'."),
+        kwargs_file: str = typer.Option(None, "--kwargs-file", help="Take the mixer's "
+                                        "kwargs from this TOML file's [mixers.\"PATH\"] table, "
+                                        "or a shipped file's name (zoology); --kwargs wins key "
+                                        "by key."),
         tables: str = typer.Option(None, "--tables", help="Only these tables of the reference "
                                    "(their sizes, comma-separated, e.g. 4,8,16); default: all."),
         seeds: int = typer.Option(None, "--seeds", help="Seeds per table (default: the "
@@ -67,6 +71,11 @@ def register(app: GuardedApp) -> None:
         if reference is not None and not reference.is_dir():
             raise RecallLabError(f"reference folder {reference} does not exist")
         args = mixer_kwargs_json(kwargs, "--kwargs")
+        if kwargs_file is not None:
+            from recall_lab.mixers.kwargs_files import mixer_kwargs
+            from recall_lab.mixers.registry import resolve_mixer
+
+            args = {**mixer_kwargs(kwargs_file, resolve_mixer(mixer)), **(args or {})}
 
         def say(text: str) -> None:  # whole words, the console's width, continued lines indented
             console.print(textwrap.fill(text, min(console.width, 100), subsequent_indent="  ",

@@ -39,6 +39,16 @@ def text(seen: dict | None) -> str:
     return "not recorded" if seen is None else f"{seen['valid']:.1%} / {seen['test']:.1%}"
 
 
+def checked_text(groups) -> str:
+    """What the overlap was checked against (`stream_overlap` checks only the first ~16,384
+    training samples a streamed run draws; a fixed set, all its rows): the fewest training
+    samples any group's runs checked, or that the runs did not record it."""
+    rows = [g.overlap["rows"] for g in groups
+            if g.overlap is not None and g.overlap.get("rows") is not None]
+    return (f"checked against the first {min(rows):,} training samples of each run (the fewest "
+            "any run checked)" if rows else "training samples checked: not recorded")
+
+
 def high(seen: dict | None) -> bool:
     return seen is not None and max(seen["valid"], seen["test"]) > WARN_ABOVE
 
@@ -48,6 +58,7 @@ def warning_lines(groups: list[tuple[str, dict | None]]) -> list[str]:
     WARN_ABOVE, and what it means; nothing when none is."""
     lines = [f"warning: held-out overlap {label}: valid {seen['valid']:.1%}, test "
              f"{seen['test']:.1%} also occur in training"
+             + (f" (first {seen['rows']:,} training samples checked)" if seen.get("rows") else "")
              for label, seen in groups if seen is not None and high(seen)]
     if lines:
         lines.append(f"above {WARN_ABOVE:.0%}, held-out accuracy includes memorised samples (a "

@@ -918,7 +918,8 @@ def plot_frontier(rep: dict, path: Path, pal: Palette | None = None) -> Path:
     def log2_sizes(ax, _lines):
         ax.set_yscale("log", base=2)
         # a third of a power of 2 beyond "none" and the largest tick: markers drawn whole
-        ax.set_ylim(none / 2 ** 0.35, (ticks[-1] if ticks else 1.0) * 2 ** 0.35)
+        top = max([*ticks, *floor, 1.0])  # a constructed capacity may lie past the last tick
+        ax.set_ylim(none / 2 ** 0.35, top * 2 ** 0.35)
         ax.set_yticks([none, *ticks], ["none", *(f"{v:g}" for v in ticks)])
         ax.yaxis.set_minor_formatter(NullFormatter())
 

@@ -578,7 +578,8 @@ def _markdown(rep: dict) -> str:
                 if state else "")
              + (" Held-out overlap: the largest share of a group's valid and test samples that "
                 "also occur in its runs' training samples (`summary.json`'s "
-                "`held_out_in_training`; \"not recorded\" where its runs predate it); above "
+                "`held_out_in_training`; \"not recorded\" where its runs predate it), "
+                f"{held_out.checked_text(rep['groups'])}; above "
                 f"{held_out.WARN_ABOVE:.0%} a warning."
                 if overlap else " Held-out overlap: not recorded by these runs."), "",
              *(f"**{w}**" if w.startswith("warning") else w for w in overlap_warnings(rep)),

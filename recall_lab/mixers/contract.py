@@ -156,6 +156,12 @@ def build_mixer(path: str, d_model: int, layer_idx: int = 0,
                              "only, and this machine has none (the lab's zoo mixers run here: "
                              "see `recall-lab models`)")
     size = "hidden_size" if _hidden_size_class(cls) else "d_model"
+    # (a class that takes no d_model is refused below, by the call itself)
+    missing = [k for k in required_kwargs(cls) if k not in kwargs] if _takes(cls, size) else []
+    if missing:  # said before the call: zoology's pydantic-checked classes say it less clearly
+        raise RecallLabError(f"mixer {path!r}: {name} needs {', '.join(missing)} (no default); "
+                             f"give it: --kwargs '{{\"{missing[0]}\": ...}}' (a run config: "
+                             "[model] mixer_kwargs; zoology's mixers: --kwargs-file zoology)")
     try:
         mixer = cls(**{size: d_model}, **kwargs)
     except RecallLabError:

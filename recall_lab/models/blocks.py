@@ -3,7 +3,8 @@
 - `SSMBlock`: x + Mixer(RMSNorm(x)); the mixer is `MambaMixer` / `Mamba2Mixer`, optionally with a
   `SparseBranch` passed as its `side` hook (the hybrid of the joint-recall paper's Fig. 3).
 - `AttentionBlock`: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)) (Transformer, Samba's SWA;
-  without the MLP when `mlp_mult` is 0).
+  without the MLP when `mlp_mult` is 0; with `norm2_residual`, zoology's identity state mixer,
+  x + norm2(x) in the MLP's place).
 - `MLPBlock`: x + SwiGLU(RMSNorm(x)) (Samba's MLP after each Mamba layer).
 """
 
@@ -161,20 +162,26 @@ class AttentionBlock(nn.Module):
         self.norm1 = make_norm(cfg)
         self.attn = attn or (
             CausalSelfAttention(cfg.d_model, cfg.n_heads, use_rope=cfg.positions != "learned",
-                                dropout=cfg.dropout or 0.0) if window is None
-            else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
+                                dropout=cfg.dropout or 0.0, bias=bool(cfg.attn_bias))
+            if window is None else SlidingWindowAttention(cfg.d_model, cfg.n_heads, window)
         )
         self.mlp = MLPBlock(cfg) if cfg.mlp_mult else None  # 0: zoology's Figure 2 (none)
+        # zoology's TransformerBlock with `state_mixer` identity: its norm2's output is added to
+        # the stream (the next block's, or the final norm's, residual), so x += norm2(x)
+        self.norm2 = make_norm(cfg) if cfg.norm2_residual else None
+
+    def _state(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.norm2 is None else x + self.norm2(x)
 
     def forward(self, x: torch.Tensor, aux: list, params: list | None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
+        x = self._state(x + self.attn(self.norm1(x)))
         return x if self.mlp is None else self.mlp(x, aux, params)
 
     def allocate_cache(self, batch: int, max_len: int):
         return self.attn.allocate_cache()
 
     def step(self, x_t: torch.Tensor, cache) -> torch.Tensor:
-        x_t = x_t + self.attn.step(self.norm1(x_t), cache)
+        x_t = self._state(x_t + self.attn.step(self.norm1(x_t), cache))
         return x_t if self.mlp is None else self.mlp.step(x_t, None)
 
 

@@ -50,7 +50,7 @@ def rope(x: torch.Tensor, base: float = 10000.0, start: int = 0) -> torch.Tensor
 
 class _HeadsAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, use_rope: bool = True,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, bias: bool = False) -> None:
         super().__init__()
         if d_model % n_heads or (d_model // n_heads) % 2:
             raise ValueError(f"d_model {d_model} must split into {n_heads} even-sized heads")
@@ -58,8 +58,9 @@ class _HeadsAttention(nn.Module):
         # use_rope False: the model adds learned positions instead; dropout on the attention
         # probabilities in training (CausalSelfAttention; zoology's MHA)
         self.use_rope, self.dropout = use_rope, dropout
-        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
-        self.out = nn.Linear(d_model, d_model, bias=False)
+        # bias: zoology's MHA (Wqkv, out_proj); the model's init sets biases to zero
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
 
     def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b, length, _ = x.shape

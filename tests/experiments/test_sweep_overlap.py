@@ -37,3 +37,18 @@ def test_no_overlap_is_one_line_and_no_record_is_silent(tmp_path):
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "summary.json").write_text("{}")
     assert overlap_lines(group_overlaps(tmp_path, [{"name": "old", "status": "done"}])) == []
+
+
+def test_what_the_overlap_was_checked_against_is_stated():
+    """`stream_overlap` checks only the first ~16,384 streamed rows: the report's note and its
+    warnings say how many were checked (issue 62)."""
+    from types import SimpleNamespace
+
+    from recall_lab.experiments import overlap
+
+    line = overlap.warning_lines([("g", {"valid": 0.5, "test": 0.0, "rows": 16384})])[0]
+    assert line.endswith("also occur in training (first 16,384 training samples checked)")
+    groups = [SimpleNamespace(overlap={"valid": 0.0, "test": 0.0, "rows": r})
+              for r in (100_000, 16_384)] + [SimpleNamespace(overlap=None)]
+    assert "first 16,384 training samples of each run" in overlap.checked_text(groups)
+    assert overlap.checked_text(groups[2:]) == "training samples checked: not recorded"

@@ -53,7 +53,10 @@ def test_every_committed_run_keeps_its_hash():
         cfg = run_config_from_json(json.loads(path.read_text()), path)
         assert config_hash(cfg) == path.parent.name.rsplit("-", 1)[-1], path
         if cfg.model.arch != "mixer":  # runs of a contract mixer carry its fields
-            assert not {"mixer", "mixers", "mixer_kwargs", "block"} & set(cfg.to_json()["model"])
+            carried = {"mixer", "mixers", "mixer_kwargs", "block"} & set(cfg.to_json()["model"])
+            if cfg.model.block == "zoology":  # the transformer's zoology block (issue 66)
+                carried.discard("block")
+            assert not carried, path
         checked += 1
     assert checked > 1000  # the committed reports hold over a thousand runs
 

@@ -172,9 +172,10 @@ def test_check_cli_no_traceback_exit_1_on_a_failed_row_and_2_when_not_built(tmp_
     assert "Traceback" not in r.output and "1 check(s) failed: padding and length" in r.output
     data = json.loads(out.read_text())
     assert [x["name"] for x in data["rows"] if x["passed"] is False] == ["padding and length"]
-    # zoology's Hyena without its required l_max: one line naming the field, exit 2
+    # zoology's Hyena without its required l_max: one line naming the field and how to give
+    # it (issue 64), exit 2
     fails_with(["check", f"{HERE}:ShortConvMixer", "--no-learning", "--no-speed"],
-               "l_max; Missing required argument")
+               "ShortConvMixer needs l_max (no default); give it: --kwargs '{\"l_max\": ...}'")
 
 
 def test_hidden_size_layers_build_and_check_unchanged():

@@ -14,9 +14,10 @@ torch.manual_seed(0)
 
 
 def long_convolution_reads_the_future() -> str:
-    """LongConvolution(d_model, l_max) on a sequence shorter than l_max: fft_conv pads to
-    2 * L, so the filter's taps beyond 2 L are cut and its taps L .. 2L - 1 wrap around onto
-    earlier positions (a circular convolution): output t reads inputs after t."""
+    """LongConvolution(d_model, l_max) at length L: fft_conv pads to 2 L, so the filter's taps
+    from 2 L on are cut and its taps L + 1 .. 2 L - 1 wrap around onto earlier positions (a
+    circular convolution): output t reads inputs after t. So it leaks only when the filter has
+    a tap at L + 1, that is when l_max >= L + 2; at l_max <= L + 1 it is the causal loop."""
     from zoology.mixers.convolution import LongConvolution
 
     d, l_max = 2, 16
@@ -31,15 +32,15 @@ def long_convolution_reads_the_future() -> str:
         return out
 
     lines = []
-    for length in (l_max, 8):
+    for length in (l_max, l_max - 1, l_max - 2, 8):  # l_max = L, L + 1: causal; L + 2, 2 L: not
         u = torch.randn(1, length, d, dtype=torch.float64)
         later = u.clone()
         later[:, length // 2:] += 1.0  # change only the second half
         with torch.no_grad():
             moved = (conv(u) - conv(later))[:, : length // 2].abs().max().item()
             gap = (conv(u)[0] - loop(u[0])).abs().max().item()
-        lines.append(f"L={length}: first half moved {moved:.2e} when the second half changed; "
-                     f"max gap to the causal loop {gap:.2e}")
+        lines.append(f"L={length} (l_max = L + {l_max - length}): first half moved {moved:.2e} "
+                     f"when the second half changed, max gap to the causal loop {gap:.2e}")
     return "LongConvolution(d_model=2, l_max=16): " + "; ".join(lines)
 
 
@@ -65,18 +66,25 @@ def scatterbrain_forward_is_unfinished() -> str:
 
 
 def nystrom_reads_the_future() -> str:
-    """causal=True (its default) masks the attention to the landmarks, but each landmark is a
-    mean over a segment of the whole sequence, later tokens included."""
+    """With more tokens than landmarks each landmark is a mean over a segment of the whole
+    sequence, later tokens included, so the masked attention to the landmarks still reads the
+    future; with L <= num_landmarks it takes an exact causal softmax branch. `causal` is
+    hard-coded True in its __init__ (an argument causal=False is overwritten)."""
     from zoology.mixers.nystromformer.nystromformer import NystromAttention
 
     m = NystromAttention(d_model=16, num_heads=2, num_landmarks=8).double().eval()
-    x = torch.randn(1, 24, 16, dtype=torch.float64)
-    later = x.clone()
-    later[:, 12:] = torch.randn(1, 12, 16, dtype=torch.float64)
-    with torch.no_grad():
-        moved = (m(x) - m(later))[:, :12].abs().max().item()
-    return (f"NystromAttention(causal=True): the first 12 outputs of 24 moved {moved:.2e} when "
-            "tokens 12-23 changed")
+    lines = []
+    for length in (24, 8):  # L > num_landmarks: leaks; L = num_landmarks: exact
+        x = torch.randn(1, length, 16, dtype=torch.float64)
+        later = x.clone()
+        later[:, length // 2:] = torch.randn(1, length - length // 2, 16, dtype=torch.float64)
+        with torch.no_grad():
+            moved = (m(x) - m(later))[:, : length // 2].abs().max().item()
+        lines.append(f"L={length}: the first {length // 2} outputs moved {moved:.2e} when the "
+                     "later tokens changed")
+    off = NystromAttention(d_model=16, num_heads=2, num_landmarks=8, causal=False).causal
+    return (f"NystromAttention(num_landmarks=8): {'; '.join(lines)}; built with causal=False "
+            f"its causal is {off}")
 
 
 def nsa_depends_on_the_length() -> str:
@@ -95,7 +103,11 @@ def nsa_depends_on_the_length() -> str:
 
 
 if __name__ == "__main__":
+    import sys
+
+    names = sys.argv[1:]  # optional: only these findings, by function name
     for finding in (long_convolution_reads_the_future, bigbird_raises_on_one_token,
                     scatterbrain_forward_is_unfinished, nystrom_reads_the_future,
                     nsa_depends_on_the_length):
-        print(f"- {finding()}")
+        if not names or finding.__name__ in names:
+            print(f"- {finding()}")
