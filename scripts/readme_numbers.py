@@ -33,7 +33,8 @@ README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results"
 INDEX = RESULTS / "index.md"
 # results without training runs: no held-out overlap to measure
-NOT_TRAINING = ("bench", "decode", "field-audit", "gpu", "memory-theory", "tour")
+NOT_TRAINING = ("bench", "decode", "field-audit", "gpu", "memory-theory", "tour",
+                "zoology-fidelity")
 # where a result folder keeps its run records: a sweep's archive, a placement's cells and pilot
 RECORDS = ("runs", "cells", "pilot")
 TOUR = RESULTS / "tour" / "record.json"
