@@ -10,6 +10,10 @@ or a TOML path, and returns a typed result: `Run` (a run folder: config, summary
 `model()`), `Report` (a report: its rows as a DataFrame, its claims, its figures) or `Check`
 rows. Runs go to `./runs` of the working directory unless `out` says otherwise. Weights: the
 best checkpoint (by validation) unless `checkpoint="last"`.
+
+`train`, `sweep` and `place` show the commands' progress (`recall_lab.progress`: a bar with an
+ETA in a terminal or notebook, a plain line at most every 30 s elsewhere); `quiet=True` turns
+it off.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
+from recall_lab.progress import SweepProgress, TrainProgress
 from recall_lab.runs import (
     load_run_config,
     load_run_model,
@@ -45,6 +50,13 @@ from recall_lab.testing import Check, resolve_target, run_checks
 from recall_lab.train import check_run, train_run
 
 Config = RunConfig | dict | str | Path
+API_OPTIONS = ("force=True", "resume=True")  # what an overwrite error tells a Python caller
+
+
+def place_monitor(console):
+    """The monitor factory of a placement's sweeps: a pilot, then rounds of cells, each round a
+    slice of the cells (the rest are not in this round, not "finished")."""
+    return lambda name: SweepProgress(console, name, left="not in this round")
 
 
 @dataclass
@@ -105,16 +117,29 @@ def load_run(path: str | Path) -> Run:
     return Run(path, cfg, summary)
 
 
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
 def train(config: Config, *, out: str | Path | None = None, force: bool = False,
-          resume: bool = False, progress=None, log: tuple[str, ...] = ()) -> Run:
-    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory);
-    an existing folder is refused unless `force` (replace) or `resume` (continue)."""
+          resume: bool = False, progress=None, log: tuple[str, ...] = (),
+          quiet: bool = False) -> Run:
+    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory,
+    where TASK is an inline task's hash, `task-1a2b3c4d`); an existing folder is refused unless
+    `force=True` (replace) or `resume=True` (continue). Shows a progress bar with an ETA unless
+    `quiet`; `progress` (a function of train_run's step events) replaces it."""
     cfg = run_config(config)
     out = Path(out) if out is not None else run_dir_name(cfg)
     if not resume:
-        refuse_overwrite(out, force, folder=True, resume=True)
+        refuse_overwrite(out, force, folder=True, resume=True, options=API_OPTIONS)
     check_run(cfg, resolve_device(cfg.train.device))
-    train_run(cfg, out, force=force, resume=resume, progress=progress, log=log)
+    if progress is None and not quiet:
+        with TrainProgress(_console(), cfg.model.name, cfg.train.steps) as bar:
+            train_run(cfg, out, force=force, resume=resume, progress=bar, log=log)
+    else:
+        train_run(cfg, out, force=force, resume=resume, progress=progress, log=log)
     return load_run(out)
 
 
@@ -148,14 +173,22 @@ def generate(task: TaskSpec | str | dict, out: str | Path, *, train: int = 10_00
 
 
 def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: int = 1,
-          threads: int = 1, engine: str = "local", only: dict | None = None) -> Path:
+          threads: int = 1, engine: str = "local", only: dict | None = None,
+          quiet: bool = False) -> Path:
     """Run an experiment (a TOML path, a shipped experiment's name, or its tables as a dict with
-    a `name`) under `root/NAME/`; finished runs are skipped. Returns the sweep folder."""
+    a `name`) under `root/NAME/`; finished runs are skipped. Returns the sweep folder. Shows
+    the sweep's progress (done, running, failed, ETA) unless `quiet`."""
     if isinstance(experiment, dict):
         exp = expand(experiment, str(experiment.get("name") or "experiment"))
     else:
         exp = load_experiment(experiment)
-    run_sweep(exp, root, workers=workers, threads=threads, engine=engine, only=only)
+    monitor = None if quiet else SweepProgress(_console(), exp.name)
+    try:
+        run_sweep(exp, root, workers=workers, threads=threads, engine=engine, only=only,
+                  monitor=monitor)
+    finally:
+        if monitor is not None:
+            monitor.close()
     return Path(root) / exp.name
 
 
@@ -202,7 +235,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
-          dry_run: bool = False) -> dict:
+          dry_run: bool = False, quiet: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
     shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
@@ -210,8 +243,13 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     (the placement folder's answer.json: cells, claims with verdicts, frontier, runs saved);
     report.md, row.md and two figures are beside it. A second call with the same mixer and
     kwargs reuses its finished runs. `say` (a function of one line) hears its progress,
-    `monitor(name)` gives each sweep's monitor; `dry_run` returns the plan (state, claims,
-    runs) without checking, training or writing anything."""
+    `monitor(name)` gives each sweep's monitor (default: its lines and progress bars, as the
+    command prints them, unless `quiet`); `dry_run` returns the plan (state, claims, runs)
+    without checking, training or writing anything."""
+    if not quiet and (say is None or monitor is None):
+        console = _console()
+        say = say or (lambda text: console.print(text, markup=False, highlight=False))
+        monitor = monitor or place_monitor(console)
     return place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
                        threads=threads, engine=engine, reference=reference, check=check,
                        out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run)

@@ -14,9 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from generators.errors import RecallLabError
-from recall_lab.commands.progress import SweepProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
+from recall_lab.progress import SweepProgress
 from recall_lab.tracking import parse_log
 
 MAX_EXIT = 100  # the exit code is the number of failed runs, capped here

@@ -11,9 +11,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from recall_lab.commands.progress import TrainProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import resolve_task
+from recall_lab.progress import TrainProgress
 
 
 def register(app: GuardedApp) -> None:

@@ -14,9 +14,9 @@ from rich.markup import escape
 
 from generators.errors import RecallLabError
 from recall_lab.commands.experiments import report_table
-from recall_lab.commands.progress import SweepProgress, TrainProgress
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import resolve_task
+from recall_lab.progress import SweepProgress, TrainProgress
 from recall_lab.tracking import parse_log
 
 

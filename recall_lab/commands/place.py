@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from generators.errors import RecallLabError
-from recall_lab.commands.progress import SweepProgress
 from recall_lab.commands.shell import GuardedApp, console
 
 
@@ -72,7 +71,7 @@ def register(app: GuardedApp) -> None:
         answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
                            threads=threads, engine=engine, reference=reference, check=check,
                            out=out, plots=plots, say=say,
-                           monitor=lambda name: SweepProgress(console, name), dry_run=dry_run)
+                           monitor=api.place_monitor(console), dry_run=dry_run)
         if dry_run:
             say(f"{answer['label']}: recurrent state per layer {answer['state']['text']}; "
                 f"reference {answer['reference']}; {answer['pilot_runs']} pilot runs, up to "

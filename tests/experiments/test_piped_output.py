@@ -63,31 +63,6 @@ def test_sweep_names_run_folders_outside_the_grid(tmp_path):
     assert (stale / "config.json").read_text() == "{}"
 
 
-def test_sweep_progress_gives_no_eta_before_a_run_finished(monkeypatch):
-    """A run's first steps include its start-up: an eta extrapolated from them was hours for a
-    50-second demo. None is printed until a run has finished; then elapsed / progress."""
-    import io
-
-    from rich.console import Console
-
-    from recall_lab.commands import progress as pg
-
-    clock = [100.0]
-    monkeypatch.setattr(pg.time, "monotonic", lambda: clock[0])
-    bar = pg.SweepProgress(Console(file=io.StringIO(), width=200), "demo")
-    bar.start(4, ["a", "b", "c", "d"])
-    bar.running("a")
-    clock[0] += 30
-    bar.step("a", 1, 500)  # 30 s for 1/500 of a run: an extrapolation would say 10 hours
-    assert bar.eta() is None and "eta" not in bar.line()
-    clock[0] += 20
-    bar.finished("a", {"status": "done", "summary": {"valid": {"acc": 1.0},
-                                                     "test": {"acc": 1.0}, "steps": 500}})
-    assert bar.eta() == 50 / 1 * 3  # 50 s for one run of four
-    assert "eta 2m30s" in bar.line()
-    bar.close()
-
-
 def test_warmup_note_only_when_the_run_never_leaves_its_warmup():
     from recall_lab.commands.training import warmup_note
     from recall_lab.config import TrainConfig
