@@ -34,6 +34,8 @@ from recall_lab.config import RunConfig, read_toml, resolve_task, task_from_tabl
 from recall_lab.device import resolve_device
 from recall_lab.evaluate import evaluate_run
 from recall_lab.experiments.engine import run_sweep
+from recall_lab.experiments.estimate import estimate as estimate_wall
+from recall_lab.experiments.estimate import run_label as estimate_label
 from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
@@ -235,7 +237,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
-          dry_run: bool = False, quiet: bool = False) -> dict:
+          dry_run: bool = False, estimate: bool = True, quiet: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
     shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
@@ -245,14 +247,22 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     kwargs reuses its finished runs. `say` (a function of one line) hears its progress,
     `monitor(name)` gives each sweep's monitor (default: its lines and progress bars, as the
     command prints them, unless `quiet`); `dry_run` returns the plan (state, claims, runs)
-    without checking, training or writing anything."""
+    without checking, training or writing anything, and with `estimate` its "estimate": the
+    wall time of the pilot then every cell at its full budget, from a timing probe of each
+    table's shape (`experiments.estimate`)."""
     if not quiet and (say is None or monitor is None):
         console = _console()
         say = say or (lambda text: console.print(text, markup=False, highlight=False))
         monitor = monitor or place_monitor(console)
-    return place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
-                       threads=threads, engine=engine, reference=reference, check=check,
-                       out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run)
+    answer = place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
+                         threads=threads, engine=engine, reference=reference, check=check,
+                         out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run)
+    if dry_run:
+        phases = [[(estimate_label(r), r.config) for r in e.runs]
+                  for e in answer.pop("experiments", [])]
+        if estimate and phases:
+            answer["estimate"] = estimate_wall(phases, workers=workers, threads=threads)
+    return answer
 
 
 __all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",

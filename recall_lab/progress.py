@@ -50,6 +50,19 @@ def eta_text(seconds: float | None, remaining: bool = True) -> str:
 
 # ---- the estimate -------------------------------------------------------------------------------
 
+def makespan(busy: list[float], queued: list[float], workers: int) -> float:
+    """When the last of `workers` is done: each busy worker's seconds left (`busy`; more of
+    them than workers queue too), then each `queued` run's seconds, in order, to the worker
+    that frees first (as the engine hands out runs)."""
+    workers = max(1, workers)
+    order = sorted(busy)
+    free = order[:workers] + [0.0] * max(workers - len(order), 0)
+    heapq.heapify(free)
+    for cost in order[workers:] + list(queued):
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    return max(free)
+
+
 @dataclass
 class _Timing:
     """What was seen of one run: when it started, its first and latest (time, step) report."""
@@ -163,13 +176,7 @@ class Eta:
                 at, step = t.last
                 left = max((t.steps - step) * (t.per_step() or mean) - (now - at), 0.0)
             busy.append(left + tail)
-        free = sorted(busy)[:self.workers]
-        extra = sorted(busy)[self.workers:]  # more running than workers (Ray's count): queue
-        free += [0.0] * (self.workers - len(free))
-        heapq.heapify(free)
-        for cost in extra + queued:
-            heapq.heappush(free, heapq.heappop(free) + cost)
-        return max(free)
+        return makespan(busy, queued, self.workers)
 
     def text(self) -> str:
         return eta_text(self.seconds_left(), self.remaining())

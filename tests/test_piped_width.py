@@ -108,5 +108,6 @@ def test_show_and_a_dry_run_fit_100_columns(tmp_path, monkeypatch):
                    '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
                    '[grid]\n"model.name" = ["mamba", "mamba+hax", "transformer"]\n'
                    '"train.lr" = [0.001, 0.003]\n"train.seed" = [0, 1]\n')
-    assert_fits_and_whole(["sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run"],
+    assert_fits_and_whole(["sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run",
+                           "--no-estimate"],
                           monkeypatch)

@@ -45,8 +45,12 @@ def register(app: GuardedApp) -> None:
                                  "OUT/place-LABEL-HASH/."),
         plots: bool = typer.Option(True, help="Draw the two figures."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (the mixer's "
-                                     "state, its claims, the runs) and run nothing; nothing is "
-                                     "written."),
+                                     "state, its claims, the runs, and the wall time estimated "
+                                     "from a timing probe at each table's shape) and run "
+                                     "nothing; nothing is written."),
+        estimate: bool = typer.Option(True, "--estimate/--no-estimate", help="With --dry-run: "
+                                      "time the probe; --no-estimate skips it (tests, "
+                                      "scripts)."),
     ) -> None:
         """Place a mixer on the recall-against-state frontier: the reference's protocol (the
         zoo-frontier's tables, budgets, lr pilot rule, cut rule, solve threshold) run for it,
@@ -71,7 +75,8 @@ def register(app: GuardedApp) -> None:
         answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
                            threads=threads, engine=engine, reference=reference, check=check,
                            out=out, plots=plots, say=say,
-                           monitor=api.place_monitor(console), dry_run=dry_run)
+                           monitor=api.place_monitor(console), dry_run=dry_run,
+                           estimate=estimate)
         if dry_run:
             say(f"{answer['label']}: recurrent state per layer {answer['state']['text']}; "
                 f"reference {answer['reference']}; {answer['pilot_runs']} pilot runs, up to "
@@ -80,6 +85,12 @@ def register(app: GuardedApp) -> None:
                 f"seeds) into {answer['folder']}")
             for i, c in enumerate(answer["claims"], 1):
                 say(f"claim {i}: {c['claim']}")
+            if answer.get("estimate"):
+                from recall_lab.experiments.estimate import estimate_lines
+
+                for line in estimate_lines(answer["estimate"], "; the pilot, then every cell: "
+                                           "cells that settle early take less"):
+                    console.print(line, markup=False, highlight=False)
             return 0
         r = answer["runs"]
         for c in answer["claims"]:

@@ -44,8 +44,13 @@ def test_piped_sweep_prints_one_line_per_run(tmp_path):
                    + '[grid]\n"train.seed" = [0, 1]\n')
     out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run")
     assert "…" not in out and "to train: 2 runs" in out
+    # the estimate, with the probe it came from (one shape: one probe for both runs)
+    assert "estimated wall time: " in out and "on 1 worker x 1 thread (2 runs" in out
+    assert out.count("  probe mamba at 2 x 14 on cpu: ") == 1 and "; 2 runs" in out
+    assert all(len(line) <= 100 for line in out.splitlines() if "estimate" in line)
     out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"))
     assert "…" not in out and "\x1b[" not in out
+    assert "e: 2 runs: 2 to run\n" in out  # nothing "finished already"
     assert out.count("done s") == 2 and "2 of 2 runs done" in out
 
 
@@ -58,8 +63,9 @@ def test_sweep_names_run_folders_outside_the_grid(tmp_path):
     stale = tmp_path / "runs" / "e" / "s9-0badc0de"
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{}")
-    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run")
-    assert "1 run folders in" in out and "s9-0badc0de" in out
+    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run",
+                 "--no-estimate")
+    assert "estimated" not in out and "1 run folders in" in out and "s9-0badc0de" in out
     assert (stale / "config.json").read_text() == "{}"
 
 
