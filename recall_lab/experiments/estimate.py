@@ -61,8 +61,10 @@ def _key(cfg: RunConfig) -> str:
 
 
 def probe_steps(cfg: RunConfig, steps: int = PROBE_STEPS, warmup: int = PROBE_WARMUP,
-                threads: int | None = 1, label: str | None = None) -> Probe:
-    """Time `steps` training steps and forward passes of `cfg`'s model on its own batches."""
+                threads: int | None = 1, label: str | None = None,
+                forward: bool = True) -> Probe:
+    """Time `steps` training steps and (unless not `forward`) forward passes of `cfg`'s model
+    on its own batches; `threads=None` keeps the process's thread count."""
     t = cfg.train
     device = resolve_device(t.device)
     if getattr(t, "train_examples", None):  # the stream of the same task: same shapes, no set
@@ -86,7 +88,7 @@ def probe_steps(cfg: RunConfig, steps: int = PROBE_STEPS, warmup: int = PROBE_WA
             loss.backward()
             optimizer_step(model, opt, t.grad_clip)
 
-        def forward(i: int) -> None:
+        def forward_pass(i: int) -> None:
             x, y = batches[i % 2]
             with torch.no_grad():
                 forward_scored(model, x, y)
@@ -105,7 +107,7 @@ def probe_steps(cfg: RunConfig, steps: int = PROBE_STEPS, warmup: int = PROBE_WA
 
         step_s = timed(step)
         model.eval()
-        forward_s = timed(forward)
+        forward_s = timed(forward_pass) if forward else float("nan")
     finally:
         torch.set_num_threads(before)
     x = batches[0][0]
