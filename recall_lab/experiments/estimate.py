@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import textwrap
 import time
@@ -158,6 +159,7 @@ def estimate(phases: list[list[tuple[str, RunConfig]]], workers: int = 1, thread
         wall += makespan([], costs, workers)
     return {"wall_s": wall, "run_s": total, "runs": sum(len(r) for r in phases),
             "workers": workers, "threads": threads, "probe_steps": steps,
+            "load": os.getloadavg()[0],  # other work on the machine slows the probe too
             "probes": [{"label": p.label, "batch": p.batch, "length": p.length,
                         "device": p.device, "step_s": p.step_s, "forward_s": p.forward_s,
                         "runs": used[k]} for k, p in probes.items()]}
@@ -179,7 +181,8 @@ def estimate_lines(est: dict, upper: str = "", width: int = 100) -> list[str]:
     head = (f"estimated wall time: {_dur(est['wall_s'])} on {w} worker{'s' if w != 1 else ''} "
             f"x {th} thread{'s' if th != 1 else ''} ({est['runs']} runs, "
             f"{_dur(est['run_s'])} of runs in all; full step budgets{upper}; start-up not "
-            "counted; an estimate from the probes below)")
+            "counted; an estimate from the probes below, timed at load average "
+            f"{est.get('load', float('nan')):.1f})")
     lines = textwrap.wrap(head, width, subsequent_indent="  ", break_long_words=False,
                           break_on_hyphens=False)
     for p in est["probes"]:
