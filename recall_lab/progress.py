@@ -118,9 +118,11 @@ class Eta:
         t.last = (now, step)
 
     def finished(self, name: str, steps_done: int | None = None,
-                 train_s: float | None = None) -> None:
+                 train_s: float | None = None, failed: bool = False) -> None:
+        """A run ended; a failed one's end is no final evaluation: its overheads are not
+        counted (its steps still are)."""
         t = self.runs.setdefault(name, _Timing(steps_done or 0))
-        t.ended = self.clock()
+        t.ended = None if failed else self.clock()
         if t.per_step() is None and steps_done and train_s:
             self.measured[name] = train_s / steps_done
         self.done.add(name)
@@ -402,7 +404,7 @@ class SweepProgress:
                        f" ({s.get('stopped', 'steps')} at step {s.get('stopped_at', s['steps'])})")
             else:
                 self.failed += 1
-                self.eta.finished(name)
+                self.eta.finished(name, failed=True)
                 msg = f"FAILED {name}: {result['error']}"
         self.console.print(msg, highlight=False, markup=False)
         self._refresh()

@@ -63,6 +63,10 @@ def test_eta_adds_the_overheads_measured_on_finished_runs():
     eta.running("b")
     clock.tick(4)  # 4 s into b's start-up: 5 s of it left
     assert eta.seconds_left() == pytest.approx(5 + 100 + 6)
+    eta.step("c", 1, 100)  # a run that fails 50 s after its first step: no final evaluation
+    clock.tick(50)
+    eta.finished("c", failed=True)
+    assert eta.overheads() == pytest.approx((9.0, 6.0))
 
 
 def test_eta_never_reads_zero_while_work_remains():
