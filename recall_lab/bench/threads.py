@@ -36,8 +36,8 @@ from recall_lab.bench.record import summarise
 ARMS = ("1", "2", "default")
 CONDITIONS = ("as found", "one busy process")
 SHAPES = ("tour", "zoo-frontier", "zoology-fig2")
-STEPS = {"tour": 8, "zoo-frontier": 8, "zoology-fig2": 3}  # timed, after WARMUP
-WARMUP = {"tour": 2, "zoo-frontier": 2, "zoology-fig2": 1}
+STEPS = {"tour": 5, "zoo-frontier": 5, "zoology-fig2": 2}  # timed, after WARMUP
+WARMUP = {"tour": 1, "zoo-frontier": 1, "zoology-fig2": 1}
 GOAL = 1.10
 ROOT = Path(__file__).resolve().parents[2]
 SPIN = "while True:\n    pass\n"
@@ -168,6 +168,20 @@ def _table(console, results: dict) -> None:
                       "-" if c["default_over_best"] is None else f"{c['default_over_best']:.2f}",
                       f"{c['load'][0]:.1f}-{c['load'][2]:.1f}")
     console.print(table)
+
+
+def markdown(results: dict) -> str:
+    """The summary as a Markdown table (docs/performance.md's)."""
+    lines = ["| condition | shape | 1 thread | 2 threads | default (its threads) | default / "
+             "better | 2 / 1 | load average |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in results["cells"].values():
+        ms = {k: f"{v['median'] * 1e3:,.0f} ms" for k, v in c["arms"].items()}
+        lines.append(f"| {c['condition']} | {c['shape']} | {ms.get('1', '-')} | "
+                     f"{ms.get('2', '-')} | {ms.get('default', '-')} "
+                     f"({'/'.join(map(str, c['default_threads']))}) | "
+                     f"{c['default_over_best']:.2f} | {c['two_over_one']:.2f} | "
+                     f"{c['load'][0]:.1f}-{c['load'][2]:.1f} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
