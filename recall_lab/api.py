@@ -11,9 +11,9 @@ or a TOML path, and returns a typed result: `Run` (a run folder: config, summary
 rows. Runs go to `./runs` of the working directory unless `out` says otherwise. Weights: the
 best checkpoint (by validation) unless `checkpoint="last"`.
 
-`train`, `sweep` and `place` show the commands' progress (`recall_lab.progress`: a bar with an
-ETA in a terminal or notebook, a plain line at most every 30 s elsewhere); `quiet=True` turns
-it off.
+`train`, `sweep`, `place` and `generate` show the commands' progress (`recall_lab.progress`:
+a bar with an ETA in a terminal or notebook, a plain line at most every 30 s elsewhere);
+`quiet=True` turns it off.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
-from recall_lab.progress import SweepProgress, TrainProgress
+from recall_lab.progress import CountProgress, SweepProgress, TrainProgress
 from recall_lab.runs import (
     load_run_config,
     load_run_model,
@@ -166,12 +166,19 @@ def _task(task: TaskSpec | str | dict) -> Any:
 
 def generate(task: TaskSpec | str | dict, out: str | Path, *, train: int = 10_000,
              valid: int = 1_000, test: int = 1_000, seed: int = 0, workers: int = 2,
-             force: bool = False) -> dict:
-    """Write a dataset (Parquet shards + manifest.json) of `task` into `out`; its manifest."""
+             force: bool = False, quiet: bool = False) -> dict:
+    """Write a dataset (Parquet shards + manifest.json) of `task` into `out`; its manifest.
+    Shows the samples written unless `quiet`."""
     spec = _task(task)
     name = task if isinstance(task, str) and not task.endswith(".toml") else None
-    return write_dataset(spec, Path(out), {"train": train, "valid": valid, "test": test}, seed,
-                         preset=name, workers=workers, force=force)
+    counts = {"train": train, "valid": valid, "test": test}
+    if quiet:
+        return write_dataset(spec, Path(out), counts, seed, preset=name, workers=workers,
+                             force=force)
+    total = sum(max(c, 0) for c in counts.values())
+    with CountProgress(_console(), "generating samples", total) as bar:
+        return write_dataset(spec, Path(out), counts, seed, preset=name, workers=workers,
+                             force=force, on_shard=lambda r: bar.advance(r["rows"]))
 
 
 def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: int = 1,
