@@ -128,8 +128,9 @@ def _console():
 def train(config: Config, *, out: str | Path | None = None, force: bool = False,
           resume: bool = False, progress=None, log: tuple[str, ...] = (),
           quiet: bool = False) -> Run:
-    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory,
-    where TASK is an inline task's hash, `task-1a2b3c4d`); an existing folder is refused unless
+    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory;
+    TASK is the preset's name, or for an inline task `task-` and 8 hex digits of its hash, so
+    two inline tasks never share a folder); an existing folder is refused unless
     `force=True` (replace) or `resume=True` (continue). Shows a progress bar with an ETA unless
     `quiet`; `progress` (a function of train_run's step events) replaces it."""
     cfg = run_config(config)
