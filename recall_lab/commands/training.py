@@ -83,5 +83,5 @@ def set_threads(threads: int | None) -> str:
         return f"{n} torch thread{'s' if n != 1 else ''} (OMP_NUM_THREADS)"
     n = default_threads()
     torch.set_num_threads(n)
-    return (f"{n} torch thread{'s' if n != 1 else ''} (the cores idle at the start of "
-            f"{len(usable_cpus())}; --threads sets it)")
+    return (f"{n} torch thread{'s' if n != 1 else ''} (of {len(usable_cpus())} cores, those "
+            "idle at the start; --threads sets it)")

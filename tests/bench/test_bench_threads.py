@@ -29,7 +29,8 @@ def test_set_threads_says_how_it_chose(monkeypatch):
         assert set_threads(None).endswith("(OMP_NUM_THREADS)")
         monkeypatch.delenv("OMP_NUM_THREADS")
         monkeypatch.setattr("recall_lab.commands.training.default_threads", lambda: 1)
-        assert set_threads(None).startswith("1 torch thread (the cores idle at the start of ")
+        assert set_threads(None).startswith("1 torch thread (of ")
+        assert set_threads(None).endswith(" cores, those idle at the start; --threads sets it)")
     finally:
         torch.set_num_threads(before)
 
