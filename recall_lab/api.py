@@ -12,6 +12,10 @@ rows. Runs go to `./runs` of the working directory unless `out` says otherwise. 
 best checkpoint (by validation) unless `checkpoint="last"`. A user's mistake (a config that
 does not validate, a missing file) raises `RecallLabError` with the line the command line
 prints.
+
+`train`, `sweep`, `place` and `generate` show the commands' progress (`recall_lab.progress`:
+a bar with an ETA in a terminal or notebook, a plain line at most every 30 s elsewhere);
+`quiet=True` turns it off.
 """
 
 from __future__ import annotations
@@ -33,10 +37,13 @@ from recall_lab.device import resolve_device
 from recall_lab.errors import lab_errors
 from recall_lab.evaluate import evaluate_run
 from recall_lab.experiments.engine import run_sweep
+from recall_lab.experiments.estimate import estimate as estimate_wall
+from recall_lab.experiments.estimate import run_label as estimate_label
 from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
+from recall_lab.progress import CountProgress, SweepProgress, TrainProgress
 from recall_lab.runs import (
     load_run_config,
     load_run_model,
@@ -48,6 +55,13 @@ from recall_lab.testing import Check, resolve_target, run_checks
 from recall_lab.train import check_run, train_run
 
 Config = RunConfig | dict | str | Path
+API_OPTIONS = ("force=True", "resume=True")  # what an overwrite error tells a Python caller
+
+
+def place_monitor(console):
+    """The monitor factory of a placement's sweeps: a pilot, then rounds of cells, each round a
+    slice of the cells (the rest are not in this round, not "finished")."""
+    return lambda name: SweepProgress(console, name, left="not in this round")
 
 
 @dataclass
@@ -110,17 +124,31 @@ def load_run(path: str | Path) -> Run:
     return Run(path, cfg, summary)
 
 
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
 @lab_errors
 def train(config: Config, *, out: str | Path | None = None, force: bool = False,
-          resume: bool = False, progress=None, log: tuple[str, ...] = ()) -> Run:
-    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory);
-    an existing folder is refused unless `force` (replace) or `resume` (continue)."""
+          resume: bool = False, progress=None, log: tuple[str, ...] = (),
+          quiet: bool = False) -> Run:
+    """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory;
+    TASK is the preset's name, or for an inline task `task-` and 8 hex digits of its hash, so
+    two inline tasks never share a folder); an existing folder is refused unless
+    `force=True` (replace) or `resume=True` (continue). Shows a progress bar with an ETA unless
+    `quiet`; `progress` (a function of train_run's step events) replaces it."""
     cfg = run_config(config)
     out = Path(out) if out is not None else run_dir_name(cfg)
     if not resume:
-        refuse_overwrite(out, force, folder=True, resume=True)
+        refuse_overwrite(out, force, folder=True, resume=True, options=API_OPTIONS)
     check_run(cfg, resolve_device(cfg.train.device))
-    train_run(cfg, out, force=force, resume=resume, progress=progress, log=log)
+    if progress is None and not quiet:
+        with TrainProgress(_console(), cfg.model.name, cfg.train.steps) as bar:
+            train_run(cfg, out, force=force, resume=resume, progress=bar, log=log)
+    else:
+        train_run(cfg, out, force=force, resume=resume, progress=progress, log=log)
     return load_run(out)
 
 
@@ -147,24 +175,39 @@ def _task(task: TaskSpec | str | dict) -> Any:
 @lab_errors
 def generate(task: TaskSpec | str | dict, out: str | Path, *, train: int = 10_000,
              valid: int = 1_000, test: int = 1_000, seed: int = 0, workers: int = 2,
-             force: bool = False) -> dict:
-    """Write a dataset (Parquet shards + manifest.json) of `task` into `out`; its manifest."""
+             force: bool = False, quiet: bool = False) -> dict:
+    """Write a dataset (Parquet shards + manifest.json) of `task` into `out`; its manifest.
+    Shows the samples written unless `quiet`."""
     spec = _task(task)
     name = task if isinstance(task, str) and not task.endswith(".toml") else None
-    return write_dataset(spec, Path(out), {"train": train, "valid": valid, "test": test}, seed,
-                         preset=name, workers=workers, force=force)
+    counts = {"train": train, "valid": valid, "test": test}
+    if quiet:
+        return write_dataset(spec, Path(out), counts, seed, preset=name, workers=workers,
+                             force=force)
+    total = sum(max(c, 0) for c in counts.values())
+    with CountProgress(_console(), "generating samples", total) as bar:
+        return write_dataset(spec, Path(out), counts, seed, preset=name, workers=workers,
+                             force=force, on_shard=lambda r: bar.advance(r["rows"]))
 
 
 @lab_errors
 def sweep(experiment: str | Path | dict, *, root: str | Path = "runs", workers: int = 1,
-          threads: int = 1, engine: str = "local", only: dict | None = None) -> Path:
+          threads: int = 1, engine: str = "local", only: dict | None = None,
+          quiet: bool = False) -> Path:
     """Run an experiment (a TOML path, a shipped experiment's name, or its tables as a dict with
-    a `name`) under `root/NAME/`; finished runs are skipped. Returns the sweep folder."""
+    a `name`) under `root/NAME/`; finished runs are skipped. Returns the sweep folder. Shows
+    the sweep's progress (done, running, failed, ETA) unless `quiet`."""
     if isinstance(experiment, dict):
         exp = expand(experiment, str(experiment.get("name") or "experiment"))
     else:
         exp = load_experiment(experiment)
-    run_sweep(exp, root, workers=workers, threads=threads, engine=engine, only=only)
+    monitor = None if quiet else SweepProgress(_console(), exp.name)
+    try:
+        run_sweep(exp, root, workers=workers, threads=threads, engine=engine, only=only,
+                  monitor=monitor)
+    finally:
+        if monitor is not None:
+            monitor.close()
     return Path(root) / exp.name
 
 
@@ -216,7 +259,8 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           seeds: int | None = None, workers: int = 1, threads: int = 1, engine: str = "local",
           reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
-          dry_run: bool = False, memory: bool = False) -> dict:
+          dry_run: bool = False, estimate: bool = True, quiet: bool = False,
+          memory: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
     shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
@@ -224,13 +268,26 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     (the placement folder's answer.json: cells, claims with verdicts, frontier, runs saved);
     report.md, row.md and two figures are beside it. A second call with the same mixer and
     kwargs reuses its finished runs. `say` (a function of one line) hears its progress,
-    `monitor(name)` gives each sweep's monitor; `dry_run` returns the plan (state, claims,
-    runs) without checking, training or writing anything; `memory` also measures the layer as
-    a memory outside training where the mixer offers `memory_spec()` (minutes)."""
-    return place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
-                       threads=threads, engine=engine, reference=reference, check=check,
-                       out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run,
-                       memory=memory)
+    `monitor(name)` gives each sweep's monitor (default: its lines and progress bars, as the
+    command prints them, unless `quiet`); `dry_run` returns the plan (state, claims, runs)
+    without checking, training or writing anything, and with `estimate` its "estimate": the
+    wall time of the pilot then every cell at its full budget, from a timing probe of each
+    table's shape (`experiments.estimate`); `memory` also measures the layer as a memory
+    outside training where the mixer offers `memory_spec()` (minutes)."""
+    if not quiet and (say is None or monitor is None):
+        console = _console()
+        say = say or (lambda text: console.print(text, markup=False, highlight=False))
+        monitor = monitor or place_monitor(console)
+    answer = place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
+                         threads=threads, engine=engine, reference=reference, check=check,
+                         out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run,
+                         memory=memory)
+    if dry_run:
+        phases = [[(estimate_label(r), r.config) for r in e.runs]
+                  for e in answer.pop("experiments", [])]
+        if estimate and phases:
+            answer["estimate"] = estimate_wall(phases, workers=workers, threads=threads)
+    return answer
 
 
 __all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",

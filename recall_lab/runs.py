@@ -12,6 +12,7 @@ the model registry turns names into `ModelConfig`s.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -170,12 +171,16 @@ def load_run_config(run: Path) -> RunConfig:
 def run_dir_name(cfg: RunConfig) -> Path:
     """Where `recall-lab train` puts a run without --out: runs/MODEL-TASK-sSEED, where TASK is
     the preset's name, or for a run on a dataset (`--data`) the dataset's name (its folder's or
-    file's, `data/qa.parquet` -> `qa`), so runs on two datasets do not share a folder."""
+    file's, `data/qa.parquet` -> `qa`), so runs on two datasets do not share a folder; for a
+    task given inline (a `[task]` table), `task-` and the first 8 hex digits of its sha256."""
     task = cfg.task_name
     if cfg.train.data is not None:
         data = Path(cfg.train.data)
         task = data.stem if data.is_file() else data.name
-    return Path("runs") / f"{cfg.model.name}-{task or 'task'}-s{cfg.train.seed}"
+    if not task:  # an inline task: named by its hash, so two tasks never share a folder
+        text = json.dumps(cfg.to_json()["task"], sort_keys=True, separators=(",", ":"))
+        task = f"task-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return Path("runs") / f"{cfg.model.name}-{task}-s{cfg.train.seed}"
 
 
 def finetune_dir_name(run: Path, attention: str, adapter: str) -> Path:
@@ -189,16 +194,18 @@ def demo_dir_name() -> Path:
 
 
 def refuse_overwrite(path: Path, force: bool, *, folder: bool = False,
-                     resume: bool = False) -> None:
+                     resume: bool = False,
+                     options: tuple[str, str] = ("--force", "--resume")) -> None:
     """The one overwrite guard: fail early (before any progress is shown) when `path` exists
     (a `folder`: exists and is not empty) and no --force was given. `resume` adds that --resume
-    continues instead."""
+    continues instead. `options`: how the caller spells force and resume (the Python API:
+    `force=True`, `resume=True`)."""
     path = Path(path)
     if force or not path.exists() or (folder and not any(path.iterdir())):
         return
-    hint = " or --resume to continue" if resume else ""
-    raise RecallLabError(f"{path} {'already exists' if folder else 'exists'}; pass --force to "
-                         f"overwrite it{hint}")
+    hint = f" or {options[1]} to continue" if resume else ""
+    raise RecallLabError(f"{path} {'already exists' if folder else 'exists'}; pass "
+                         f"{options[0]} to overwrite it{hint}")
 
 
 # A run folder written before the marker (`.recall-lab`) existed: its config.json has the run

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("recall_lab", "recall_lab.version", "recall_lab.errors", "recall_lab.device",
               "recall_lab.native",
               "recall_lab.tracking", "recall_lab.config", "recall_lab.checkpoint",
-              "recall_lab.data")),
+              "recall_lab.data", "recall_lab.progress")),
     # torch kernels and the measurements that read a model's tensors (decimation chooses its
     # layers by Mamba Mean Distance, so these sit below models)
     ("kernels", ("recall_lab.ssm", "recall_lab.attention", "recall_lab.analysis.hidden_attention",

@@ -45,7 +45,8 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 # Positional arguments that reach each command's body: a new command with a required argument
 # must be added here (test_every_command_has_its_arguments says so).
 ARGS = {
-    "show": ["DATA"], "eval": ["RUN"], "finetune": ["RUN"], "sweep": ["SWEEP.toml", "--dry-run"],
+    "show": ["DATA"], "eval": ["RUN"], "finetune": ["RUN"], "sweep": ["SWEEP.toml", "--dry-run",
+                                                                          "--no-estimate"],
     "report": ["RUNS"], "archive": ["RUNS/tiny"], "power": ["0.9", "0.3"],
     "extrapolate": ["RUN"], "mean-distance": ["RUN"], "attention-map": ["RUN"],
     "bench": ["attention"], "generate": ["--levels", "2", "--values", "4", "--train", "2",
@@ -53,7 +54,7 @@ ARGS = {
     "train": ["--model", "mamba", "--task", "TASK.toml", "--steps", "1", "--eval-samples", "4",
               "--device", "cpu"],
     "check": ["mha", "--no-learning", "--no-speed"],
-    "place": ["mha", "--dry-run"],
+    "place": ["mha", "--dry-run", "--no-estimate"],
 }
 # Options whose every string is a valid value (an output path): not fuzzed (any value is good).
 # Each is named with its reason; test_every_command_has_its_arguments keeps the list honest.

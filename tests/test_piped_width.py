@@ -116,6 +116,15 @@ def test_show_and_a_dry_run_fit_100_columns(tmp_path, monkeypatch):
                             "--valid", "8", "--test", "8", "--workers", "1"])
     assert r.exit_code == 0, r.output
     assert_fits_and_whole(["show", str(data), "--index", "0"], monkeypatch)
+    exp = tmp_path / "e.toml"
+    exp.write_text('name = "a-rather-long-experiment-name-for-the-title"\n'
+                   '[model]\nname = "mamba"\nd_model = 16\n[train]\nsteps = 2\n'
+                   '[task]\nlevels = [[3, 3]]\nvalues = 4\n'
+                   '[grid]\n"model.name" = ["mamba", "mamba+hax", "transformer"]\n'
+                   '"train.lr" = [0.001, 0.003]\n"train.seed" = [0, 1]\n')
+    assert_fits_and_whole(["sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run",
+                           "--no-estimate"],
+                          monkeypatch)
 
 
 # ---- every command that prints a table, at 100 and 80 columns ----------------------------------

@@ -5,6 +5,7 @@ rates."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import recall_lab as rl
+from generators.errors import RecallLabError
 from recall_lab import api
 from recall_lab.cli import app
 
@@ -31,11 +33,22 @@ def test_import_stays_torch_free_and_names_are_the_functions():
     assert out == ["True", "recall_lab.api"]  # a submodule of the same name does not hide it
 
 
-def test_train_returns_a_run_and_the_cli_takes_the_same_path(tmp_path, monkeypatch):
+def test_train_returns_a_run_and_the_cli_takes_the_same_path(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     run = rl.train({"model": {"name": "mamba", "d_model": 16}, "task": TASK, "train": TRAIN})
-    assert run.path == Path("runs/mamba-task-s0") and (tmp_path / run.path / "best.safetensors"
-                                                       ).is_file()
+    # an inline task's folder is named by the task's hash
+    digest = hashlib.sha256(json.dumps(run.config.to_json()["task"], sort_keys=True,
+                                       separators=(",", ":")).encode()).hexdigest()[:8]
+    assert run.path == Path(f"runs/mamba-task-{digest}-s0")
+    assert (tmp_path / run.path / "best.safetensors").is_file()
+    assert "mamba: step 6/6" in capsys.readouterr().out  # the progress the commands show
+    # a second inline task gets its own folder; the same one again is refused in the API's words
+    other = rl.train({"model": {"name": "mamba", "d_model": 16}, "task": {**TASK, "values": 6},
+                      "train": {**TRAIN, "steps": 2}}, quiet=True)
+    assert other.path != run.path and other.summary["steps"] == 2
+    assert capsys.readouterr().out == ""  # quiet
+    with pytest.raises(RecallLabError, match=r"pass force=True to overwrite it or resume=True"):
+        rl.train({"model": {"name": "mamba", "d_model": 16}, "task": TASK, "train": TRAIN})
     again = rl.load_run(run.path)
     assert again.config == run.config and again.summary == run.summary
     assert set(run.metrics["split"]) >= {"train", "valid"}

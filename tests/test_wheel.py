@@ -93,7 +93,7 @@ def test_installed_cli_lists_trains_and_reports(installed):
                  "print(d.DEMO_TOML)"], work, env).stdout.strip()
     assert Path(demo).is_relative_to(bin_dir.parent) and Path(demo).name == "demo.toml"
     # a base in another study's folder travels with the wheel and still resolves
-    dry = _run([cli, "sweep", "leak-audit", "--dry-run"], work, env).stdout
+    dry = _run([cli, "sweep", "leak-audit", "--dry-run", "--no-estimate"], work, env).stdout
     assert "leak-audit" in dry
 
     (work / "small.toml").write_text("[train]\ntest_samples = 16\n")

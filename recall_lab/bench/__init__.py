@@ -18,7 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-BENCHES = ("generate", "ssm", "attention", "train", "analysis", "decode", "zoo", "head")
+BENCHES = ("generate", "ssm", "attention", "train", "analysis", "decode", "zoo", "head",
+           "threads")
 DEVICE_BENCHES = ("ssm", "attention", "train")
 
 

@@ -34,8 +34,8 @@ def register(app: GuardedApp) -> None:
                                     "context stepped to (default 65536; --quick 2048)."),
     ) -> None:
         """Benchmark fast paths against their baselines in the same run and print ratios."""
-        from recall_lab.commands.progress import Running
         from recall_lab.device import resolve_device
+        from recall_lab.progress import Running
 
         dev = resolve_device(device)  # one error line for a bad or absent device
         on_gpu = dev.type == "cuda"

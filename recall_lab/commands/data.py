@@ -16,9 +16,9 @@ from generators.joint_recall import check_samples_fit
 from generators.render import render_sample, render_scored
 from generators.tasks import BUILTIN, GeneratorTask
 from generators.tasks import rows as task_rows
-from recall_lab.commands.progress import CountProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import resolve_task
+from recall_lab.progress import CountProgress
 
 
 def parse_levels(text: str) -> tuple[tuple[int, int], ...]:

@@ -16,9 +16,9 @@ from rich.table import Table
 
 from generators.errors import RecallLabError
 from recall_lab.commands.fit import fit
-from recall_lab.commands.progress import SweepProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
+from recall_lab.progress import SweepProgress
 from recall_lab.tracking import parse_log
 
 MAX_EXIT = 100  # the exit code is the number of failed runs, capped here
@@ -47,7 +47,12 @@ def register(app: GuardedApp) -> None:
         log: str = typer.Option(None, help="Also log every run to tensorboard and/or wandb "
                                 "(offline), comma-separated; needs the \\[tracking] extra."),
         dry_run: bool = typer.Option(False, "--dry-run", help="List the runs, what would "
-                                     "happen to each and the tokens they train on; run nothing."),
+                                     "happen to each and the tokens they train on, and estimate "
+                                     "the wall time from a timing probe of each model (a few "
+                                     "steps at each shape); run nothing."),
+        estimate: bool = typer.Option(True, "--estimate/--no-estimate", help="With --dry-run: "
+                                      "time the probe (seconds per model and shape); "
+                                      "--no-estimate skips it (tests, scripts)."),
         only: list[str] = typer.Option(None, "--only", help="Run only the grid's runs whose "
                                        "config has FIELD=VALUE (repeatable; e.g. "
                                        "model.name=transformer): different fields must all "
@@ -110,8 +115,17 @@ def register(app: GuardedApp) -> None:
                               *(str(job.run.values[a]) for a in exp.axes),
                               _fmt_tokens(tokens))
             console.print(table)
-            console.print(f"to train: {sum(j.action in ('fresh', 'resume') for j in jobs)} runs, "
-                          f"{_fmt_tokens(total)} tokens", highlight=False)
+            todo = [j.run for j in jobs if j.action in ("fresh", "resume")]
+            console.print(f"to train: {len(todo)} runs, {_fmt_tokens(total)} tokens",
+                          highlight=False)
+            if estimate and todo:
+                from recall_lab.experiments.estimate import estimate as time_runs
+                from recall_lab.experiments.estimate import estimate_lines, run_label
+
+                est = time_runs([[(run_label(r), r.config) for r in todo]],
+                                workers=min(workers, len(todo)), threads=threads)
+                for line in estimate_lines(est, "; runs that stop early take less"):
+                    console.print(line, markup=False, highlight=False)
             return 0
 
         monitor = SweepProgress(console, exp.name)

@@ -11,9 +11,9 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from recall_lab.commands.progress import TrainProgress
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import resolve_task
+from recall_lab.progress import TrainProgress
 
 
 def register(app: GuardedApp) -> None:
@@ -44,7 +44,8 @@ def register(app: GuardedApp) -> None:
         out: Path = typer.Option(None, help="Run directory (default RUN-ft-ATTENTION-ADAPTER)."),
         force: bool = typer.Option(False, help="Overwrite an existing run directory."),
         resume: bool = typer.Option(False, help="Continue the fine-tune run in --out."),
-        threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+        threads: int = typer.Option(None, help="torch CPU threads (default: the cores idle "
+                                    "when it starts, at least 1; OMP_NUM_THREADS where set)."),
     ) -> None:
         """Fine-tune a trained run at a longer length with another attention and an adapter
         (LoRA / LoRA+ / HyLoRA / full); writes a new run that records its base run."""

@@ -14,9 +14,9 @@ from rich.markup import escape
 
 from generators.errors import RecallLabError
 from recall_lab.commands.experiments import print_warnings, report_table
-from recall_lab.commands.progress import SweepProgress, TrainProgress
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import resolve_task
+from recall_lab.progress import SweepProgress, TrainProgress
 from recall_lab.tracking import parse_log
 
 
@@ -61,7 +61,8 @@ def register(app: GuardedApp) -> None:
         force: bool = typer.Option(False, help="Overwrite an existing run directory."),
         resume: bool = typer.Option(False, help="Continue the run in --out from its last "
                                     "checkpoint."),
-        threads: int = typer.Option(None, help="torch CPU threads (default: torch's choice)."),
+        threads: int = typer.Option(None, help="torch CPU threads (default: the cores idle "
+                                    "when it starts, at least 1; OMP_NUM_THREADS where set)."),
         log: str = typer.Option(None, help="Also log to tensorboard and/or wandb (offline), "
                                 "comma-separated; needs the \\[tracking] extra."),
         decimate: str = typer.Option(None, "--decimate", help="DeciMamba settings for "
@@ -79,7 +80,7 @@ def register(app: GuardedApp) -> None:
         from recall_lab.commands.training import print_summary, set_threads
         from recall_lab.runs import resume_config, run_config_from_flags, run_dir_name
 
-        set_threads(threads)
+        how = set_threads(threads)
         kinds = parse_log(log)
         over = {"steps": steps, "lr": lr, "warmup": warmup, "batch_size": batch_size,
                 "seed": seed,
@@ -104,6 +105,7 @@ def register(app: GuardedApp) -> None:
         console.print(f"[bold]{escape(cfg.model.name)}[/] on "
                       f"{escape(cfg.task_name or cfg.task.describe())}"
                       f" (max length {cfg.task.max_len}) -> {escape(str(run_dir))}")
+        console.print(how, markup=False, highlight=False)
         with TrainProgress(console, cfg.model.name, cfg.train.steps, start) as bar:
             run = api.train(cfg, out=run_dir, force=force, resume=resume, progress=bar,
                             log=kinds)

@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 
 from generators.errors import RecallLabError
-from recall_lab.commands.progress import SweepProgress
 from recall_lab.commands.shell import GuardedApp, console
 
 
@@ -50,8 +49,12 @@ def register(app: GuardedApp) -> None:
                                  "OUT/place-LABEL-HASH/."),
         plots: bool = typer.Option(True, help="Draw the two figures."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (the mixer's "
-                                     "state, its claims, the runs) and run nothing; nothing is "
-                                     "written."),
+                                     "state, its claims, the runs, and the wall time estimated "
+                                     "from a timing probe at each table's shape) and run "
+                                     "nothing; nothing is written."),
+        estimate: bool = typer.Option(True, "--estimate/--no-estimate", help="With --dry-run: "
+                                      "time the probe; --no-estimate skips it (tests, "
+                                      "scripts)."),
         memory: bool = typer.Option(False, "--memory", help="Also measure the layer as a "
                                     "memory outside training (no decay; minutes), where the "
                                     "mixer offers memory_spec() (docs/mixers.md)."),
@@ -85,8 +88,8 @@ def register(app: GuardedApp) -> None:
         answer = api.place(mixer, args, tables=_tables(tables), seeds=seeds, workers=workers,
                            threads=threads, engine=engine, reference=reference, check=check,
                            out=out, plots=plots, say=say,
-                           monitor=lambda name: SweepProgress(console, name), dry_run=dry_run,
-                           memory=memory)
+                           monitor=api.place_monitor(console), dry_run=dry_run,
+                           estimate=estimate, memory=memory)
         if dry_run:
             say(f"{answer['label']}: recurrent state per layer {answer['state']['text']}; "
                 f"reference {answer['reference']}; {answer['pilot_runs']} pilot runs, up to "
@@ -95,6 +98,12 @@ def register(app: GuardedApp) -> None:
                 f"seeds) into {answer['folder']}")
             for i, c in enumerate(answer["claims"], 1):
                 say(f"claim {i}: {c['claim']}")
+            if answer.get("estimate"):
+                from recall_lab.experiments.estimate import estimate_lines
+
+                for line in estimate_lines(answer["estimate"], "; the pilot, then every cell: "
+                                           "cells that settle early take less"):
+                    console.print(line, markup=False, highlight=False)
             return 0
         r = answer["runs"]
         for c in answer["claims"]:

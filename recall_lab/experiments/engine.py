@@ -40,16 +40,18 @@ ENGINES = ("local", "ray")
 
 
 class Monitor(Protocol):
-    """What a sweep reports while it runs (the CLI draws it; tests record it)."""
+    """What a sweep reports while it runs (`recall_lab.progress` draws it; tests record it).
+    `start` also hears the plan: `finished` (runs finished before this sweep), `left` (runs
+    outside `only`), `steps` (each run to run: its planned steps) and `workers`."""
 
-    def start(self, total: int, todo: list[str]) -> None: ...
+    def start(self, total: int, todo: list[str], **plan: Any) -> None: ...
     def running(self, name: str) -> None: ...
     def step(self, name: str, step: int, steps: int) -> None: ...
     def finished(self, name: str, result: dict) -> None: ...
 
 
 class _Quiet:
-    def start(self, total: int, todo: list[str]) -> None:
+    def start(self, total: int, todo: list[str], **plan: Any) -> None:
         pass
 
     def running(self, name: str) -> None:
@@ -425,7 +427,11 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
 
         save()
         todo = [j for j in jobs if j.action in ("fresh", "resume")]
-        monitor.start(len(jobs), [j.run.name for j in todo])
+        actions = [j.action for j in jobs]
+        monitor.start(len(jobs), [j.run.name for j in todo], finished=actions.count("skip"),
+                      left=actions.count("left"),
+                      steps={j.run.name: j.run.config.train.steps for j in todo},
+                      workers=max(1, min(workers, len(todo))))
         payloads = [{"name": j.run.name, "config": j.run.config.to_json(), "dir": str(j.folder),
                      "resume": j.action == "resume", "threads": threads, "log": list(log)}
                     for j in todo]
@@ -473,7 +479,6 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             index["timing"] = sweep_timing(time.perf_counter() - started, results, workers)
         statuses = [e["status"] for e in entries.values()]
         # "left": unfinished runs outside --only's slice, so "skipped" counts only finished ones
-        actions = [j.action for j in jobs]
         index["counts"] = {"runs": len(jobs), "ran": len(todo),
                            "skipped": actions.count("skip"), "left": actions.count("left"),
                            "done": statuses.count("done"),

@@ -531,6 +531,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                     "reference": protocol.name, "tables": sizes, "seeds": seed_list,
                     "claims": claims, "pilot_runs": len(protocol.pilot["lrs"]),
                     "cell_runs": len(probe.runs),
+                    "experiments": [pilot_experiment(protocol, table), probe],  # the estimate's
                     "folder": str(Path(out) / folder_name(label, table, _protocol_id(
                         Path(ref), protocol)))}
         if check:

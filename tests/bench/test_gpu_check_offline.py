@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,7 @@ def test_log_results_read_the_finished_tests_and_the_one_cut():
 
 
 SLOW_TESTS = """import signal, time
+from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.cuda  # the check's pytest runs -m cuda
@@ -214,8 +216,29 @@ def test_b():
 
 def test_c():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a test busy in a compiler may
+    Path(STARTED).touch()
     time.sleep(120)
 """
+EVENT_LIMIT_S = 300.0  # only a broken child waits this long for its event
+
+
+class _BudgetAtEvent(subprocess.Popen):
+    """The part's child, whose budget runs out when test_c has started (its marker file), not
+    after a fixed time, and whose grace lasts until pytest has exited where it honours SIGINT:
+    the outcome does not depend on how fast a loaded machine starts pytest or writes its
+    report."""
+
+    budget_s: float
+    started: Path
+
+    def wait(self, timeout=None):
+        if timeout == self.budget_s:
+            end = time.monotonic() + EVENT_LIMIT_S
+            while not self.started.exists() and self.poll() is None and time.monotonic() < end:
+                time.sleep(0.05)
+            if self.poll() is None:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        return super().wait(timeout)
 
 
 @pytest.mark.parametrize("sigint_ignored", [True, False])
@@ -225,20 +248,24 @@ def test_a_tests_part_cut_at_its_budget_keeps_what_finished(tmp_path, monkeypatc
     wrote its junit report. Now the finished tests are kept (from the log where the report is
     missing, from the report where SIGINT let pytest write it) and the running one is "cut"."""
     src = tmp_path / "test_slow.py"
-    text = SLOW_TESTS if sigint_ignored else SLOW_TESTS.replace("    signal.signal", "    # ")
-    src.write_text(text)
+    started = tmp_path / "test_c-started"
+    text = SLOW_TESTS.replace("STARTED", repr(str(started)))
+    src.write_text(text if sigint_ignored else text.replace("    signal.signal", "    # "))
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.setitem(gpu_check.TEST_PARTS, "tests", ([str(src)], "junit.xml", 600))
     check = gpu_check.Check(out, None, tmp_path / "site", cuda=True, full=False,
-                            budgets={"tests": 6.0}, parts=("tests",))
-    check.grace_s = 1.0
+                            budgets={"tests": 90.0}, parts=("tests",))
+    # SIGINT ignored: nothing will come of a longer grace; honoured: pytest's exit is the event
+    check.grace_s = 1.0 if sigint_ignored else EVENT_LIMIT_S
+    child = type("Child", (_BudgetAtEvent,), {"budget_s": 90.0, "started": started})
+    monkeypatch.setattr(gpu_check.subprocess, "Popen", child)
     check.tests("tests")
     outcomes = {t["id"].split("::")[1]: t["outcome"] for t in check.result["tests"]}
     assert outcomes == {"test_a": "passed", "test_b": "skipped", "test_c": "cut"}
     assert (out / "junit.xml").exists() != sigint_ignored
     (row,) = check.result["parts"]
-    assert row["status"] == "timed out" and row["wall_s"] < 30
+    assert row["status"] == "timed out" and row["wall_s"] < 120  # test_c's sleep was cut
     assert not check.passed()  # a cut test is not a test that ran
 
 

@@ -26,8 +26,8 @@ class Recorder:
     def __init__(self):
         self.todo, self.ended, self.steps = None, [], []
 
-    def start(self, total, todo):
-        self.total, self.todo = total, list(todo)
+    def start(self, total, todo, **plan):
+        self.total, self.todo, self.plan = total, list(todo), plan
 
     def running(self, name):
         pass

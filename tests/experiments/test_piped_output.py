@@ -44,8 +44,13 @@ def test_piped_sweep_prints_one_line_per_run(tmp_path):
                    + '[grid]\n"train.seed" = [0, 1]\n')
     out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run")
     assert "…" not in out and "to train: 2 runs" in out
+    # the estimate, with the probe it came from (one shape: one probe for both runs)
+    assert "estimated wall time: " in out and "on 1 worker x 1 thread (2 runs" in out
+    assert out.count("  probe mamba at 2 x 14 on cpu: ") == 1 and "; 2 runs" in out
+    assert all(len(line) <= 100 for line in out.splitlines() if "estimate" in line)
     out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"))
     assert "…" not in out and "\x1b[" not in out
+    assert "e: 2 runs: 2 to run\n" in out  # nothing "finished already"
     assert out.count("done s") == 2 and "2 of 2 runs done" in out
 
 
@@ -58,34 +63,10 @@ def test_sweep_names_run_folders_outside_the_grid(tmp_path):
     stale = tmp_path / "runs" / "e" / "s9-0badc0de"
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{}")
-    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run")
-    assert "1 run folders in" in out and "s9-0badc0de" in out
+    out = _piped("sweep", str(exp), "--out", str(tmp_path / "runs"), "--dry-run",
+                 "--no-estimate")
+    assert "estimated" not in out and "1 run folders in" in out and "s9-0badc0de" in out
     assert (stale / "config.json").read_text() == "{}"
-
-
-def test_sweep_progress_gives_no_eta_before_a_run_finished(monkeypatch):
-    """A run's first steps include its start-up: an eta extrapolated from them was hours for a
-    50-second demo. None is printed until a run has finished; then elapsed / progress."""
-    import io
-
-    from rich.console import Console
-
-    from recall_lab.commands import progress as pg
-
-    clock = [100.0]
-    monkeypatch.setattr(pg.time, "monotonic", lambda: clock[0])
-    bar = pg.SweepProgress(Console(file=io.StringIO(), width=200), "demo")
-    bar.start(4, ["a", "b", "c", "d"])
-    bar.running("a")
-    clock[0] += 30
-    bar.step("a", 1, 500)  # 30 s for 1/500 of a run: an extrapolation would say 10 hours
-    assert bar.eta() is None and "eta" not in bar.line()
-    clock[0] += 20
-    bar.finished("a", {"status": "done", "summary": {"valid": {"acc": 1.0},
-                                                     "test": {"acc": 1.0}, "steps": 500}})
-    assert bar.eta() == 50 / 1 * 3  # 50 s for one run of four
-    assert "eta 2m30s" in bar.line()
-    bar.close()
 
 
 def test_warmup_note_only_when_the_run_never_leaves_its_warmup():

@@ -304,11 +304,34 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(tiny, tmp_path):
 
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["place", MIXER, "--kwargs", '{"num_heads": 2}', "--reference",
-                                 str(tiny[0]), "--dry-run", "--out", str(out)])
+                                 str(tiny[0]), "--dry-run", "--no-estimate", "--out",
+                                 str(out)])
     assert r.exit_code == 0, r.output
     claims = [x for x in r.stdout.splitlines() if x.startswith("claim ")]
     assert len(claims) == 6  # 2 tables x 2 neighbours, and 2 frontier claims
     assert "up to 16 cell runs" in " ".join(r.stdout.split()) and not out.exists()
+    assert "estimated" not in r.stdout  # --no-estimate
+
+
+def test_a_dry_runs_estimate_is_the_pilot_then_the_cells_from_a_probe_per_table(
+        tiny, tmp_path, monkeypatch):
+    from recall_lab import api
+    from recall_lab.experiments import estimate as est
+
+    lengths = []
+
+    def probe(cfg, steps, threads, label):  # 1 s a step, whatever the shape
+        lengths.append(cfg.task.max_len)
+        return est.Probe(label, 1.0, 0.0, cfg.train.batch_size, cfg.task.max_len, "cpu")
+
+    monkeypatch.setattr(est, "probe_steps", probe)
+    plan = api.place(MIXER, KWARGS, reference=tiny[0], out=tmp_path / "out", dry_run=True,
+                     workers=2, quiet=True)
+    e = plan["estimate"]
+    assert "experiments" not in plan and not (tmp_path / "out").exists()
+    assert e["runs"] == plan["pilot_runs"] + plan["cell_runs"] and e["workers"] == 2
+    assert len(lengths) == len(set(lengths)) == len(plan["tables"])  # one probe a shape
+    assert e["wall_s"] < e["run_s"]  # two workers
 
 
 # ---- censoring: `--tables` below the protocol's ------------------------------------------------
