@@ -68,7 +68,8 @@ DEFERRED: dict[tuple[str, str], str] = {
        for heavy in ("recall_lab.analysis.*", "recall_lab.checkpoint",
                      "recall_lab.commands.training", "recall_lab.data", "recall_lab.device",
                      "recall_lab.environment", "recall_lab.evaluate", "recall_lab.experiments.*",
-                     "recall_lab.finetune", "recall_lab.models.*", "recall_lab.runs",
+                     "recall_lab.finetune", "recall_lab.mixers.*", "recall_lab.models.*",
+                     "recall_lab.runs",
                      "recall_lab.testing", "recall_lab.train", "recall_lab.api")},
     ("recall_lab", "recall_lab.api"): "the API loads on first use (above)",
     ("recall_lab.attention.sparse", "recall_lab.attention.triton_sparse"):

@@ -46,6 +46,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments import claims as prereg
@@ -66,7 +68,8 @@ from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs
 from recall_lab.experiments.state import LayerState, common_state, run_state
 from recall_lab.experiments.verdicts import free_tables, frontier_compare, three_way
 from recall_lab.mixers import mixer_label
-from recall_lab.models.registry import listed_models
+from recall_lab.models.registry import build_model, listed_models
+from recall_lab.runs import run_config_from_json
 from recall_lab.testing import resolve_target, run_checks
 
 PLAN = "place.json"
@@ -444,11 +447,6 @@ def try_longest(exp: Experiment, protocol: Protocol, label: str, kwargs: dict | 
     at that table's length, before anything is spent: a mixer that cannot take the length
     (zoology's Hyena with `l_max` below it) ends here in one line naming the table and the
     exception, not minutes into the pilot."""
-    import torch
-
-    from recall_lab.models.registry import build_model
-    from recall_lab.runs import run_config_from_json
-
     run = max(exp.runs, key=lambda r: numeric("task.levels", r.values["task.levels"]))
     size = numeric("task.levels", run.values["task.levels"])
     cfg = run_config_from_json(run.config.to_json(), "the placement's longest table").model
