@@ -289,7 +289,7 @@ class ModelConfig(BaseModel):
     block: Literal["residual", "mlp", "zoology"] | None = None
     # zoology's identity state mixer is not nothing: its TransformerBlock adds norm2(x) to the
     # stream after the sequence mixer (`state_mixer` identity of a LayerNorm'd copy), so each
-    # layer is x += attn(norm1(x)); x += norm2(x). Measured (issue 66): it keeps attention on
+    # layer is x += attn(norm1(x)); x += norm2(x). Measured (docs/zoology.md): it keeps attention on
     # MQAR's plateau longer. Needs mlp_mult 0 (the identity stands where the MLP would).
     norm2_residual: bool | None = None
     # biases on the attention's qkv and out projections (zoology's MHA: Wqkv, out_proj), zero

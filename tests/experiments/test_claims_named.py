@@ -276,7 +276,7 @@ def test_report_shows_each_groups_overlap_and_warns_above_one_percent(overlappin
     assert "| held-out overlap (valid / test) |" in md
     assert "| 34.0% / 29.0% |" in md and "| 0.0% / 0.2% |" in md
     assert ("**warning: held-out overlap mamba: valid 34.0%, test 29.0% also occur in "
-            "training**") in md
+            "training (first 24 training samples checked)**") in md
     assert "warning: held-out overlap transformer" not in md  # 0.2% is below 1%
     rows = (tmp_path / "out" / "report.csv").read_text().splitlines()
     head = rows[0].split(",")
@@ -294,8 +294,10 @@ def test_report_shows_each_groups_overlap_and_warns_above_one_percent(overlappin
     warn = next(i for i, ln in enumerate(lines) if ln.startswith("warning: held-out overlap"))
     table = next(i for i, ln in enumerate(lines) if "at the best lr per group" in ln)
     assert warn < table  # above the tables
-    assert lines[warn] == ("warning: held-out overlap mamba: valid 34.0%, test 29.0% also "
-                           "occur in training")
+    # wrapped at 100 columns: the line, then how many training samples the check read
+    assert " ".join(" ".join(lines[warn:warn + 2]).split()) == (
+        "warning: held-out overlap mamba: valid 34.0%, test 29.0% also occur in training (first "
+        "24 training samples checked)")
     assert "held-out overlap valid / test" in r.stdout and "34.0% / 29.0%" in r.stdout
     assert max(len(ln) for ln in lines) <= 100
 

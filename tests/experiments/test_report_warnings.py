@@ -29,7 +29,8 @@ def test_an_overlap_above_one_percent_warns_above_the_table(tmp_path):
     out = _report(runs, tmp_path / "out")
     line = "warning: held-out overlap transformer: valid 50.0%, test 25.0% also occur in training"
     assert line in out and out.index(line) < out.index("┏")
-    assert f"**{line}**" in (tmp_path / "out" / "report.md").read_text()
+    # the line goes on to say how many training samples the check read, where it was capped
+    assert f"**{line}" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_an_open_claim_warns_above_the_table(tmp_path):
