@@ -28,6 +28,7 @@ parametrisation) and an output gate RMSNorm(o) * SiLU(W_g x).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -128,7 +129,49 @@ def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
 @dataclass
 class DeltaCache:
     state: Tensor  # [b, h, d_k, d_v]
-    conv: Tensor | None  # [b, 2 key_dim + value_dim, conv_size - 1]
+    conv: Tensor | None  # [b, width of the q/k/v projections, conv_size - 1]
+
+
+class DeltaLayer(nn.Module):
+    """What a delta-rule family's layer shares once its projections are made (KDA, Gated
+    DeltaProduct): the convolved projections through `_parts` (q, k, v, beta, log alpha,
+    token-major) into its recurrence (`recurrent` the loop, `chunked` the fast form, `one_step`
+    decoding; each returns (o, state)), then `_output`; a d_k x d_v state per head. A subclass
+    sets `qkv`, `conv`, `num_heads`, `head_k`, `head_v`, `chunk_size`, `impl` and the three
+    functions."""
+
+    recurrent: Callable
+    chunked: Callable
+    one_step: Callable
+
+    def forward(self, x: Tensor) -> Tensor:
+        u = self.qkv(x)
+        if self.conv is not None:
+            u = self.conv(u)
+        q, k, v, beta, g = (t.transpose(1, 2) for t in self._parts(x, u))  # [b, h, l, ..]
+        if self.impl == "recurrent":
+            o, _ = self.recurrent(q, k, v, beta, g)
+        else:
+            o, _ = self.chunked(q, k, v, beta, g, self.chunk_size)
+        return self._output(o.transpose(1, 2), x)
+
+    def state_size(self, sequence_length: int = 2048) -> int:
+        # recurrent state only, as zoology counts it; the short convolution's window is the
+        # convolution cache, counted apart (mixers/state.py)
+        return self.num_heads * self.head_k * self.head_v
+
+    def allocate_cache(self, batch_size: int, max_len: int) -> DeltaCache:
+        p = self.qkv.weight
+        state = p.new_zeros(batch_size, self.num_heads, self.head_k, self.head_v)
+        return DeltaCache(state, None if self.conv is None else self.conv.allocate(batch_size))
+
+    def step(self, x_t: Tensor, cache: DeltaCache) -> Tensor:
+        u = self.qkv(x_t)
+        if self.conv is not None:
+            u, cache.conv = self.conv.step(u, cache.conv)
+        q, k, v, beta, g = self._parts(x_t, u)
+        o, cache.state = self.one_step(q, k, v, beta, g, cache.state)
+        return self._output(o, x_t)
 
 
 class DeltaNet(nn.Module):

@@ -27,7 +27,6 @@ softplus(W_alpha x + dt_bias)) per head, and the output RMSNorm(o) * SiLU(W_g x)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +34,7 @@ from torch import Tensor, nn
 
 from generators.errors import RecallLabError
 from recall_lab.mixers._linear import ShortConv, check_choice, check_positive
-from recall_lab.mixers.deltanet import delta_rule_chunked, l2norm
+from recall_lab.mixers.deltanet import DeltaLayer, delta_rule_chunked, l2norm
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
@@ -79,18 +78,16 @@ def deltaproduct_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tenso
     return o[:, :, n - 1::n], state
 
 
-@dataclass
-class DeltaProductCache:
-    state: Tensor  # [b, h, d_k, d_v]
-    conv: Tensor | None  # [b, (1 + n_h) key_dim + n_h value_dim, conv_size - 1]
-
-
-class GatedDeltaProduct(nn.Module):
+class GatedDeltaProduct(DeltaLayer):
     """Gated DeltaProduct mixer; options: `num_householder` (n_h delta steps per token; 1 =
     Gated DeltaNet), `num_heads`, `expand_k`, `expand_v` (key / value widths as multiples of
     d_model), `conv_size` (0 = no short convolution), `allow_neg_eigval` (beta in (0, 2), the
     paper's default; False: (0, 1)), `chunk_size` (tokens), `impl` ("chunk" or the "recurrent"
     reference loop)."""
+
+    recurrent = staticmethod(deltaproduct_recurrent)
+    chunked = staticmethod(deltaproduct_chunked)
+    one_step = staticmethod(deltaproduct_step)
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_householder: int = 2,
                  num_heads: int = 4, expand_k: float = 1.0, expand_v: float = 1.0,
@@ -151,33 +148,3 @@ class GatedDeltaProduct(nn.Module):
         """Per-head o [.., h, d_v] (token-major) -> out_proj(RMSNorm(o) * SiLU(W_g x))."""
         gate = F.silu(self.g_proj(x)).view(o.shape)
         return self.out_proj((self.o_norm(o) * gate).flatten(-2))
-
-    def forward(self, x: Tensor) -> Tensor:
-        u = self.qkv(x)
-        if self.conv is not None:
-            u = self.conv(u)
-        q, k, v, beta, g = (t.transpose(1, 2) for t in self._parts(x, u))  # [b, h, l, ..]
-        if self.impl == "recurrent":
-            o, _ = deltaproduct_recurrent(q, k, v, beta, g)
-        else:
-            o, _ = deltaproduct_chunked(q, k, v, beta, g, self.chunk_size)
-        return self._output(o.transpose(1, 2), x)
-
-    def state_size(self, sequence_length: int = 2048) -> int:
-        # recurrent state only: n_h changes the transition's rank, not the state; the short
-        # convolution's window is the convolution cache, counted apart (mixers/state.py)
-        return self.num_heads * self.head_k * self.head_v
-
-    def allocate_cache(self, batch_size: int, max_len: int) -> DeltaProductCache:
-        p = self.qkv.weight
-        state = p.new_zeros(batch_size, self.num_heads, self.head_k, self.head_v)
-        return DeltaProductCache(state, None if self.conv is None
-                                 else self.conv.allocate(batch_size))
-
-    def step(self, x_t: Tensor, cache: DeltaProductCache) -> Tensor:
-        u = self.qkv(x_t)
-        if self.conv is not None:
-            u, cache.conv = self.conv.step(u, cache.conv)
-        q, k, v, beta, g = self._parts(x_t, u)
-        o, cache.state = deltaproduct_step(q, k, v, beta, g, cache.state)
-        return self._output(o, x_t)

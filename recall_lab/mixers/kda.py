@@ -26,7 +26,6 @@ RMSNorm(o) * sigmoid(W_up W_down x) (low-rank too) before `out_proj`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +41,7 @@ from recall_lab.mixers._linear import (
     from_chunks,
     to_chunks,
 )
-from recall_lab.mixers.deltanet import l2norm
+from recall_lab.mixers.deltanet import DeltaLayer, l2norm
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
@@ -105,18 +104,16 @@ def kda_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, chunk:
     return from_chunks(torch.stack(out, dim=2), length), state
 
 
-@dataclass
-class KDACache:
-    state: Tensor  # [b, h, d_k, d_v]
-    conv: Tensor | None  # [b, 2 key_dim + value_dim, conv_size - 1]
-
-
-class KimiDeltaAttention(nn.Module):
+class KimiDeltaAttention(DeltaLayer):
     """KDA mixer; options: `num_heads`, `expand_k`, `expand_v` (key / value widths as multiples
     of d_model), `conv_size` (0 = no short convolution), `allow_neg_eigval` (beta in (0, 2)
     instead of (0, 1)), `chunk_size`, `impl` ("chunk" or the "recurrent" reference loop).
     The low-rank projections of the decay and the output gate have rank d_v (the paper's
     layer: the head's value width)."""
+
+    recurrent = staticmethod(kda_recurrent)
+    chunked = staticmethod(kda_chunked)
+    one_step = staticmethod(kda_step)
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_heads: int = 4,
                  expand_k: float = 1.0, expand_v: float = 1.0, conv_size: int = 4,
@@ -175,33 +172,4 @@ class KimiDeltaAttention(nn.Module):
         """Per-head o [.., h, d_v] (token-major) -> out_proj(RMSNorm(o) * sigmoid(gate))."""
         gate = self.g_proj(x).sigmoid().view(o.shape)
         return self.out_proj((self.o_norm(o) * gate).flatten(-2))
-
-    def forward(self, x: Tensor) -> Tensor:
-        u = self.qkv(x)
-        if self.conv is not None:
-            u = self.conv(u)
-        q, k, v, beta, g = (t.transpose(1, 2) for t in self._parts(x, u))  # [b, h, l, .]
-        if self.impl == "recurrent":
-            o, _ = kda_recurrent(q, k, v, beta, g)
-        else:
-            o, _ = kda_chunked(q, k, v, beta, g, self.chunk_size)
-        return self._output(o.transpose(1, 2), x)
-
-    def state_size(self, sequence_length: int = 2048) -> int:
-        # recurrent state only, as zoology counts it; the short convolution's window is the
-        # convolution cache, counted apart (mixers/state.py)
-        return self.num_heads * self.head_k * self.head_v
-
-    def allocate_cache(self, batch_size: int, max_len: int) -> KDACache:
-        p = self.qkv.weight
-        state = p.new_zeros(batch_size, self.num_heads, self.head_k, self.head_v)
-        return KDACache(state, None if self.conv is None else self.conv.allocate(batch_size))
-
-    def step(self, x_t: Tensor, cache: KDACache) -> Tensor:
-        u = self.qkv(x_t)
-        if self.conv is not None:
-            u, cache.conv = self.conv.step(u, cache.conv)
-        q, k, v, beta, g = self._parts(x_t, u)
-        o, cache.state = kda_step(q, k, v, beta, g, cache.state)
-        return self._output(o, x_t)
 
