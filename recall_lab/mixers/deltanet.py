@@ -122,6 +122,19 @@ def delta_rule_chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor 
     return (o, state) if return_state else o
 
 
+def mamba2_decay(num_heads: int) -> tuple[nn.Parameter, nn.Parameter]:
+    """A_log and dt_bias of a per-head decay alpha = exp(-exp(A_log) softplus(. + dt_bias)),
+    initialised as Mamba2's layer (A in [1, 16], dt log-uniform in [0.001, 0.1]); kept out of
+    weight decay. Shared by the gated delta rules."""
+    A_log = nn.Parameter(torch.empty(num_heads).uniform_(0, 16).log())
+    dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(0.001))
+                   + math.log(0.001)).clamp(min=1e-4)
+    dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+    A_log._no_weight_decay = True
+    dt_bias._no_weight_decay = True
+    return A_log, dt_bias
+
+
 def l2norm(x: Tensor, eps: float = 1e-6) -> Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
@@ -280,12 +293,7 @@ class GatedDeltaNet(DeltaNet):
                          chunk_size, impl)
         self.a_proj = nn.Linear(d_model, num_heads, bias=False)
         self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
-        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(0, 16).log())
-        dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(0.001))
-                       + math.log(0.001)).clamp(min=1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
-        self.A_log._no_weight_decay = True
-        self.dt_bias._no_weight_decay = True
+        self.A_log, self.dt_bias = mamba2_decay(num_heads)
 
     def _decay(self, x: Tensor) -> Tensor:
         return -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)

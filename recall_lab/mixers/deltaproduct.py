@@ -26,15 +26,13 @@ softplus(W_alpha x + dt_bias)) per head, and the output RMSNorm(o) * SiLU(W_g x)
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from generators.errors import RecallLabError
 from recall_lab.mixers._linear import ShortConv, check_choice, check_positive
-from recall_lab.mixers.deltanet import DeltaLayer, delta_rule_chunked, l2norm
+from recall_lab.mixers.deltanet import DeltaLayer, delta_rule_chunked, l2norm, mamba2_decay
 from recall_lab.ssm import RMSNorm
 
 IMPLS = ("chunk", "recurrent")
@@ -119,12 +117,7 @@ class GatedDeltaProduct(DeltaLayer):
             else None
         self.b_proj = nn.Linear(d_model, n * num_heads, bias=False)
         self.a_proj = nn.Linear(d_model, num_heads, bias=False)
-        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(0, 16).log())
-        dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(0.001))
-                       + math.log(0.001)).clamp(min=1e-4)
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
-        self.A_log._no_weight_decay = True
-        self.dt_bias._no_weight_decay = True
+        self.A_log, self.dt_bias = mamba2_decay(num_heads)
         self.g_proj = nn.Linear(d_model, self.value_dim, bias=False)
         self.o_norm = RMSNorm(self.head_v, eps=1e-5)
         self.out_proj = nn.Linear(self.value_dim, d_model, bias=False)
