@@ -36,7 +36,9 @@ from recall_lab.bench.record import summarise
 ARMS = ("1", "2", "default")
 CONDITIONS = ("as found", "one busy process")
 SHAPES = ("tour", "zoo-frontier", "zoology-fig2")
-STEPS = {"tour": 5, "zoo-frontier": 5, "zoology-fig2": 2}  # timed, after WARMUP
+# timed, after WARMUP: a tour step is ~20 ms on 2 threads, where 5 steps left a median that
+# moved 20% between two processes with the same threads (docs/results/bench/threads-idle.json)
+STEPS = {"tour": 20, "zoo-frontier": 20, "zoology-fig2": 3}
 WARMUP = {"tour": 1, "zoo-frontier": 1, "zoology-fig2": 1}
 GOAL = 1.10
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +95,19 @@ def _measure(arm: str, order: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def schedule(r: int) -> list[tuple[str, list[str]]]:
+    """Round r's arms in their order, each with its shapes' order. Both rotate with the round,
+    so that over any 3 rounds every arm goes first once and times every shape first once (a
+    shape timed after zoology-fig2's large batch is not the same measurement as one timed
+    first, and an arm that always met it there would carry that into its ratio)."""
+    arms = list(ARMS[r % 3:] + ARMS[:r % 3])
+    out = []
+    for arm in arms:
+        k = (2 * r + ARMS.index(arm)) % len(SHAPES)
+        out.append((arm, list(SHAPES[k:] + SHAPES[:k])))
+    return out
+
+
 def run(console, quick: bool, rounds: int | None = None) -> dict:
     rounds = rounds or (1 if quick else 3)
     records: list[dict] = []
@@ -102,10 +117,7 @@ def run(console, quick: bool, rounds: int | None = None) -> dict:
             spin = (subprocess.Popen([sys.executable, "-c", SPIN]) if cond != "as found"
                     else None)
             try:
-                arms = list(ARMS[r % 3:] + ARMS[:r % 3])  # rotated: no arm always first
-                for i, arm in enumerate(arms):
-                    k = (r + i) % len(SHAPES)
-                    order = list(SHAPES[k:] + SHAPES[:k])
+                for arm, order in schedule(r):
                     rec = _measure(arm, order)
                     records.append({"round": r, "condition": cond, **rec})
                     console.print(f"round {r + 1}/{rounds}, {cond}, threads {arm} "

@@ -58,3 +58,14 @@ def test_the_summary_compares_the_default_with_the_better_fixed_count():
     assert busy["load"] == [1, 2, 3]  # min, median, max
     assert out["cells"]["one busy process / zoology-fig2"]["default_over_best"] == 1.0
     assert not out["met"]  # 1.2 > the goal's 1.10
+
+
+def test_every_arm_goes_first_and_meets_every_shape_first_over_three_rounds():
+    rounds = [threads.schedule(r) for r in range(3)]
+    assert {rnd[0][0] for rnd in rounds} == set(threads.ARMS)
+    for arm in threads.ARMS:
+        firsts = {order[0] for rnd in rounds for a, order in rnd if a == arm}
+        assert firsts == set(threads.SHAPES), arm
+    for rnd in rounds:  # each round: every arm once, every shape once per arm
+        assert sorted(a for a, _ in rnd) == sorted(threads.ARMS)
+        assert all(sorted(o) == sorted(threads.SHAPES) for _, o in rnd)
