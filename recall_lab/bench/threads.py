@@ -37,7 +37,8 @@ ARMS = ("1", "2", "default")
 CONDITIONS = ("as found", "one busy process")
 SHAPES = ("tour", "zoo-frontier", "zoology-fig2")
 # timed, after WARMUP: a tour step is ~20 ms on 2 threads, where 5 steps left a median that
-# moved 20% between two processes with the same threads (docs/results/bench/threads-idle.json)
+# moved 20% between two processes with the same threads (docs/performance.md, "The thread
+# default")
 STEPS = {"tour": 20, "zoo-frontier": 20, "zoology-fig2": 3}
 WARMUP = {"tour": 1, "zoo-frontier": 1, "zoology-fig2": 1}
 GOAL = 1.10
