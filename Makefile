@@ -9,7 +9,7 @@ ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
 .PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun \
-	gpu-campaign-dryrun readme-numbers tour-record
+	gpu-campaign-dryrun readme-numbers tour-record frontier-2026
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: $(STAMP)
 # report) from the committed records; tests/test_readme_numbers.py checks that they are current
 readme-numbers:
 	$(PYTHON) scripts/readme_numbers.py
+
+# docs/results/frontier-2026/: the combined README and figure from the placements' records, and
+# the shipped frontier-2026 reference packed from them (tests/experiments/test_frontier_2026.py)
+frontier-2026: $(STAMP)
+	$(BIN)/python scripts/frontier_2026.py
 
 # re-run the README's tour, its lines as printed and nothing pinned (no core affinity, the lab's
 # default threads), into its record (docs/results/tour/record.json; minutes: the tiny sweep),

@@ -263,7 +263,8 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           memory: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
-    shipped zoo-frontier records) run for it under `out/place-LABEL-HASH/`, claims recorded
+    shipped zoo-frontier records; "frontier-2026": them plus the placed 2025-26 families; or
+    a reference folder) run for it under `out/place-LABEL-HASH/`, claims recorded
     before its first run, cells stopped once their verdicts are settled. Returns the answer
     (the placement folder's answer.json: cells, claims with verdicts, frontier, runs saved);
     report.md, row.md and two figures are beside it. A second call with the same mixer and

@@ -40,9 +40,10 @@ def register(app: GuardedApp) -> None:
         workers: int = typer.Option(1, help="Runs in parallel (processes, or Ray tasks)."),
         threads: int = typer.Option(1, help="torch threads per worker."),
         engine: str = typer.Option("local", help="local (process pool) or ray."),
-        reference: Path = typer.Option(None, "--reference", help="A reference folder (run "
-                                       "records plus place.toml; docs/place.md) instead of the "
-                                       "shipped zoo-frontier."),
+        reference: str = typer.Option(None, "--reference", help="A shipped reference's name "
+                                      "(zoo-frontier, the default; frontier-2026: it plus the "
+                                      "2025-26 families' placements) or a reference folder "
+                                      "(run records plus place.toml; docs/place.md)."),
         check: bool = typer.Option(True, "--check/--no-check", help="Refuse a mixer that fails "
                                    "a correctness row of `recall-lab check` before training."),
         out: Path = typer.Option(Path("runs"), help="Root folder; the placement goes to "
@@ -67,12 +68,15 @@ def register(app: GuardedApp) -> None:
         from recall_lab import api
         from recall_lab.experiments.engine import ENGINES
         from recall_lab.experiments.place import frontier_text
+        from recall_lab.experiments.reference import SHIPPED_REFERENCES
         from recall_lab.runs import mixer_kwargs_json
 
         if engine not in ENGINES:
             raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
-        if reference is not None and not reference.is_dir():
-            raise RecallLabError(f"reference folder {reference} does not exist")
+        if reference is not None and not Path(reference).is_dir() \
+                and reference not in SHIPPED_REFERENCES:
+            raise RecallLabError(f"reference {reference} is neither a folder nor a shipped "
+                                 f"reference ({', '.join(SHIPPED_REFERENCES)})")
         args = mixer_kwargs_json(kwargs, "--kwargs")
         if kwargs_file is not None:
             from recall_lab.mixers.kwargs_files import mixer_kwargs

@@ -20,16 +20,22 @@ the same protocol for a new mixer:
     at_least = 5                         # seeds solved there for a row to run ...
     skip = [[[32, 32]]]                  # ... these tables
 
-The lab ships one reference, the zoo-frontier's 570 runs, as package data: a compressed archive
-(`recall_lab/experiments/reference_data/zoo-frontier.tar.xz`, about 0.4 MB for 12 MB of
-records) that `open_reference` unpacks into a temporary folder. `pack_reference` builds it
-(sorted members, no owners or times: the same files give the same bytes).
+The lab ships two references as package data, each a compressed archive in
+`recall_lab/experiments/reference_data/` that `open_reference` unpacks into a temporary folder:
+- `zoo-frontier` (the default): the zoo-frontier's 570 runs (about 0.4 MB for 12 MB of
+  records), built by `pack_reference` (sorted members, no owners or times: the same files give
+  the same bytes);
+- `frontier-2026`: the same records plus the cells of the 2025-26 families' placements
+  (docs/results/frontier-2026/), built by `pack_combined` (`scripts/frontier_2026.py`). Its
+  place.toml is the zoo-frontier's protocol with its own header, so a placement against it
+  gets its own folder (`place._protocol_id` reads the file's text).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -46,7 +52,8 @@ from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, numeric
 
 PLACE = "place.toml"
-SHIPPED = "zoo-frontier"
+SHIPPED = "zoo-frontier"  # the default reference
+SHIPPED_REFERENCES = ("zoo-frontier", "frontier-2026")
 DATA = "reference_data"
 
 
@@ -75,8 +82,8 @@ class Protocol:
         return next(t for t in self.tables if t.size == size)
 
 
-def shipped_archive() -> Path:
-    return Path(str(resources.files("recall_lab.experiments") / DATA / f"{SHIPPED}.tar.xz"))
+def shipped_archive(name: str = SHIPPED) -> Path:
+    return Path(str(resources.files("recall_lab.experiments") / DATA / f"{name}.tar.xz"))
 
 
 def _extract(archive: Path, dest: Path) -> None:
@@ -92,12 +99,13 @@ def _extract(archive: Path, dest: Path) -> None:
 
 @contextlib.contextmanager
 def open_reference(folder: str | Path | None = None) -> Iterator[Path]:
-    """The reference folder: `folder` itself, or (None) the shipped archive unpacked into a
-    temporary folder that lives as long as the context."""
-    if folder is not None:
+    """The reference folder: `folder` itself, or a shipped reference's name (None: the default,
+    zoo-frontier) unpacked into a temporary folder that lives as long as the context. A folder
+    that exists wins over a shipped name."""
+    if folder is not None and (Path(folder).is_dir() or str(folder) not in SHIPPED_REFERENCES):
         yield Path(folder)
         return
-    archive = shipped_archive()
+    archive = shipped_archive(SHIPPED if folder is None else str(folder))
     if not archive.is_file():
         raise RecallLabError(f"this installation of recall-lab carries no reference records "
                              f"({archive} is missing): pass --reference FOLDER")
@@ -189,32 +197,78 @@ def pick_lr(results: dict[float, float | None], tie: float) -> float | None:
     return min(lr for lr, acc in done.items() if best - acc < tie)
 
 
-def pack_reference(records: Path, files: list[Path], dest: Path) -> int:
-    """Write `dest` (a .tar.xz) from a sweep archive `records` (its index, claims and each
-    finished run's records) and `files` (place.toml, the experiment file) at its top. Members
-    sorted, owners and times zeroed. Returns the number of runs."""
-    index = ck.read_json(Path(records) / INDEX, "sweep index")
-    members: list[tuple[str, Path]] = [(p.name, p) for p in files]
-    members += [(name, Path(records) / name) for name in (INDEX, CLAIMS)
-                if (Path(records) / name).is_file()]
-    n = 0
-    for entry in index.get("runs", []):
-        run = Path(records) / entry["name"]
-        if not (run / ck.SUMMARY).is_file():
-            continue
-        n += 1
-        members += [(f"{entry['name']}/{f}", run / f) for f in RUN_FILES if (run / f).is_file()]
+def _write_tar(members: list[tuple[str, bytes]], dest: Path) -> None:
+    """`dest` (a .tar.xz) holding `members` sorted by name, owners and times zeroed."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:xz") as tar:
-        for name, path in sorted(members):
+        for name, data in sorted(members):
             info = tarfile.TarInfo(name)
-            data = path.read_bytes()
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))
     Path(dest).parent.mkdir(parents=True, exist_ok=True)
     Path(dest).write_bytes(buf.getvalue())
-    return n
 
 
-__all__ = ["PLACE", "Protocol", "Table", "open_reference", "pack_reference", "pick_lr",
-           "read_protocol", "shipped_archive"]
+def _finished(records: Path) -> list[tuple[dict, Path]]:
+    """(index entry, run folder) of every run in a sweep's records with a summary."""
+    index = ck.read_json(Path(records) / INDEX, "sweep index")
+    return [(e, Path(records) / e["name"]) for e in index.get("runs", [])
+            if (Path(records) / e["name"] / ck.SUMMARY).is_file()]
+
+
+def _run_members(name: str, run: Path) -> list[tuple[str, bytes]]:
+    return [(f"{name}/{f}", (run / f).read_bytes()) for f in RUN_FILES if (run / f).is_file()]
+
+
+def pack_reference(records: Path, files: list[Path], dest: Path) -> int:
+    """Write `dest` (a .tar.xz) from a sweep archive `records` (its index, claims and each
+    finished run's records) and `files` (place.toml, the experiment file) at its top. Members
+    sorted, owners and times zeroed. Returns the number of runs."""
+    members = [(p.name, p.read_bytes()) for p in files]
+    members += [(name, (Path(records) / name).read_bytes()) for name in (INDEX, CLAIMS)
+                if (Path(records) / name).is_file()]
+    runs = _finished(records)
+    for entry, run in runs:
+        members += _run_members(entry["name"], run)
+    _write_tar(members, dest)
+    return len(runs)
+
+
+def pack_combined(base: Path, placements: dict[str, Path], place_toml: str, dest: Path) -> int:
+    """Write `dest` (a .tar.xz reference): the reference folder `base` (its experiment file,
+    claims, index and runs) with `place_toml` as its protocol file, plus the finished cell runs
+    of each placement (`placements`: a short name -> the placement folder, whose `cells/` are a
+    sweep's records), each run as `NAME-RUN` in the index. The placements must have run the
+    base's protocol: a cell whose config is not the base experiment's tables with the model
+    replaced is refused. Returns the number of runs added."""
+    base = Path(base)
+    index = ck.read_json(base / INDEX, "sweep index")
+    protocol = read_protocol(base)
+    members = [(PLACE, place_toml.encode())]
+    spec = read_toml(base / PLACE)
+    members.append((str(spec["experiment"]), (base / str(spec["experiment"])).read_bytes()))
+    if (base / CLAIMS).is_file():
+        members.append((CLAIMS, (base / CLAIMS).read_bytes()))
+    for entry, run in _finished(base):
+        members += _run_members(entry["name"], run)
+    added = []
+    for short, folder in sorted(placements.items()):
+        for entry, run in _finished(Path(folder) / "cells"):
+            cfg = entry["config"]
+            base_task = {k: v for k, v in protocol.base["task"].items() if k != "levels"}
+            if any(cfg["task"].get(k) != v for k, v in base_task.items()) \
+                    or cfg["train"].get("batch_size") != protocol.base["train"].get("batch_size"):
+                raise RecallLabError(f"{folder}: run {entry['name']} did not run the "
+                                     f"{protocol.name} protocol")
+            name = f"{short}-{entry['name']}"
+            added.append({**entry, "name": name})
+            members += _run_members(name, run)
+    index = {**index, "runs": index.get("runs", []) + added}
+    index.pop("timing", None)  # the base sweep's last call, not this archive's
+    members.append((INDEX, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()))
+    _write_tar(members, dest)
+    return len(added)
+
+
+__all__ = ["PLACE", "SHIPPED_REFERENCES", "Protocol", "Table", "open_reference",
+           "pack_combined", "pack_reference", "pick_lr", "read_protocol", "shipped_archive"]

@@ -209,7 +209,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path):
     fails_with(["place", MIXER, "--reference", empty, "--no-check", "--out", out],
                "no runs found")
     fails_with(["place", MIXER, "--reference", tmp_path / "nowhere", "--out", out],
-               "does not exist")
+               "is neither a folder nor a shipped reference (zoo-frontier, frontier-2026)")
     assert not out.exists()
 
 

@@ -1,0 +1,105 @@
+"""The combined frontier (docs/results/frontier-2026/): a placement's cells packed into a
+reference beside the base's rows (`reference.pack_combined`), the shipped `frontier-2026`
+reference holding exactly the zoo-frontier's records and the finished placements' cells, and the
+combined README equal to what `scripts/frontier_2026.py` renders from the records."""
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from generators.errors import RecallLabError
+from recall_lab.experiments import combined as cb
+from recall_lab.experiments import place as pl
+from recall_lab.experiments.reference import (
+    open_reference,
+    pack_combined,
+    read_protocol,
+    shipped_archive,
+)
+
+from .place_fixtures import make_reference
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "docs" / "results" / "frontier-2026"
+
+
+def _placement(folder: Path, ref: Path, solved: dict[float, int], batch: int | None = None):
+    """A finished placement of GLA with 2 heads in `folder`: its cells' records (8 seeds per
+    table, `solved[table]` of them solved) and an answer.json."""
+    protocol = read_protocol(ref)
+    exp = pl.cells_experiment(protocol, pl.mixer_table("gla", {"num_heads": 2}), [2.0, 3.0],
+                              protocol.seeds, 3e-3)
+    entries = []
+    for run in exp.runs:
+        cfg = run.config.to_json()
+        if batch is not None:
+            cfg["train"]["batch_size"] = batch
+        size = float(cfg["task"]["levels"][0][1])
+        acc = 1.0 if cfg["train"]["seed"] < solved[size] else 0.3
+        d = folder / "cells" / run.name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps(cfg))
+        (d / "summary.json").write_text(json.dumps({"steps": 6, "stopped_at": 6, "best_step": 6,
+                                                    "valid": {"acc": acc},
+                                                    "test": {"acc": acc}}))
+        entries.append({"name": run.name, "hash": run.hash, "status": "done", "config": cfg})
+    (folder / "cells" / "sweep.json").write_text(json.dumps({"experiment": "cells",
+                                                              "runs": entries}))
+    return folder
+
+
+def test_a_placement_packed_into_a_reference_becomes_a_row_beside_the_base_rows(tmp_path):
+    ref = make_reference(tmp_path / "ref")
+    placed = _placement(tmp_path / "gla2", ref, {2.0: 7, 3.0: 2})
+    dest = tmp_path / "combined.tar.xz"
+    head = "# the combined protocol\n"
+    assert pack_combined(ref, {"gla2": placed}, head + (ref / "place.toml").read_text(),
+                         dest) == 16
+    out = tmp_path / "out"
+    with tarfile.open(dest, "r:xz") as tar:
+        tar.extractall(out, filter="data")
+    assert (out / "place.toml").read_text().startswith(head)
+    protocol = read_protocol(out)
+    assert protocol == read_protocol(ref)  # the base's protocol, unchanged
+    assert pl._protocol_id(out, protocol) != pl._protocol_id(ref, protocol)  # its own folders
+    base_rows, _ = pl.reference_rows(ref, protocol)
+    rows, _ = pl.reference_rows(out, protocol)
+    counts = {r.label: {s: (g.solved.k, g.solved.n) for s, g in r.cells.items()} for r in rows}
+    for r in base_rows:
+        assert counts.pop(r.label) == {s: (g.solved.k, g.solved.n) for s, g in r.cells.items()}
+    assert counts == {"gla / num_heads=2": {2.0: (7, 8), 3.0: (2, 8)}}
+    # a placement that did not run the base's protocol is refused
+    other = _placement(tmp_path / "other", ref, {2.0: 1, 3.0: 1}, batch=8)
+    with pytest.raises(RecallLabError, match="did not run the tiny-frontier protocol"):
+        pack_combined(ref, {"other": other}, "", tmp_path / "x.tar.xz")
+
+
+def test_the_shipped_frontier_2026_holds_the_zoo_frontier_and_the_finished_placements():
+    with tarfile.open(shipped_archive("frontier-2026"), "r:xz") as tar:
+        names = set(tar.getnames())
+        index = json.loads(tar.extractfile("sweep.json").read())
+        place_toml = tar.extractfile("place.toml").read().decode()
+    zoo = json.loads((ROOT / "docs" / "results" / "zoo-frontier" / "runs" / "sweep.json")
+                     .read_text())["runs"]
+    want = [e["name"] for e in zoo]
+    for folder in sorted(FOLDER.iterdir()):
+        if (folder / cb.ANSWER).is_file():
+            cells = json.loads((folder / "cells" / "sweep.json").read_text())["runs"]
+            want += [f"{folder.name}-{e['name']}" for e in cells
+                     if (folder / "cells" / e["name"] / "summary.json").is_file()]
+    assert sorted(e["name"] for e in index["runs"]) == sorted(want)
+    assert {f"{n}/summary.json" for n in want} <= names
+    assert not any(n.endswith((".safetensors", ".pt")) for n in names)
+    assert "frontier-2026" in place_toml
+    with open_reference("frontier-2026") as a, open_reference() as b:
+        assert read_protocol(a) == read_protocol(b)
+
+
+def test_the_combined_readme_equals_its_records():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "frontier_2026.py"), "--check"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
