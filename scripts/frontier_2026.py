@@ -15,6 +15,7 @@ the shipped `frontier-2026` reference packed from them (`make frontier-2026`).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -36,13 +37,47 @@ FAMILIES = {
     "gated-deltaproduct": '{"num_heads": 4, "expand_k": 0.25}',
     "rwkv7": '{"head_size": 4}',
     "mamba3": '{"expand": 2, "d_state": 2, "rope_fraction": 1.0}',
-    "log-linear-mamba2": "the count nearest 256 at the 32-pair table's 130 tokens",
+    # 576 at 130 tokens: the count nearest 256 at d_model 64 (64 x expand x 9 levels x d_state)
+    "log-linear-mamba2": '{"expand": 1, "d_state": 1, "headdim": 16}',
 }
 PLACE_TOML_HEAD = """\
 # How `recall-lab place --reference frontier-2026` runs its protocol: the zoo-frontier's
 # (zoo-frontier.toml beside this file, its lr pilot's rule and its cut rule), against the
 # zoo-frontier's rows plus the placed 2025-26 families (docs/results/frontier-2026/).
 """
+
+
+# what the table says beside a family's estimate
+NOTES = {"kda": "all four tables: begun before these estimates, its claims registered for them",
+         "log-linear-mamba2": "576 numbers per layer at 130 tokens, the count nearest 256 at "
+         "d_model 64: 64 x expand x 9 levels x d_state"}
+GOAL_MIN = 90  # minutes a placement may take on 2 workers, else --tables 4,8,16
+
+
+def estimate(name: str) -> dict | None:
+    """`place --dry-run`'s estimate for a family (docs/results/frontier-2026/dry-run/NAME.txt):
+    its wall time on 1 worker in minutes and the load average its probes were timed at."""
+    path = FOLDER / "dry-run" / f"{name}.txt"
+    if not path.is_file():
+        return None
+    text = " ".join(path.read_text().split())
+    m = re.search(r"estimated wall time: (?:(\d+)h)?(\d+)m on 1 worker", text)
+    load = re.search(r"timed at load average ([0-9.]+)", text)
+    if m is None:
+        return None
+    return {"minutes": int(m.group(1) or 0) * 60 + int(m.group(2)),
+            "load": float(load.group(1)) if load else None}
+
+
+def tables_flag(name: str) -> str:
+    """" --tables 4,8,16" where the rule censors the family's placement (not kda: begun first)."""
+    est = estimate(name)
+    censor = name != "kda" and est is not None and est["minutes"] / 2 > GOAL_MIN
+    return " --tables 4,8,16" if censor else ""
+
+
+def _hm(minutes: float) -> str:
+    return f"{int(minutes // 60)} h {int(minutes % 60):02d} min"
 
 
 def placements() -> dict[str, Path]:
@@ -80,8 +115,14 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         f"**Placements finished: {len(done)} of {len(FAMILIES)}**"
         + (f" ({', '.join(f'`{n}`' for n in done)})" if done else "") + ".",
         "",
-        "| family | kwargs at d_model 64 | placement |",
-        "| --- | --- | --- |",
+        "`place --dry-run`'s estimate (full step budgets, no cell stopped early: an upper "
+        "bound; `dry-run/NAME.txt` holds each output) decides the tables: a family whose "
+        f"estimate on 2 workers is above {GOAL_MIN} minutes is placed with `--tables 4,8,16` "
+        "and censored verdicts. The estimates were timed while another sweep ran on the 2 "
+        "cores (load average in the table), so they overstate a quiet machine's.",
+        "",
+        "| family | kwargs at d_model 64 | estimate on 2 workers (load) | placement |",
+        "| --- | --- | --- | --- |",
     ]
     for name, kw in FAMILIES.items():
         if name in unfinished:
@@ -92,8 +133,10 @@ def render() -> tuple[str, list[cb.Entry], dict]:
             status = f"[finished](./{name}/report.md)"
         else:
             status = "not started"
-        kw_text = f"`{kw}`" if kw.startswith("{") else kw
-        lines.append(f"| `{name}` | {kw_text} | {status} |")
+        est = estimate(name)
+        est_text = "-" if est is None else (f"{_hm(est['minutes'] / 2)} ({est['load']:g})")
+        note = f" ({NOTES[name]})" if name in NOTES else ""
+        lines.append(f"| `{name}` | `{kw}`{note} | {est_text} | {status} |")
     lines += [
         "",
         "## Every row",
@@ -119,8 +162,8 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         "## Reproduce",
         "",
         "```bash",
-        *[f"recall-lab place {n} --kwargs '{kw}' --workers 2" for n, kw in FAMILIES.items()
-          if kw.startswith("{")],
+        *[f"recall-lab place {n} --kwargs '{kw}' --workers 2{tables_flag(n)}"
+          for n, kw in FAMILIES.items()],
         "python scripts/frontier_2026.py   # this README, frontier.png, the shipped reference",
         "```",
         "",
