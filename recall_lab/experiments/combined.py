@@ -13,6 +13,7 @@ and no verdict.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +230,7 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     ax.set_ylim(0.5 / 2 ** 0.4, max(sizes) * 2 ** 0.4)
     ax.set_yticks(list(sizes) + [0.5])
     ax.set_yticklabels([names[s] for s in sizes] + ["none"])
-    ticks = [2 ** k for k in range(int(_log2(lo_x)) + 1, int(_log2(hi_x)) + 1)]
+    ticks = [2 ** k for k in range(int(math.log2(lo_x)) + 1, int(math.log2(hi_x)) + 1)]
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{t:,.0f}" for t in ticks], fontsize=8)
     ax.minorticks_off()
@@ -245,12 +246,6 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
-
-
-def _log2(x: float) -> float:
-    import math
-
-    return math.log2(x)
 
 
 __all__ = ["Entry", "figure", "placement_entry", "progress", "reference_entries",
