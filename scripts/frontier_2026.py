@@ -130,7 +130,9 @@ def render() -> tuple[str, list[cb.Entry], dict]:
             status = (f"[not finished](./{name}/README.md): {p['claims']} claims recorded "
                       f"{p['recorded']}; {p['done']} of {p['planned']} cell runs; no verdict")
         elif name in placements():
-            status = f"[finished](./{name}/report.md)"
+            e = next(x for x in finished if x.source == name)
+            status = (f"[finished](./{name}/README.md): frontier "
+                      f"{cb.frontier_text(e.frontier)}")
         else:
             status = "not started"
         est = estimate(name)

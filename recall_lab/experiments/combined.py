@@ -162,6 +162,7 @@ def settled_lines(entries: list[Entry]) -> list[str]:
 
 # ---- the figure ---------------------------------------------------------------------------------
 
+DODGE = 0.3  # powers of 2 between rows drawn at one point: markers whole, bars apart
 PLACED_STYLE = (("#d62728", "*"), ("#1f77b4", "P"), ("#2ca02c", "X"), ("#9467bd", "D"),
                 ("#ff7f0e", "h"), ("#8c564b", "p"))  # bold, one per placed row
 
@@ -200,7 +201,7 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
         lo, hi = f["range"]
         return (f["frontier"] or 0.5, lo or 0.5, hi or 0.5)
 
-    # rows at one (state, frontier) point are spread apart along x (a tenth of a power of 2)
+    # rows at one (state, frontier) point are spread apart along x, placed rows last
     at: dict[tuple, list[Entry]] = {}
     for e in sorted(fixed, key=lambda e: (e.placed, e.label)):
         at.setdefault((e.state["numbers"], point(e)[0]), []).append(e)
@@ -208,7 +209,7 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     fig, ax = plt.subplots(figsize=(6.6 + LEGEND_IN + 0.8, 4.4))
     for (x, _), group in at.items():
         for i, e in enumerate(group):
-            dx = 2 ** (0.12 * (i - (len(group) - 1) / 2))
+            dx = 2 ** (DODGE * (i - (len(group) - 1) / 2))
             f, lo, hi = point(e)
             c, m, ms, lw = styles[e.label]
             label = e.label + (" (placed)" if e.placed else "")
@@ -234,13 +235,16 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{t:,.0f}" for t in ticks], fontsize=8)
     ax.minorticks_off()
-    ax.set_xlabel("recurrent state per layer (numbers, log2)")
+    ax.set_xlabel("recurrent state per layer (numbers, log2; rows at one point side by side)")
     ax.set_ylabel("frontier: largest table solved\nin >= half the seeds [range]")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
     width = 6.6 + LEGEND_IN + 0.8
     right = 6.6 / width
-    fig.legend(*ax.get_legend_handles_labels(), loc="center left",
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: ("(state grows" not in labels[i],
+                                                      "(placed)" in labels[i], labels[i]))
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="center left",
                bbox_to_anchor=(right + 0.01, 0.5), fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0, right, 1))
     fig.savefig(path, dpi=110)
@@ -248,5 +252,5 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     return Path(path)
 
 
-__all__ = ["Entry", "figure", "placement_entry", "progress", "reference_entries",
+__all__ = ["Entry", "figure", "frontier_text", "placement_entry", "progress", "reference_entries",
            "settled_lines", "sort_key", "table_lines"]
