@@ -172,7 +172,8 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     recurrent state per layer, log2 on both axes; the ranges its seeds' Wilson intervals allow
     as bars; reference rows muted (one colour per family), placed rows bold with a marker of
     their own; rows whose state grows with the sequence (attention) as dashed lines; rows at
-    one point side by side; the legend outside the axes."""
+    one state side by side; a state that grows as log L drawn at its count at the longest table
+    its placement ran, with a caption line under its label; the legend outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -201,22 +202,24 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
         lo, hi = f["range"]
         return (f["frontier"] or 0.5, lo or 0.5, hi or 0.5)
 
-    # rows at one (state, frontier) point are spread apart along x, placed rows last
-    at: dict[tuple, list[Entry]] = {}
+    # rows at one state are spread apart along x (their bars would hide each other), placed
+    # rows last
+    at: dict[float, list[Entry]] = {}
     for e in sorted(fixed, key=lambda e: (e.placed, e.label)):
-        at.setdefault((e.state["numbers"], point(e)[0]), []).append(e)
+        at.setdefault(e.state["numbers"], []).append(e)
     xs_all = [e.state["numbers"] for e in fixed]
     fig, ax = plt.subplots(figsize=(6.6 + LEGEND_IN + 0.8, 4.4))
-    for (x, _), group in at.items():
+    for x, group in at.items():
         for i, e in enumerate(group):
             dx = 2 ** (DODGE * (i - (len(group) - 1) / 2))
             f, lo, hi = point(e)
             c, m, ms, lw = styles[e.label]
             label = e.label + (" (placed)" if e.placed else "")
-            if e.state.get("growth") == "log L":
-                label += f": state {e.state['text']}, its count at the longest table"
+            if e.state.get("growth") == "log L":  # the caption line under its label
+                label += f"\n  state grows as log L: drawn at {e.state['text'].split(' (')[0]}"
+                label += ", its count at the longest table it ran"
             if e.frontier.get("censored"):
-                label += f"; tables above {e.frontier['ran_to']:g} not run"
+                label += f"\n  tables above {e.frontier['ran_to']:g} not run"
             ax.errorbar([x * dx], [f], yerr=[[f - lo], [hi - f]], fmt=m, color=c, ms=ms,
                         capsize=3, lw=lw, zorder=5 if e.placed else 3, label=label,
                         mec="black" if e.placed else c, mew=0.6 if e.placed else 0)
@@ -235,7 +238,7 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{t:,.0f}" for t in ticks], fontsize=8)
     ax.minorticks_off()
-    ax.set_xlabel("recurrent state per layer (numbers, log2; rows at one point side by side)")
+    ax.set_xlabel("recurrent state per layer (numbers, log2; rows at one state side by side)")
     ax.set_ylabel("frontier: largest table solved\nin >= half the seeds [range]")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)

@@ -87,6 +87,12 @@ class Row:
     state: LayerState | None = None
     lr: float | None = None
     mixer: bool = False
+    # its state at each table: one count for a fixed state; a "log L" row's grows with the
+    # table's length (`state` is then its count at the longest table it ran)
+    states: dict[float, LayerState] = field(default_factory=dict)
+
+    def state_at(self, size: float | None) -> LayerState | None:
+        return self.state if size is None else self.states.get(size, self.state)
 
     def finished(self, size: float) -> bool:
         g = self.cells.get(size)
@@ -124,9 +130,15 @@ def reference_rows(folder: Path, protocol: Protocol) -> tuple[list[Row], list[Gr
         if row.lr is None:
             row.lr = g.best_lr
     for row in rows.values():
-        cells = [row.cells[s] for s in sorted(row.cells)]
-        states = {common_state(r.tables for r in g.runs) for g in cells}
-        row.state = states.pop() if len(states) == 1 else LayerState(None, None)
+        row.states = {s: common_state(r.tables for r in g.runs) for s, g in
+                      sorted(row.cells.items())}
+        states = set(row.states.values())
+        if len(states) == 1:
+            row.state = states.pop()
+        elif states and all(st.growth == "log L" for st in states):
+            row.state = row.states[max(row.states)]  # as a placement's answer gives it
+        else:
+            row.state = LayerState(None, None)
     return list(rows.values()), groups
 
 
@@ -150,13 +162,17 @@ def neighbours(rows: list[Row], state: LayerState, size: float | None) -> list[R
                                 else r.cells and all(r.finished(s) for s in r.cells))]
     if state.numbers is None:
         return [r for r in pool if r.state is not None and r.state.grows]
-    fixed = [r for r in pool if r.state is not None and r.state.numbers is not None]
-    below = [r.state.numbers for r in fixed if r.state.numbers <= state.numbers]
-    above = [r.state.numbers for r in fixed if r.state.numbers > state.numbers]
+    # a row's count at this table (a "log L" row's at the table's length; at the longest
+    # table it ran for the frontier's neighbours)
+    count = {r.label: r.state_at(size).numbers for r in pool
+             if r.state_at(size) is not None and r.state_at(size).numbers is not None}
+    fixed = [r for r in pool if r.label in count]
+    below = [count[r.label] for r in fixed if count[r.label] <= state.numbers]
+    above = [count[r.label] for r in fixed if count[r.label] > state.numbers]
     want = {max(below)} if below else set()
     want |= {min(above)} if above else set()
-    return sorted((r for r in fixed if r.state.numbers in want),
-                  key=lambda r: (r.state.numbers, r.label))
+    return sorted((r for r in fixed if count[r.label] in want),
+                  key=lambda r: (count[r.label], r.label))
 
 
 # ---- the mixer ----------------------------------------------------------------------------------
@@ -232,8 +248,9 @@ def _table_name(size: float, protocol: Protocol) -> str:
     return f"{size:g} pairs" if len(levels) == 1 else f"table {size:g}"
 
 
-def _who(row: Row) -> str:
-    return f"{row.label} ({row.state.text() if row.state else '-'} per layer)"
+def _who(row: Row, size: float | None = None) -> str:
+    state = row.state_at(size)
+    return f"{row.label} ({state.text() if state else '-'} per layer)"
 
 
 def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[float],
@@ -255,12 +272,13 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
                 where = ("beside (both grow with the sequence)" if state.grows else
                          "whose state grows (attention: this mixer's state is unknown), beside")
             else:
-                where = "at or below" if nb.state.numbers <= here.numbers else "above"
+                where = ("at or below" if nb.state_at(size).numbers <= here.numbers
+                         else "above")
             mine = (f"{here.text()} per layer, its count at this table's length"
                     if log_l else f"{state.text()} per layer")
             claims.append({
                 "claim": (f"at {_table_name(size, protocol)}: seeds solved by {label} "
-                          f"({mine}) against {_who(nb)}, the nearest row "
+                          f"({mine}) against {_who(nb, size)}, the nearest row "
                           f"{where} it in recurrent state: more, fewer (one-sided Fisher at "
                           f"{protocol.level:g}) or not separable"),
                 "kind": "solved", "size": size, "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label},

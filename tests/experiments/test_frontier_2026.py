@@ -20,6 +20,7 @@ from recall_lab.experiments.reference import (
     read_protocol,
     shipped_archive,
 )
+from recall_lab.experiments.state import LayerState
 
 from .place_fixtures import make_reference
 
@@ -103,3 +104,18 @@ def test_the_combined_readme_equals_its_records():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "frontier_2026.py"), "--check"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_log_l_row_meets_a_new_mixer_at_its_count_at_each_table():
+    """log-linear Mamba-2's row in frontier-2026 keeps its count per table (384, 448, 512 at 18,
+    34, 66 tokens): a mixer of 420 per layer meets it as the nearest row above at 8 pairs,
+    and not at 4 pairs, where its 384 lies below linear attention's 390."""
+    with open_reference("frontier-2026") as folder:
+        protocol = read_protocol(folder)
+        rows, _ = pl.reference_rows(folder, protocol)
+    ll = next(r for r in rows if r.label.startswith("log-linear-mamba2"))
+    assert {s: st.numbers for s, st in ll.states.items()} == {4.0: 384, 8.0: 448, 16.0: 512}
+    assert ll.state.growth == "log L" and ll.state.numbers == 512
+    mine = LayerState(420.0, "constant")
+    assert ll in pl.neighbours(rows, mine, 8.0)
+    assert ll not in pl.neighbours(rows, mine, 4.0)
