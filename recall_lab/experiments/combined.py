@@ -162,7 +162,8 @@ def settled_lines(entries: list[Entry]) -> list[str]:
 
 # ---- the figure ---------------------------------------------------------------------------------
 
-DODGE = 0.3  # powers of 2 between rows drawn at one point: markers whole, bars apart
+DODGE = 0.3  # powers of 2 between rows at one state (at most 0.9 across a group)
+AXES_IN = 8.0  # the axes' width in inches (the figure: with the legend, under 16)
 PLACED_STYLE = (("#d62728", "*"), ("#1f77b4", "P"), ("#2ca02c", "X"), ("#9467bd", "D"),
                 ("#ff7f0e", "h"), ("#8c564b", "p"))  # bold, one per placed row
 
@@ -191,7 +192,7 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     styles = {}
     for e in sorted(fixed, key=lambda e: (e.placed, e.label)):
         if e.placed:
-            styles[e.label] = (*PLACED_STYLE[placed_i % len(PLACED_STYLE)], 11, 2.0)
+            styles[e.label] = (*PLACED_STYLE[placed_i % len(PLACED_STYLE)], 9, 2.0)
             placed_i += 1
         else:
             seen[e.family] = seen.get(e.family, -1) + 1
@@ -208,10 +209,11 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     for e in sorted(fixed, key=lambda e: (e.placed, e.label)):
         at.setdefault(e.state["numbers"], []).append(e)
     xs_all = [e.state["numbers"] for e in fixed]
-    fig, ax = plt.subplots(figsize=(6.6 + LEGEND_IN + 0.8, 4.4))
+    fig, ax = plt.subplots(figsize=(AXES_IN + LEGEND_IN + 0.8, 4.4))
     for x, group in at.items():
         for i, e in enumerate(group):
-            dx = 2 ** (DODGE * (i - (len(group) - 1) / 2))
+            step = min(DODGE, 0.9 / max(len(group) - 1, 1))
+            dx = 2 ** (step * (i - (len(group) - 1) / 2))
             f, lo, hi = point(e)
             c, m, ms, lw = styles[e.label]
             label = e.label + (" (placed)" if e.placed else "")
@@ -242,8 +244,8 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     ax.set_ylabel("frontier: largest table solved\nin >= half the seeds [range]")
     ax.grid(alpha=0.3)
     ax.set_title(title, fontsize=10)
-    width = 6.6 + LEGEND_IN + 0.8
-    right = 6.6 / width
+    width = AXES_IN + LEGEND_IN + 0.8
+    right = AXES_IN / width
     handles, labels = ax.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: ("(state grows" not in labels[i],
                                                       "(placed)" in labels[i], labels[i]))
