@@ -4,7 +4,7 @@ figure (frontier against recurrent state per layer) and one list of the comparis
 placements' claims settled. `scripts/frontier_2026.py` writes docs/results/frontier-2026/ from
 these and packs the placements' cells into the shipped `frontier-2026` reference.
 
-A row's cells and frontier are computed as `place` computes them (`place._row_frontier`,
+A row's cells and frontier are computed as `place` computes them (`place.row_frontier`,
 `place.frontier_text`): a reference row from its groups, a placement from its answer. A
 placement whose folder has no answer.json has not finished: it is listed with its runs so far
 and no verdict.
@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recall_lab.experiments.place import (
-    _row_frontier,
-    _table_name,
     frontier_text,
     reference_rows,
+    row_frontier,
+    table_name,
 )
+from recall_lab.experiments.place_plots import LEGEND_IN, MARKERS, MUTED
 from recall_lab.experiments.reference import open_reference, read_protocol
 
 ANSWER = "answer.json"
@@ -39,7 +40,7 @@ class Entry:
     state: dict  # {"numbers", "growth", "text"}; numbers None: grows with the sequence
     lr: float | None
     cells: dict[float, dict]  # table size -> {"k", "n", "lo", "hi", "text"} (+ "note")
-    frontier: dict  # place._row_frontier's
+    frontier: dict  # place.row_frontier's
     claims: list[dict] = field(default_factory=list)
 
     @property
@@ -67,8 +68,8 @@ def reference_entries(reference: str | Path | None = None) -> tuple[list[Entry],
                          {"numbers": st.numbers, "growth": st.growth, "text": st.text()},
                          r.lr, {s: _rate(g.solved) for s, g in sorted(r.cells.items())
                                 if g.solved.n},
-                         _row_frontier(list(r.cells.values()))))
-    return out, {t.size: _table_name(t.size, protocol) for t in protocol.tables}
+                         row_frontier(list(r.cells.values()))))
+    return out, {t.size: table_name(t.size, protocol) for t in protocol.tables}
 
 
 def placement_entry(folder: Path) -> Entry | None:
@@ -180,7 +181,6 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from recall_lab.experiments.place_plots import LEGEND_IN, MARKERS, MUTED
 
     sizes = sorted(names)
     fixed = [e for e in entries if e.state.get("numbers") is not None]

@@ -243,7 +243,7 @@ def records(exp: Experiment, root: Path) -> list[RunRecord]:
 
 # ---- claims -------------------------------------------------------------------------------------
 
-def _table_name(size: float, protocol: Protocol) -> str:
+def table_name(size: float, protocol: Protocol) -> str:
     levels = protocol.table(size).levels
     return f"{size:g} pairs" if len(levels) == 1 else f"table {size:g}"
 
@@ -277,7 +277,7 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
             mine = (f"{here.text()} per layer, its count at this table's length"
                     if log_l else f"{state.text()} per layer")
             claims.append({
-                "claim": (f"at {_table_name(size, protocol)}: seeds solved by {label} "
+                "claim": (f"at {table_name(size, protocol)}: seeds solved by {label} "
                           f"({mine}) against {_who(nb, size)}, the nearest row "
                           f"{where} it in recurrent state: more, fewer (one-sided Fisher at "
                           f"{protocol.level:g}) or not separable"),
@@ -469,7 +469,7 @@ def try_longest(exp: Experiment, protocol: Protocol, label: str, kwargs: dict | 
     size = numeric("task.levels", run.values["task.levels"])
     cfg = run_config_from_json(run.config.to_json(), "the placement's longest table").model
     length = cfg.max_len
-    where = f"the {_table_name(size, protocol)} table's {length} tokens"
+    where = f"the {table_name(size, protocol)} table's {length} tokens"
     short = [(k, v) for k, v in (kwargs or {}).items()
              if k in LENGTH_KWARGS and isinstance(v, int) and v < length]
     if short:
@@ -641,7 +641,7 @@ def _rate(r: stats.SolveRate) -> dict:
     return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "text": r.text()}
 
 
-def _row_frontier(cells: list[Group], unrun: list[float] = ()) -> dict:
+def row_frontier(cells: list[Group], unrun: list[float] = ()) -> dict:
     """A row's frontier and range over its finished seeds; `censored`: the unrun tables that
     could still move it (`verdicts.free_tables`), `ran_to`: the largest table it ran."""
     pts = [(numeric("task.levels", g.values.get("task.levels")), g.solved) for g in cells
@@ -689,11 +689,11 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
         c = cells[size]
         g = c.group
         n_failed = sum(1 for r in (g.runs if g else []) if r.status == "failed")
-        cell_rows.append({"size": size, "table": _table_name(size, protocol),
+        cell_rows.append({"size": size, "table": table_name(size, protocol),
                           "status": c.status, "reason": c.reason,
                           "solved": _rate(g.solved) if g is not None else None,
                           "not_run": len(c.todo) - n_failed, "failed": n_failed})
-    frontier = _row_frontier([cells[s].group for s in sorted(cells)
+    frontier = row_frontier([cells[s].group for s in sorted(cells)
                               if cells[s].group is not None],
                              unrun_tables(protocol, plan["tables"], cut))
     compared = sorted({v["b"] for v in verdicts})
@@ -708,7 +708,7 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
             "neighbours": {r.label: {"state": _state_json(r.state), "lr": r.lr,
                                      "cells": {f"{s:g}": _rate(g.solved)
                                                for s, g in sorted(r.cells.items())},
-                                     **_row_frontier(list(r.cells.values()))}
+                                     **row_frontier(list(r.cells.values()))}
                            for r in rows if r.label in compared},
             "runs": {"planned": planned, "trained": len(done), "failed": len(failed),
                      "saved": planned - len(done) - len(failed), "pilot": len(pilot_done),
@@ -719,7 +719,7 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                                                                     for x in launched))},
             "ran": {"tables": plan["tables"], "seeds": plan["seeds"]},
             "protocol": {"name": protocol.name, "tables": [t.size for t in protocol.tables],
-                         "names": {f"{t.size:g}": _table_name(t.size, protocol)
+                         "names": {f"{t.size:g}": table_name(t.size, protocol)
                                    for t in protocol.tables},
                          "seeds": plan["seeds"], "solve_at": protocol.solve_at,
                          "level": protocol.level},
