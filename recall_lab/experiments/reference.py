@@ -239,8 +239,8 @@ def pack_combined(base: Path, placements: dict[str, Path], place_toml: str, dest
     claims, index and runs) with `place_toml` as its protocol file, plus the finished cell runs
     of each placement (`placements`: a short name -> the placement folder, whose `cells/` are a
     sweep's records), each run as `NAME-RUN` in the index. The placements must have run the
-    base's protocol: a cell whose config is not the base experiment's tables with the model
-    replaced is refused. Returns the number of runs added."""
+    base's protocol: a cell whose task (all but its table) or batch size differs from the base
+    experiment's is refused. Returns the number of runs added."""
     base = Path(base)
     index = ck.read_json(base / INDEX, "sweep index")
     protocol = read_protocol(base)
