@@ -20,8 +20,10 @@ from pathlib import Path
 
 from recall_lab.experiments.place import (
     frontier_text,
+    rate_json,
     reference_rows,
     row_frontier,
+    state_json,
     table_name,
 )
 from recall_lab.experiments.place_plots import LEGEND_IN, MARKERS, MUTED
@@ -52,10 +54,6 @@ class Entry:
         return self.source != "reference"
 
 
-def _rate(r) -> dict:
-    return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "text": r.text()}
-
-
 def reference_entries(reference: str | Path | None = None) -> tuple[list[Entry], dict]:
     """The reference's rows as entries, and its protocol's tables {size: name}."""
     with open_reference(reference) as folder:
@@ -63,10 +61,8 @@ def reference_entries(reference: str | Path | None = None) -> tuple[list[Entry],
         rows, _ = reference_rows(folder, protocol)
     out = []
     for r in rows:
-        st = r.state
-        out.append(Entry(r.label, "reference",
-                         {"numbers": st.numbers, "growth": st.growth, "text": st.text()},
-                         r.lr, {s: _rate(g.solved) for s, g in sorted(r.cells.items())
+        out.append(Entry(r.label, "reference", state_json(r.state),
+                         r.lr, {s: rate_json(g.solved) for s, g in sorted(r.cells.items())
                                 if g.solved.n},
                          row_frontier(list(r.cells.values()))))
     return out, {t.size: table_name(t.size, protocol) for t in protocol.tables}

@@ -105,7 +105,7 @@ def _flat(cfg: dict) -> dict[str, Any]:
     return out
 
 
-def _state_json(s: LayerState) -> dict:
+def state_json(s: LayerState) -> dict:
     return {"numbers": s.numbers, "growth": s.growth, "text": s.text()}
 
 
@@ -543,7 +543,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         claims = make_claims(label, state, rows, sizes, protocol, states)
         try_longest(probe, protocol, label, kwargs)  # in --dry-run too: check before spending
         if dry_run:
-            return {"dry_run": True, "label": label, "model": table, "state": _state_json(state),
+            return {"dry_run": True, "label": label, "model": table, "state": state_json(state),
                     "reference": protocol.name, "tables": sizes, "seeds": seed_list,
                     "claims": claims, "pilot_runs": len(protocol.pilot["lrs"]),
                     "cell_runs": len(probe.runs),
@@ -564,7 +564,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         plan_path = folder / PLAN
         plan = ck.read_json(plan_path, "placement plan") if plan_path.is_file() else {}
         plan = {**plan, "mixer": mixer, "kwargs": kwargs or None, "label": label,
-                "model": table, "state": _state_json(state),
+                "model": table, "state": state_json(state),
                 "reference": {"name": protocol.name, "folder": None if reference is None
                               else str(reference), "cells": sum(len(r.cells) for r in rows)},
                 "tables": sizes, "seeds": seed_list, "level": protocol.level,
@@ -637,7 +637,7 @@ def _spec(claim: dict) -> dict:
 
 # ---- the answer ---------------------------------------------------------------------------------
 
-def _rate(r: stats.SolveRate) -> dict:
+def rate_json(r: stats.SolveRate) -> dict:
     return {"k": r.k, "n": r.n, "lo": r.lo, "hi": r.hi, "text": r.text()}
 
 
@@ -691,7 +691,7 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
         n_failed = sum(1 for r in (g.runs if g else []) if r.status == "failed")
         cell_rows.append({"size": size, "table": table_name(size, protocol),
                           "status": c.status, "reason": c.reason,
-                          "solved": _rate(g.solved) if g is not None else None,
+                          "solved": rate_json(g.solved) if g is not None else None,
                           "not_run": len(c.todo) - n_failed, "failed": n_failed})
     frontier = row_frontier([cells[s].group for s in sorted(cells)
                               if cells[s].group is not None],
@@ -702,11 +702,11 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
     return {"mixer": plan["mixer"], "kwargs": plan["kwargs"], "label": label,
             "memory": {"random": mem.cell("random"), "designed": mem.cell("designed"),
                        "information_bound": mem.bound},
-            "state": _state_json(state), "reference": plan["reference"], "lr": lr,
+            "state": state_json(state), "reference": plan["reference"], "lr": lr,
             "pilot": {f"{k:g}": v for k, v in accs.items()}, "cells": cell_rows,
             "claims": verdicts, "cut": cut, "frontier": frontier,
-            "neighbours": {r.label: {"state": _state_json(r.state), "lr": r.lr,
-                                     "cells": {f"{s:g}": _rate(g.solved)
+            "neighbours": {r.label: {"state": state_json(r.state), "lr": r.lr,
+                                     "cells": {f"{s:g}": rate_json(g.solved)
                                                for s, g in sorted(r.cells.items())},
                                      **row_frontier(list(r.cells.values()))}
                            for r in rows if r.label in compared},
