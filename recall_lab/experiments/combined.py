@@ -165,18 +165,48 @@ PLACED_STYLE = (("#d62728", "*"), ("#1f77b4", "P"), ("#2ca02c", "X"), ("#9467bd"
                 ("#ff7f0e", "h"), ("#8c564b", "p"))  # bold, one per placed row
 
 
+def point(e: Entry) -> tuple[float, float, float]:
+    """A row's frontier and its range on the figure's y axis (0.5: "none")."""
+    f = e.frontier
+    lo, hi = f["range"]
+    return (f["frontier"] or 0.5, lo or 0.5, hi or 0.5)
+
+
+def positions(entries: list[Entry]) -> dict[str, float]:
+    """Each fixed-state row's x on the figure: its state, except that rows at one state whose
+    ranges meet are spread apart (their markers and bars would hide each other), placed rows
+    last; rows at one state whose ranges are apart stay at their state."""
+    xs: dict[str, float] = {}
+    for x in sorted({e.state["numbers"] for e in entries}):
+        here = sorted((e for e in entries if e.state["numbers"] == x), key=lambda e: point(e)[1:])
+        groups: list[list[Entry]] = []
+        top = -math.inf
+        for e in here:
+            _, lo, hi = point(e)
+            if lo > top:
+                groups.append([])
+            groups[-1].append(e)
+            top = max(top, hi)
+        for group in groups:
+            group.sort(key=lambda e: (e.placed, e.label))
+            step = min(DODGE, 0.9 / max(len(group) - 1, 1))
+            for i, e in enumerate(group):
+                xs[e.label] = x * 2 ** (step * (i - (len(group) - 1) / 2))
+    return xs
+
+
 def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str) -> Path:
     """frontier.png: the frontier (largest table solved in at least half the seeds) against
     recurrent state per layer, log2 on both axes; the ranges its seeds' Wilson intervals allow
     as bars; reference rows muted (one colour per family), placed rows bold with a marker of
     their own; rows whose state grows with the sequence (attention) as dashed lines; rows at
-    one state side by side; a state that grows as log L drawn at its count at the longest table
-    its placement ran, with a caption line under its label; the legend outside the axes."""
+    one state whose ranges meet side by side; a state that grows as log L drawn at its
+    count at the longest table its placement ran, with a caption line under its label; the
+    legend outside the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
 
     sizes = sorted(names)
     fixed = [e for e in entries if e.state.get("numbers") is not None]
@@ -194,33 +224,21 @@ def figure(entries: list[Entry], names: dict[float, str], path: Path, title: str
             seen[e.family] = seen.get(e.family, -1) + 1
             styles[e.label] = (colour[e.family], MARKERS[seen[e.family] % len(MARKERS)], 6, 1.0)
 
-    def point(e: Entry) -> tuple[float, float, float]:
-        f = e.frontier
-        lo, hi = f["range"]
-        return (f["frontier"] or 0.5, lo or 0.5, hi or 0.5)
-
-    # rows at one state are spread apart along x (their bars would hide each other), placed
-    # rows last
-    at: dict[float, list[Entry]] = {}
-    for e in sorted(fixed, key=lambda e: (e.placed, e.label)):
-        at.setdefault(e.state["numbers"], []).append(e)
     xs_all = [e.state["numbers"] for e in fixed]
     fig, ax = plt.subplots(figsize=(AXES_IN + LEGEND_IN + 0.8, 4.4))
-    for x, group in at.items():
-        for i, e in enumerate(group):
-            step = min(DODGE, 0.9 / max(len(group) - 1, 1))
-            dx = 2 ** (step * (i - (len(group) - 1) / 2))
-            f, lo, hi = point(e)
-            c, m, ms, lw = styles[e.label]
-            label = e.label + (" (placed)" if e.placed else "")
-            if e.state.get("growth") == "log L":  # the caption line under its label
-                label += f"\n  state grows as log L: drawn at {e.state['text'].split(' (')[0]}"
-                label += ", its count at the longest table it ran"
-            if e.frontier.get("censored"):
-                label += f"\n  tables above {e.frontier['ran_to']:g} not run"
-            ax.errorbar([x * dx], [f], yerr=[[f - lo], [hi - f]], fmt=m, color=c, ms=ms,
-                        capsize=3, lw=lw, zorder=5 if e.placed else 3, label=label,
-                        mec="black" if e.placed else c, mew=0.6 if e.placed else 0)
+    xs = positions(fixed)
+    for e in sorted(fixed, key=lambda e: (e.placed, e.label)):
+        f, lo, hi = point(e)
+        c, m, ms, lw = styles[e.label]
+        label = e.label + (" (placed)" if e.placed else "")
+        if e.state.get("growth") == "log L":  # the caption line under its label
+            label += f"\n  state grows as log L: drawn at {e.state['text'].split(' (')[0]}"
+            label += ", its count at the longest table it ran"
+        if e.frontier.get("censored"):
+            label += f"\n  tables above {e.frontier['ran_to']:g} not run"
+        ax.errorbar([xs[e.label]], [f], yerr=[[f - lo], [hi - f]], fmt=m, color=c, ms=ms,
+                    capsize=3, lw=lw, zorder=5 if e.placed else 3, label=label,
+                    mec="black" if e.placed else c, mew=0.6 if e.placed else 0)
     for e in grows:
         f = point(e)[0]
         ax.axhline(f, color="#7f7f7f", ls="--", lw=1, zorder=1,

@@ -119,3 +119,24 @@ def test_a_log_l_row_meets_a_new_mixer_at_its_count_at_each_table():
     mine = LayerState(420.0, "constant")
     assert ll in pl.neighbours(rows, mine, 8.0)
     assert ll not in pl.neighbours(rows, mine, 4.0)
+
+
+def _row(label: str, numbers: float, frontier: float, lo: float, hi: float,
+         source: str = "reference") -> cb.Entry:
+    return cb.Entry(label, source, {"numbers": numbers, "growth": None, "text": ""}, 1e-3, {},
+                    {"frontier": frontier, "range": [lo, hi]})
+
+
+def test_the_figure_spreads_rows_at_one_state_only_where_their_ranges_meet():
+    rows = [_row("a", 256, 16, 16, 32), _row("b", 256, 16, 16, 32),
+            _row("c", 256, 8, 8, 8, source="placed-c"), _row("d", 256, 8, 8, 8),
+            _row("e", 512, 8, 4, 16), _row("f", 512, 16, 16, 32), _row("g", 1024, 4, 4, 4)]
+    xs = cb.positions(rows)
+    assert xs["g"] == 1024  # alone at its state
+    # a and b meet (16-32), c and d meet (8), and the two pairs are apart: each pair is
+    # spread about 256 by the same dodge, reference rows left of placed ones
+    assert xs["a"] * xs["b"] == pytest.approx(256 ** 2) and xs["a"] < xs["b"]
+    assert xs["d"] * xs["c"] == pytest.approx(256 ** 2) and xs["d"] < xs["c"]
+    assert xs["a"] == pytest.approx(xs["d"]) and xs["a"] < 256
+    # e's range (4-16) touches f's (16-32) at 16: they are spread too
+    assert xs["e"] < 512 < xs["f"]
