@@ -1,8 +1,8 @@
 """`gated-deltaproduct`: chunked form (the interleaved delta rule) = recurrent loop = decode
 step (float64, values, gradients and the final state), strong and weak decays stay finite, the
 loop = FLA's `naive_recurrent_gated_delta_product` (its k, v, beta of length T n_h,
-interleaved), n_h = 1 is Gated DeltaNet, state size = the decode cache, bad options fail
-clearly."""
+interleaved), n_h = 1 is Gated DeltaNet (the recurrence, and the layer weight for weight at
+beta in (0, 1)), state size = the decode cache, bad options fail clearly."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from generators.errors import RecallLabError
-from recall_lab.mixers.deltanet import delta_rule_recurrent
+from recall_lab.mixers.deltanet import GatedDeltaNet, delta_rule_recurrent
 from recall_lab.mixers.deltaproduct import (
     GatedDeltaProduct,
     deltaproduct_chunked,
@@ -60,6 +60,21 @@ def test_one_householder_step_is_gated_deltanet():
     o, _ = deltaproduct_recurrent(q, k, v, beta, g)
     torch.testing.assert_close(o, delta_rule_recurrent(q, k[..., 0, :], v[..., 0, :],
                                                        beta[..., 0], g), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("neg", [False, True])
+def test_the_layer_at_one_step_and_beta_below_one_is_gated_deltanet_weight_for_weight(neg):
+    """n_h 1 with beta in (0, 1) is the zoo's `gated-deltanet` layer: the same parameters by
+    name and shape, and on Gated DeltaNet's weights the same output; beta in (0, 2) is not (the
+    deltaproduct-ablation's rows: docs/results/deltaproduct-ablation)."""
+    torch.manual_seed(0)
+    gdn = GatedDeltaNet(16, num_heads=2, expand_k=0.5).double()
+    gdp = GatedDeltaProduct(16, num_heads=2, expand_k=0.5, num_householder=1,
+                            allow_neg_eigval=neg).double()
+    gdp.load_state_dict(gdn.state_dict(), strict=True)
+    x = torch.randn(2, 13, 16, dtype=torch.float64)
+    same = torch.allclose(gdp(x), gdn(x), rtol=1e-10, atol=1e-12)
+    assert same is not neg
 
 
 @pytest.mark.parametrize("scale", [100.0, 1e-6])
