@@ -164,8 +164,8 @@ def neighbours(rows: list[Row], state: LayerState, size: float | None) -> list[R
         return [r for r in pool if r.state is not None and r.state.grows]
     # a row's count at this table (a "log L" row's at the table's length; at the longest
     # table it ran for the frontier's neighbours)
-    count = {r.label: r.state_at(size).numbers for r in pool
-             if r.state_at(size) is not None and r.state_at(size).numbers is not None}
+    count = {r.label: st.numbers for r in pool
+             if (st := r.state_at(size)) is not None and st.numbers is not None}
     fixed = [r for r in pool if r.label in count]
     below = [count[r.label] for r in fixed if count[r.label] <= state.numbers]
     above = [count[r.label] for r in fixed if count[r.label] > state.numbers]
