@@ -8,16 +8,33 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test fuzz bench lint docs clean-venv gpu-check gpu-wheels gpu-check-dryrun \
-	gpu-campaign-dryrun readme-numbers tour-record frontier-2026
+.PHONY: demo test test-fast test-latest lock fuzz bench lint docs clean-venv gpu-check gpu-wheels \
+	gpu-check-dryrun gpu-campaign-dryrun readme-numbers tour-record frontier-2026
 
-$(STAMP): pyproject.toml
+# The test environment is locked: requirements/test.lock (every package the suite and its oracles
+# need, at the versions the suite passed with; `make lock` writes it) constrains every install
+# below, so a clone today and a clone next month install the same set. pyproject.toml keeps the
+# library's ranges for users. `make test-latest` installs without the lock, into .venv-latest, to
+# find a breaking upstream release on purpose. LOCK= (empty) turns the lock off.
+LOCK ?= requirements/test.lock
+NODEPS := requirements/test-nodeps.txt
+PIN := $(if $(LOCK),-c $(LOCK))
+
+$(STAMP): pyproject.toml $(LOCK) $(NODEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade $(PIN) pip setuptools wheel
 	# torch first, so no dependency can pull a different (CUDA) build
-	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet $(PIN) "$(TORCH_SPEC)"
+	# no build isolation: the package builds with the setuptools just installed (locked), not
+	# with whatever release is newest today
+	$(BIN)/python -m pip install --quiet --no-build-isolation $(PIN) -e '.[dev]'
 	touch $(STAMP)
+
+# requirements/test.lock from requirements/test.in (uv pip compile, for CPython 3.11 on x86_64
+# Linux, the CI machine), then `make test` on the new lock before committing it. Without the
+# network: one line, and the old lock stays.
+lock:
+	@bash scripts/lock.sh
 
 # WORKERS: runs in parallel (one torch thread each); `make demo WORKERS=1` on one core.
 # DEMO_STEPS: fewer training steps (tests/test_readme_tour.py runs the README's lines quickly).
@@ -50,20 +67,17 @@ tour-record: $(STAMP)
 # installed, this target fails (the check below) and `make test` with it: a plain `pytest` skips
 # those tests instead. GPU users install the real kernels with `pip install -e '.[cuda]'`.
 $(ORACLE): $(STAMP)
+	# mamba-ssm's torch references and Triton kernels, and flash-linear-attention, whose
+	# fla/ops/*/naive.py loops are the oracle of the zoo mixers (tests/mixers/test_zoo_*.py):
+	# --no-deps, so they pull no torch; exact versions in $(NODEPS)
 	-MAMBA_FORCE_BUILD=TRUE MAMBA_SKIP_CUDA_BUILD=TRUE $(BIN)/python -m pip install --quiet \
-		--no-build-isolation --no-deps mamba-ssm==2.3.2.post1 einops
-	# flash-linear-attention: its fla/ops/*/naive.py loops are the oracle of the zoo mixers
-	# (tests/mixers/test_zoo_*.py); --no-deps, so it pulls no torch (its Triton kernels need a GPU)
-	-$(BIN)/python -m pip install --quiet --no-deps "flash-linear-attention==0.6.0" "fla-core==0.6.0"
-	# peft: oracle of the LoRA/HyLoRA adapters (torch is already there, so none is pulled)
-	-$(BIN)/python -m pip install --quiet "peft==0.21.2"
-	# the optional [ray] and [tracking] extras, so the Ray-engine and tracker tests run (none of
-	# them depends on torch); where they cannot be installed those tests skip
-	-$(BIN)/python -m pip install --quiet "ray>=2.9" "tensorboard>=2.14" "wandb>=0.16"
-	# pandas and HF datasets read the dataset shards in a test (neither depends on torch)
-	-$(BIN)/python -m pip install --quiet "pandas>=2" "datasets>=2.19"
-	# the [docs] extra, so tests/test_docs.py builds the site (none of it depends on torch)
-	-$(BIN)/python -m pip install --quiet -e '.[docs]'
+		--no-build-isolation --no-deps -r $(NODEPS)
+	# the extras the suite tests against: peft (oracle of the LoRA/HyLoRA adapters), [bench]'s
+	# HF peers, [ray] and [tracking] (the Ray-engine and tracker tests), [interop] (pandas and HF
+	# datasets read the dataset shards) and [docs] (tests/test_docs.py builds the site); none
+	# pulls torch, and the lock fixes their versions
+	-$(BIN)/python -m pip install --quiet --no-build-isolation $(PIN) \
+		-e '.[dev,bench,docs,ray,tracking,interop,peft]' einops
 	# the test oracles must be there (their tests would skip): a failed install fails here
 	$(BIN)/python -c "import importlib.util as u, sys; \
 	missing = [m for m in ('mamba_ssm', 'einops', 'fla', 'peft') if u.find_spec(m) is None]; \
@@ -77,7 +91,18 @@ TEST_WORKERS ?= 2
 # RECALL_LAB_REQUIRE_ORACLES=1: a test skipped for a missing oracle fails (tests/conftest.py),
 # and the summary says how many oracle tests ran
 test: $(ORACLE)
-	RECALL_LAB_REQUIRE_ORACLES=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	RECALL_LAB_REQUIRE_ORACLES=1 RECALL_LAB_LOCKED=$(if $(LOCK),1,0) $(BIN)/python -m pytest -q \
+		-n $(TEST_WORKERS)
+
+# the quick tier: no slow-marked test and no test of an oracle that `make test` installs (those
+# skip here); the README gives its measured time
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+
+# the suite on today's releases, unlocked, in its own .venv-latest: run it on purpose to find an
+# upstream release that breaks the suite before a newcomer does (then fix, and `make lock`)
+test-latest:
+	$(MAKE) test VENV=.venv-latest LOCK=
 
 # the command line's fuzzer (tests/test_fuzz_cli.py) with a larger budget than the suite's: its
 # table of every option and TOML field as always, and FUZZ_EXAMPLES random cases per Hypothesis

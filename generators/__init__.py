@@ -1,11 +1,6 @@
-"""Recall task generators (numpy only, never torch): vocabulary, task specs, dataset files."""
+"""Deprecated: `generators` is now `recall_lab.generators`; this name goes in the next release
+(recall_lab/_moved.py)."""
 
-from generators.errors import RecallLabError
-from generators.joint_recall import GENERATOR_VERSION, IGNORE, Batch, generate, targets_for
-from generators.spec import PRESETS, Preset, TaskSpec, get_preset, get_preset_entry
-from generators.vocab import Vocab
+from recall_lab._moved import alias
 
-__all__ = [
-    "GENERATOR_VERSION", "IGNORE", "PRESETS", "Batch", "Preset", "RecallLabError", "TaskSpec",
-    "Vocab", "generate", "get_preset", "get_preset_entry", "targets_for",
-]
+alias("generators")

@@ -1,11 +1,6 @@
-"""The papers' theorems as executable checks.
+"""Deprecated: `proofs` is now `recall_lab.proofs`; this name goes in the next release
+(recall_lab/_moved.py)."""
 
-One module per statement (`capacity`, `cisa`, `construction`, `lsh_equivalence`, and on request
-`linear_memory`), each with `check(scale, seed) -> Evidence`; `proofs.registry.run` runs them for
-`recall-lab prove`.
-"""
+from recall_lab._moved import alias
 
-from proofs.evidence import Evidence
-from proofs.registry import STATEMENTS, run
-
-__all__ = ["STATEMENTS", "Evidence", "run"]
+alias("proofs")

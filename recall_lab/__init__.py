@@ -7,7 +7,9 @@ The Python API (recall_lab/api.py), importable from the package's top:
                     "train": {"steps": 300}})
 
 `generate`, `train`, `load_run`, `evaluate`, `sweep`, `report`, `check`, `place`, `runs_frame`
-and the result types `Run` and `Report`. They load on first use, so `import recall_lab` (and the
+and the result types `Run` and `Report`. Every bad input (a config that does not validate, a
+file that is not there) raises `recall_lab.RecallLabError`, with the one line the command line
+prints: `except rl.RecallLabError` catches the lab's errors and nothing else. They load on first use, so `import recall_lab` (and the
 command line's start) stays free of torch.
 
 `recall_lab.train` and `recall_lab.evaluate` are the API's functions, although modules of the
@@ -19,7 +21,11 @@ train_run`, `importlib.import_module("recall_lab.train")`).
 import sys
 import types
 
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.version import __version__
+
+# tracebacks and reprs name it where a user imports it from
+RecallLabError.__module__ = "recall_lab"
 
 API = ("Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",
        "run_config", "runs_frame", "sweep", "train")
@@ -53,4 +59,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *API])
 
 
-__all__ = ["__version__", *API]
+__all__ = ["RecallLabError", "__version__", *API]

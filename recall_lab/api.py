@@ -28,9 +28,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from generators import TaskSpec
-from generators.dataset import write_dataset
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, read_toml, resolve_task, task_from_table
 from recall_lab.device import resolve_device

@@ -17,7 +17,7 @@ Layout of a run directory:
                          the single commit point of a checkpoint
     summary.json         final: best step, held-out and test metrics of the best weights, speed
     .lock                held (an OS lock, `RunLock`) by the process training into the folder
-    .recall-lab          the marker `{"kind": "run", ...}` (generators/folders.py): --force
+    .recall-lab          the marker `{"kind": "run", ...}` (recall_lab/generators/folders.py): --force
                          deletes only in a folder that holds a run
 
 A write that fails (disk full, permissions) ends in one `RecallLabError` naming the file; its
@@ -39,8 +39,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
-from generators.errors import RecallLabError
-from generators.folders import MARKER, FolderLock
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.folders import MARKER, FolderLock
 
 CONFIG, METRICS, MODEL, BEST, RESUME, SUMMARY = (
     "config.json", "metrics.jsonl", "model.safetensors", "best.safetensors",
@@ -105,7 +105,7 @@ def append_line(path: Path, row: dict) -> None:
 # ---- run folders: lock, lab-written files -------------------------------------------------------
 
 class RunLock(FolderLock):
-    """The OS lock on RUN/.lock (`generators.folders.FolderLock`), held while a process trains
+    """The OS lock on RUN/.lock (`recall_lab.generators.folders.FolderLock`), held while a process trains
     into RUN: a second `train` (new, --force or --resume) on a run in use is refused with one
     line; the kernel drops the lock when its holder dies (kill -9 included)."""
 

@@ -24,10 +24,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from generators import PRESETS, TaskSpec, get_preset
-from generators.errors import RecallLabError, unknown
-from generators.fields import Float, Int
-from generators.tasks import BUILTIN, GeneratorTask, generator_task, task_from_json
+from recall_lab.generators import PRESETS, TaskSpec, get_preset
+from recall_lab.generators.errors import RecallLabError, unknown
+from recall_lab.generators.fields import Float, Int
+from recall_lab.generators.tasks import BUILTIN, GeneratorTask, generator_task, task_from_json
 
 # Branch patterns the original HAX release implements (attention/release_reference.py's
 # RELEASE_ARCHS without "full"; a test keeps the two equal); here because config imports no torch.

@@ -6,7 +6,7 @@ Streaming is resumable by construction: batch number `step` is drawn from
 batches it would have seen.
 
 Outside training, `open_dataset(path, split, format="pandas" | "datasets")` (from
-generators/interop.py, re-exported here) gives a dataset folder's rows as a pandas DataFrame or
+recall_lab/generators/interop.py, re-exported here) gives a dataset folder's rows as a pandas DataFrame or
 an HF `datasets.Dataset` with `input_ids` and `labels` decoded to lists of int.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from generators import TaskSpec
-from generators.dataset import (
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import (
     SPLITS,
     manifest_hash,
     manifest_spec,
@@ -30,8 +30,8 @@ from generators.dataset import (
     row_starts,
     verify_split,
 )
-from generators.errors import RecallLabError
-from generators.foreign import (
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.foreign import (
     DEFAULT_FRACTIONS,
     files_hash,
     is_foreign,
@@ -39,10 +39,10 @@ from generators.foreign import (
     read_lab_split,
     shape_of,
 )
-from generators.interop import open_dataset
-from generators.joint_recall import smallest_dtype, targets_for
-from generators.tasks import GeneratorTask
-from generators.tasks import rows as task_rows
+from recall_lab.generators.interop import open_dataset
+from recall_lab.generators.joint_recall import smallest_dtype, targets_for
+from recall_lab.generators.tasks import GeneratorTask
+from recall_lab.generators.tasks import rows as task_rows
 
 __all__ = ["DataSource", "DatasetReader", "batch_at", "held_out", "open_dataset",
            "stream_batches", "stream_overlap"]
@@ -212,7 +212,7 @@ class DatasetReader:
 
 class LabelledReader(DatasetReader):
     """Rows with their own labels, used as given: a folder `recall-lab generate` wrote for a
-    generator task, or foreign data (generators/foreign.py: Parquet or HF `datasets` files with
+    generator task, or foreign data (recall_lab/generators/foreign.py: Parquet or HF `datasets` files with
     `input_ids` and `labels`). Same interface as `DatasetReader`, plus each split's slices."""
 
     def __init__(self, path: str | Path, task: GeneratorTask | None = None,

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 
 def resolve_device(device: str) -> torch.device:

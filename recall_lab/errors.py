@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from generators import IGNORE, TaskSpec
-from generators.errors import RecallLabError
-from generators.joint_recall import sep_positions
-from generators.tasks import GeneratorTask
-from generators.vocab import Vocab
+from recall_lab.generators import IGNORE, TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import sep_positions
+from recall_lab.generators.tasks import GeneratorTask
+from recall_lab.generators.vocab import Vocab
 from recall_lab.config import RunConfig
 from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
 from recall_lab.device import resolve_device

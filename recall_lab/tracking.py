@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 KINDS = ("tensorboard", "wandb")
 

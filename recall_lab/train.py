@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from generators.errors import RecallLabError
-from generators.joint_recall import check_samples_fit
-from generators.limits import available_bytes
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import check_samples_fit
+from recall_lab.generators.limits import available_bytes
 from recall_lab import checkpoint as ck
 from recall_lab import native
 from recall_lab.config import RunConfig

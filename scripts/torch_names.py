@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("recall_lab", "generators", "proofs", "tests")
+FOLDERS = ("recall_lab", "tests")
 
 
 def chains(source: str) -> set[str]:

@@ -82,7 +82,7 @@ def inputs_hash() -> str:
     """sha256 of what the tour's numbers follow from: its lines, the run configs its train and
     sweep lines build (as their config.json has them) and the presets it generates and
     evaluates. A comment in tiny.toml does not change it; a changed default does."""
-    from generators.spec import PRESETS as ALL_PRESETS
+    from recall_lab.generators.spec import PRESETS as ALL_PRESETS
 
     data = {"lines": [x["cmd"] for x in TOUR],
             "runs": {name: cfg.to_json() for name, cfg in tour_configs().items()},

@@ -53,7 +53,7 @@ def test_site_builds_strict(tmp_path):
     hook = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hook)
     modules = hook.modules()
-    assert "generators.vocab" in modules and "recall_lab.ssm" in modules
+    assert "recall_lab.generators.vocab" in modules and "recall_lab.ssm" in modules
     for name in modules:
         assert (site / "api" / (name.replace(".", "/") + ".html")).is_file(), name
     vocab = (site / "api/generators/vocab.html").read_text()

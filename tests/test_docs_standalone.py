@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT_GLOBS = (
     "README.md", "mkdocs.yml", "mkdocs_api.py", "docs/**/*.md", "experiments/**/*.toml",
     "notebooks/*.ipynb", "recall_lab/**/*.py", "recall_lab/**/*.c", "recall_lab/**/*.h",
-    "generators/**/*.py", "proofs/**/*.py",
+    "generators/*.py", "proofs/*.py",
 )
 
 OFFENCES = {

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import recall_lab as rl
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import api
 from recall_lab.cli import app
 

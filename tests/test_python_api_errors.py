@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import recall_lab as rl
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.cli import app
 
 BAD_TASK = {"levels": [[2, 2]], "values": 0}

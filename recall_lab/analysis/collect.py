@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from generators import TaskSpec, generate
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec, generate
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.mean_distance import (
     attention_mean_distance,
     layer_mean_distance,

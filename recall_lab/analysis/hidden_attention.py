@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 Reduce = Literal["mean", "abs_mean"] | None
 

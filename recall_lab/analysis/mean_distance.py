@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.hidden_attention import hidden_attention_row, iter_tiles, ssm_kernel
 
 

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from generators.errors import RecallLabError  # noqa: E402
+from recall_lab.generators.errors import RecallLabError  # noqa: E402
 
 
 def save_figure(fig, path: str | Path, dpi: int = 110) -> Path:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.collect import (
     capture,
     eval_inputs,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import native
 from recall_lab.attention.decode import Decoder, PrefixDecoder, UnionDecoder, make_decoder
 

@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, UnionPattern, check_qk
 from recall_lab.attention.decode import Decoder, FullDecoder, SlotDecoder, WindowDecoder
 

@@ -21,7 +21,7 @@ import functools
 import torch
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 __all__ = ["flex_block_mask", "flex_sparse_attention", "BLOCK"]
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.attamba import AttambaPattern
 from recall_lab.attention.base import (
     Pattern,

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 __all__ = ["RELEASE_ARCHS", "release_arch", "release_sparse_attention", "release_ranking_loss"]
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.decode import Decoder, FullDecoder, Keys, SlotDecoder, gather_keys
 
 SCORINGS = ("prefix", "token", "chunk")

@@ -40,7 +40,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import kernel_check
 from recall_lab import native as kernels
 from recall_lab.attention import native

@@ -653,7 +653,7 @@ def summary_lines(result: dict) -> list[str]:
 
 def _sweep_main(args: argparse.Namespace) -> int:
     """The `sweep` child: an experiment file with the campaign's overrides, run by run_sweep."""
-    from generators.errors import RecallLabError
+    from recall_lab.generators.errors import RecallLabError
 
     try:
         from recall_lab.config import read_toml

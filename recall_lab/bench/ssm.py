@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from typing import Any
 
 from recall_lab.bench.record import summarise
@@ -78,12 +79,30 @@ def _missing(impl: str) -> str | None:
     return None
 
 
+def hf_path(fn: Any) -> str:
+    """"torch" or "kernel": which implementation HF's dispatch wrapper (transformers >= 5) chose
+    for `fn`, read from the wrapper's closure (`implementation` is `torch_function` on the torch
+    path); "unknown" when the closure is not HF's. The `kernels` package wraps the function once
+    more in an nn.Module (`Func`) whose `forward` holds it as `func`: unwrapped here."""
+    import inspect
+
+    for _ in range(4):  # Func module -> its forward -> HF's wrapper
+        if isinstance(fn, types.FunctionType):
+            free = inspect.getclosurevars(fn).nonlocals
+            if "implementation" in free and "torch_function" in free:
+                return "torch" if free["implementation"] is free["torch_function"] else "kernel"
+            fn = free.get("func", getattr(fn, "__wrapped__", None))
+        else:
+            fn = getattr(type(fn), "forward", None)
+        if fn is None:
+            break
+    return "unknown"
+
+
 def _hf_blocks(kind: str, impl: str, cfg: dict):
     """HF's 2-layer model with our sizes, its fused-kernel imports hidden (torch paths only)."""
     for mod in ("mamba_ssm", "causal_conv1d"):
         sys.modules[mod] = None  # `import mamba_ssm` now raises ImportError: HF falls back
-    import inspect
-
     import transformers
     from transformers import Mamba2Config, Mamba2Model, MambaConfig, MambaModel
 
@@ -95,23 +114,17 @@ def _hf_blocks(kind: str, impl: str, cfg: dict):
 
         model = MambaModel(MambaConfig(**common, time_step_rank=-(-cfg["d_model"] // 16),
                                        use_mambapy=impl == "hf-mambapy"))
-        fns = [mod.mamba_selective_scan, mod.mamba_inner_fn, mod.causal_conv1d_fn]
+        names = ["mamba_selective_scan", "mamba_inner_fn", "causal_conv1d_fn"]
     else:
         from transformers.models.mamba2 import modeling_mamba2 as mod
 
         model = Mamba2Model(Mamba2Config(**common, num_heads=cfg["d_inner"] // cfg["headdim"],
                                          head_dim=cfg["headdim"], n_groups=1,
                                          chunk_size=cfg["chunk_size"]))
-        fns = [mod.mamba2_chunk_scan, mod.mamba2_split_conv1d_scan_combined,
-               mod.causal_conv1d_fn]
-    paths = {}
-    for fn in fns:  # HF's wrapper keeps its choice in the closure (transformers >= 5)
-        try:
-            free = inspect.getclosurevars(fn).nonlocals
-            paths[fn.__name__] = ("torch" if free["implementation"] is free["torch_function"]
-                                  else "kernel")
-        except (KeyError, TypeError, ValueError):
-            paths[fn.__name__] = "unknown"
+        names = ["mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", "causal_conv1d_fn"]
+    # by the name HF's module gives each: with the `kernels` package installed, transformers 5.x
+    # hands out a `Func` module there, which has no __name__
+    paths = {name: hf_path(getattr(mod, name)) for name in names}
     if "kernel" in paths.values():
         raise RuntimeError(f"HF chose a non-torch kernel: {paths}")
     model.train()

@@ -51,7 +51,7 @@ PARTS = ("lsh indices", "ks scores", "ks top-n", "ks loss", "union", "attention 
 def _time_model(name: str, batch: int, steps: int) -> dict:
     import torch
 
-    from generators import get_preset
+    from recall_lab.generators import get_preset
     from recall_lab.config import TrainConfig
     from recall_lab.data import batch_at
     from recall_lab.models import build_model

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.experiments import print_warnings, report_table
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import resolve_task

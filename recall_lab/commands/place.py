@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, console
 
 

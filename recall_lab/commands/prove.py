@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from proofs.registry import ON_REQUEST, STATEMENTS, prepare, run
+from recall_lab.proofs.registry import ON_REQUEST, STATEMENTS, prepare, run
 from recall_lab.commands.shell import GuardedApp, console
 
 

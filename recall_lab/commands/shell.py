@@ -10,7 +10,7 @@ Values, before a command body runs (`check_values`, from each command's signatur
 option is covered without a line here): a float must be finite; an integer must lie in
 [0, 2^31 - 1] (counts, sizes, seeds, indices: none is negative; `SIGNED` lists the exceptions).
 What a value means beyond that (a size the machine can hold, a config's fields) is checked by
-the library before any work: `generators.limits`, the pydantic config models.
+the library before any work: `recall_lab.generators.limits`, the pydantic config models.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ try:  # typer >= 0.22 vendors click
 except ImportError:  # pragma: no cover - older typer
     from click import exceptions as click_errors
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.fit import fit
 from recall_lab.errors import one_line
 

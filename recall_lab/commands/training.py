@@ -8,7 +8,7 @@ import os
 import torch
 from rich.table import Table
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.device import default_threads, usable_cpus
 from recall_lab.ssm import retain_freed_memory
 

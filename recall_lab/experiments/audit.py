@@ -43,7 +43,7 @@ import sympy
 import torch
 from torch import nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.contract import build_mixer, one_line
 from recall_lab.mixers.registry import resolve_mixer
 from recall_lab.mixers.state import declared_state

@@ -26,7 +26,7 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 
 CLAIMS = "claims.json"

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.checkpoint import write_json
 from recall_lab.config import read_toml
 from recall_lab.experiments import overlap as held_out

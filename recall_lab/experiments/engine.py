@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.claims import register
 from recall_lab.experiments.grid import Experiment, Run, selected
@@ -130,7 +130,7 @@ _events: Any = None  # queue to the parent (local pool); None under Ray
 def _init_worker(threads: int, events: Any, gpus: Any, parent: int) -> None:
     """Runs in each new worker before torch is imported: thread count, its own GPU, and death
     with the sweep (a killed sweep leaves no orphan training on; its runs resume next time)."""
-    from generators.dataset import die_with_parent
+    from recall_lab.generators.dataset import die_with_parent
 
     global _events
     _events = events

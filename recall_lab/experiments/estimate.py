@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
 from recall_lab.device import resolve_device

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.collect import capture
 from recall_lab.analysis.mean_distance import mamba_mean_distance_last
 from recall_lab.analysis.plots import save_figure

@@ -65,9 +65,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from generators import TaskSpec
-from generators.errors import RecallLabError
-from generators.tasks import GeneratorTask
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.tasks import GeneratorTask
 from recall_lab.config import RUN_TABLES, ModelConfig, RunConfig, TrainConfig, read_toml
 from recall_lab.experiments.shipped import (
     is_shipped_name,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import stats
 from recall_lab.experiments.grid import format_value, group_label, numeric
 from recall_lab.mixers.memory import KEY_SETS, MemorySpec, solved_seeds, spec_of

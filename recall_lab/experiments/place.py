@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats

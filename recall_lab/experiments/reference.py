@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RUN_TABLES, read_toml
 from recall_lab.experiments.archive import RUN_FILES

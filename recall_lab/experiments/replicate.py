@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, read_toml, run_tables
 from recall_lab.experiments import report as rp

@@ -59,7 +59,7 @@ from typing import Any
 
 import pandas as pd
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import run_tables
 from recall_lab.experiments import claims as prereg

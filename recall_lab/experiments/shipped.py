@@ -20,7 +20,7 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 FOLDER = "experiment_files"
 _BASE = re.compile(r"""^\s*base\s*=\s*["']([^"']+)["']""", re.MULTILINE)

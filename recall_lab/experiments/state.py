@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models.registry import build_model
 from recall_lab.models.state import state_count
 from recall_lab.runs import run_config_from_json

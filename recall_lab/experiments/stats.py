@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 
 SOLVE_AT = 0.95

@@ -23,7 +23,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.grid import flatten, numeric

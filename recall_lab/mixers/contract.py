@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 CONTRACT_VERSION = 2
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers._linear import ShortConv, check_choice, check_positive
 from recall_lab.mixers.deltanet import DeltaLayer, delta_rule_chunked, l2norm, mamba2_decay
 from recall_lab.ssm import RMSNorm

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 RULES = ("sum", "delta")
 KEY_MAPS = ("identity", "l2", "elu", "taylor")

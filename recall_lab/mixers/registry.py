@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import cache
 from importlib.metadata import distributions
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.contract import split_path
 
 GROUP = "recall_lab.mixers"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 COUNTED = ("recurrent", "conv")
 

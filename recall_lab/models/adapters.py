@@ -28,7 +28,7 @@ import math
 import torch
 from torch import nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 ADAPTERS = ("lora", "lora+", "hylora", "full")
 LORA_TARGETS = ("qk", "qkv", "out")

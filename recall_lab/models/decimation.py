@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from generators.errors import RecallLabError
-from generators.vocab import Vocab
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.vocab import Vocab
 from recall_lab.analysis.collect import capture
 from recall_lab.analysis.mean_distance import mamba_mean_distance_last
 from recall_lab.config import DecimationConfig
@@ -129,7 +129,7 @@ def resolve_auto_layers(model, ids: torch.Tensor) -> DecimationConfig:
 
 def _scalar(text: str) -> int | float | str:
     """A flag's `key=value` value as the type it spells (the config's fields take no strings
-    for numbers: `generators/fields.py`)."""
+    for numbers: `recall_lab/generators/fields.py`)."""
     for kind in (int, float):
         try:
             return kind(text)

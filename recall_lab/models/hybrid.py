@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention.decode import Decoder, attend, make_decoder
 from recall_lab.attention.ks import KSPattern

@@ -15,8 +15,8 @@ import re
 import torch
 from torch import nn
 
-from generators import IGNORE
-from generators.errors import RecallLabError
+from recall_lab.generators import IGNORE
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.config import ModelConfig
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.blocks import LMOutput, make_norm

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 
-from generators.errors import RecallLabError, unknown
+from recall_lab.generators.errors import RecallLabError, unknown
 from recall_lab.attention import PATTERN_TABLE, PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
 from recall_lab.mixers import load_mixer_class, named_mixers, required_kwargs, resolve_mixer

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 SCORES = ("mean", "l2", "random", "xnorm")
 RANDOM_SEED = 0x5EED  # "random" pooling: one fixed score per position (data-independent)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.memory import MemorySpec
 from recall_lab.ssm import native
 from recall_lab.ssm.backend import selective_scan, ssd

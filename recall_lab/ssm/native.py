@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import native as kernels
 from recall_lab.ssm.reference import reset_mask
 from recall_lab.ssm.scan import finish_scan_output, prepare_scan_inputs

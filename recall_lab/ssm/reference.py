@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 
 def compute_dtype(*tensors: Tensor) -> torch.dtype:

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm.reference import compute_dtype, reset_mask
 
 # Elements per [chunk, b, n, d] buffer the chunk size aims for (1 MiB of float32: L2-sized).

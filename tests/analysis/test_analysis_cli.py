@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from generators import TaskSpec
+from recall_lab.generators import TaskSpec
 from recall_lab.analysis import hidden_attention_loop, mean_distance_loop
 from recall_lab.analysis.collect import capture, eval_inputs
 from recall_lab.analysis.runs import load_run

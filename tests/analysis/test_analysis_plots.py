@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.plots import log_map, plot_attention_map, plot_mean_distance
 
 

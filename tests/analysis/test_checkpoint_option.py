@@ -10,7 +10,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from generators import TaskSpec
+from recall_lab.generators import TaskSpec
 from recall_lab import checkpoint as ck
 from recall_lab.analysis.runs import load_run
 from recall_lab.cli import app

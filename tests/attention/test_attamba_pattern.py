@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import dilated_indices, make_pattern, sparse_attention
 from recall_lab.attention.attamba import (
     attamba_indices,

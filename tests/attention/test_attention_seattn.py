@@ -8,7 +8,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention.seattn import (
     block_summaries,

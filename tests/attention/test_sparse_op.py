@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import native
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention import sparse as sparse_mod

@@ -63,3 +63,41 @@ def test_hf_peer_case_runs_torch_paths_at_our_sizes(kind):
                for m in (cls(**cfg), nn.RMSNorm(64)) for p in m.parameters())
     # HF's model adds its (unused) 16-token embedding and a final RMSNorm
     assert res["parameters"] == ours + 16 * 64 + 64
+
+
+def _hf_dispatch(use_kernel: bool):
+    """Stand-in of transformers 5.x's `use_kernel_func_from_hub_with_fallback` wrapper: the
+    chosen `implementation` and the `torch_function` in its closure, as HF keeps them."""
+    def torch_function(x):
+        return x
+
+    implementation = (lambda x: x) if use_kernel else torch_function
+
+    def wrapped(*args, **kwargs):
+        return implementation(*args, **kwargs) if torch_function else None
+
+    return wrapped
+
+
+def _kernels_func_module(func):
+    """Stand-in of the `kernels` package's `_create_func_module(func)()`: an nn.Module with no
+    __name__ whose forward calls `func` (what transformers 5.25 hands out with kernels
+    installed, where the bench's old `fn.__name__` raised AttributeError)."""
+    from torch import nn
+
+    class Func(nn.Module):
+        def forward(self, *args, **kwargs):
+            return func(*args, **kwargs)
+
+    return Func()
+
+
+@pytest.mark.parametrize("use_kernel, expected", [(False, "torch"), (True, "kernel")])
+def test_hf_path_reads_the_choice_through_a_kernels_func_module(use_kernel, expected):
+    wrapped = _hf_dispatch(use_kernel)
+    assert bench_ssm.hf_path(wrapped) == expected
+    module = _kernels_func_module(wrapped)
+    assert not hasattr(module, "__name__")
+    assert bench_ssm.hf_path(module) == expected
+    assert bench_ssm.hf_path(lambda x: x) == "unknown"
+    assert bench_ssm.hf_path(object()) == "unknown"

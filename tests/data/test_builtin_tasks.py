@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generators.builtin import mad_noisy_recall, mad_recall, selective_copy, zoology_mqar
-from generators.errors import RecallLabError
-from generators.tasks import IGNORE, GeneratorTask
+from recall_lab.generators.builtin import mad_noisy_recall, mad_recall, selective_copy, zoology_mqar
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.tasks import IGNORE, GeneratorTask
 
 seeds = st.integers(0, 2**32 - 1)
 
@@ -175,7 +175,7 @@ def _contains(seq: list, part: list) -> bool:
 
 @given(seeds, st.integers(1, 3), st.integers(1, 3), st.sampled_from([0.0, 0.3]))
 def test_mad_fuzzy_recall_rows(seed, km, vm, frac):
-    from generators.builtin import mad_fuzzy_recall
+    from recall_lab.generators.builtin import mad_fuzzy_recall
 
     V, L, noise = 24, 48, (4 if frac else 0)
     x, y = mad_fuzzy_recall(4, np.random.SeedSequence(seed), vocab_size=V, seq_len=L,
@@ -215,7 +215,7 @@ def reference_kv_map(vocab_size: int, seed: int) -> dict:
 
 @pytest.mark.parametrize("vocab_size, seed", [(255, 12345), (16, 0), (31, 7)])
 def test_mad_memorization_map_is_mads(vocab_size, seed):
-    from generators.builtin import mad_kv_map
+    from recall_lab.generators.builtin import mad_kv_map
 
     ours = mad_kv_map(vocab_size, seed)
     assert {int(k): int(v) for k, v in enumerate(ours)} == \
@@ -224,7 +224,7 @@ def test_mad_memorization_map_is_mads(vocab_size, seed):
 
 @given(seeds, st.sampled_from([4, 16, 32]), st.sampled_from([0.0, 0.4]))
 def test_mad_memorization_rows(seed, L, frac):
-    from generators.builtin import mad_kv_map, mad_memorization
+    from recall_lab.generators.builtin import mad_kv_map, mad_memorization
 
     V, noise = 64, (8 if frac else 0)
     x, y = mad_memorization(5, np.random.SeedSequence(seed), vocab_size=V, seq_len=L,

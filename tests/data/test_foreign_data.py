@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from generators.foreign import read_foreign
+from recall_lab.generators.foreign import read_foreign
 from recall_lab.cli import app
 
 runner = CliRunner()
@@ -157,7 +157,7 @@ length = 6
 
 
 def test_split_fractions_are_stated_beside_the_data(tmp_path):
-    from generators.errors import RecallLabError
+    from recall_lab.generators.errors import RecallLabError
     from recall_lab.runs import run_config_from_tables
 
     _frame(40).to_parquet(tmp_path / "rows.parquet")

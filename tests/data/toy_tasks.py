@@ -3,7 +3,7 @@ keeps the task contract and ones that break it."""
 
 import numpy as np
 
-from generators.tasks import IGNORE, task_generator
+from recall_lab.generators.tasks import IGNORE, task_generator
 
 
 @task_generator(vocab_size=lambda vocab=8, **_: vocab, max_len=lambda length=6, **_: length)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.engine import read_index, run_sweep
 from recall_lab.experiments.grid import expand

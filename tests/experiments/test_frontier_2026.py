@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import combined as cb
 from recall_lab.experiments import place as pl
 from recall_lab.experiments.reference import (

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments.grid import expand, load_experiment, run_label, train_tokens
 
 

@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import fisher_exact
 from torch import nn
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import place as pl
 from recall_lab.experiments.claims import read_registry
 from recall_lab.experiments.reference import (

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from generators import TaskSpec
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.models import model_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators import IGNORE, Vocab
+from recall_lab.generators import IGNORE, Vocab
 
 
 def parse(row: np.ndarray, targets: np.ndarray, vocab: Vocab) -> dict:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators.errors import RecallLabError
-from generators.joint_recall import _as_rng, _component_length, _insert_filler
-from generators.spec import TaskSpec
-from generators.vocab import Vocab
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import _as_rng, _component_length, _insert_filler
+from recall_lab.generators.spec import TaskSpec
+from recall_lab.generators.vocab import Vocab
 
 
 def _permute_blocks(blocks: np.ndarray, perm: np.ndarray) -> np.ndarray:

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from generators import TaskSpec, generate, get_preset, targets_for
-from generators.dataset import BLOCK_SIZE, write_dataset
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec, generate, get_preset, targets_for
+from recall_lab.generators.dataset import BLOCK_SIZE, write_dataset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.data import DatasetReader, batch_at, stream_batches
 
 SPEC = get_preset("mini-mqjr")
@@ -128,7 +128,7 @@ def test_format_1_datasets_still_load(tmp_path):
         "labels": pa.array([r.tolist() for r in labels], pa.large_list(pa.int8())),
         "sizes": t.column("sizes"),
     }), path)
-    from generators.dataset import sha256_file
+    from recall_lab.generators.dataset import sha256_file
 
     shard["sha256"] = sha256_file(path)
     m["format_version"] = 1
@@ -146,7 +146,7 @@ def test_row_hashes_match_a_plain_python_reference():
     """Each hash is sum_i W[h, i] * word_i mod 2^64 over the row's ids as uint32 pairs
     (word_i = id_2i + id_2i+1 * 2^32); right padding and the ids' dtype do not change it, and
     the row-chunked fast path agrees across chunk boundaries."""
-    from generators.dataset import _HASH_ROWS, _HASH_W, row_hashes
+    from recall_lab.generators.dataset import _HASH_ROWS, _HASH_W, row_hashes
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 300, size=(_HASH_ROWS + 7, 37)).astype(np.uint16)

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from generators import IGNORE, TaskSpec, generate, get_preset, targets_for
-from generators.dataset import row_hashes, write_dataset
-from generators.errors import RecallLabError
+from recall_lab.generators import IGNORE, TaskSpec, generate, get_preset, targets_for
+from recall_lab.generators.dataset import row_hashes, write_dataset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.data import DatasetReader
 from tests.generators.parse_sample import parse
 
@@ -141,8 +141,8 @@ def test_dataset_files_with_filler(tmp_path):
     assert not hashes["train"] & hashes["valid"] and not hashes["train"] & hashes["test"]
     assert not hashes["valid"] & hashes["test"]
     # the written rows are the generator's rows (before any disjointness redraw): test split
-    from generators.dataset import _block_rows
-    from generators.joint_recall import smallest_dtype
+    from recall_lab.generators.dataset import _block_rows
+    from recall_lab.generators.joint_recall import smallest_dtype
 
     raw, _, _, redrawn = _block_rows(spec, 1, "test", 0, 40, None, smallest_dtype(spec.vocab()))
     assert redrawn == 0

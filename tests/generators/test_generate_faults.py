@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from generators import TaskSpec
-from generators.dataset import write_dataset
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
 from recall_lab.cli import app
 from tests.cli_checks import fails_with, snapshot
 
@@ -46,7 +46,7 @@ def test_force_refuses_a_folder_that_is_not_a_lab_dataset(tmp_path):
 
 
 def test_disk_full_while_generating_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
-    import generators.dataset as dataset
+    import recall_lab.generators.dataset as dataset
 
     def full(table, where, **kw):
         Path(where).write_bytes(b"PAR1")  # a half-written shard
@@ -189,7 +189,7 @@ def test_generate_accepts_a_toml_task(tmp_path):
 HOLD = """
 import sys, time
 from pathlib import Path
-from generators.folders import FolderLock
+from recall_lab.generators.folders import FolderLock
 out = Path(sys.argv[1])
 FolderLock(out.parent / f".{out.name}.lock", out).acquire(); print("locked", flush=True)
 time.sleep(120)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from generators import IGNORE, TaskSpec, Vocab, generate, get_preset, targets_for
-from generators.render import render_sample
+from recall_lab.generators import IGNORE, TaskSpec, Vocab, generate, get_preset, targets_for
+from recall_lab.generators.render import render_sample
 from tests.generators.parse_sample import parse
 
 
@@ -155,7 +155,7 @@ def test_loop_baseline_draws_the_same_distribution():
 def test_fast_rows_equal_round_one_reference(spec):
     """The fast path (permutations composed into gathers, raw-draw sorting, targets written with
     the inquiry) gives round one's bytes exactly, and generate()'s targets equal targets_for."""
-    from generators.joint_recall import generate_rows, smallest_dtype
+    from recall_lab.generators.joint_recall import generate_rows, smallest_dtype
     from tests.generators.reference_rows import reference_rows
 
     dtype = smallest_dtype(spec.vocab())
@@ -170,7 +170,7 @@ def test_fast_rows_equal_round_one_reference(spec):
 
 
 def test_raw_draw_permutations_equal_argsort_of_uniforms():
-    from generators.joint_recall import _perms
+    from recall_lab.generators.joint_recall import _perms
 
     for bitgen in (np.random.PCG64, np.random.MT19937):
         a, b = np.random.Generator(bitgen(7)), np.random.Generator(bitgen(7))

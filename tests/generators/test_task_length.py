@@ -4,8 +4,8 @@ pairs among more noise), a task that cannot grow says so in one line naming what
 import numpy as np
 import pytest
 
-from generators.errors import RecallLabError
-from generators.tasks import GeneratorTask, growing_tasks
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.tasks import GeneratorTask, growing_tasks
 
 
 def test_zoology_mqar_grows_its_input_length_with_the_same_pairs():

@@ -22,7 +22,7 @@ import copy
 import pytest
 import torch
 
-from generators import get_preset
+from recall_lab.generators import get_preset
 from recall_lab.attention.patterns import Pattern
 from recall_lab.config import TrainConfig
 from recall_lab.data import batch_at

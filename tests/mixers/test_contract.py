@@ -12,8 +12,8 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from generators import TaskSpec
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.experiments.grid import config_hash

@@ -5,7 +5,7 @@ a missing constructor argument gives (issue 64: `check zoology.mixers.hyena:Hyen
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers import build_mixer
 from recall_lab.mixers.kwargs_files import kwargs_file, mixer_kwargs, shipped_names
 

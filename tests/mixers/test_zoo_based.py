@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers._linear import feature_map, rope
 from recall_lab.mixers.based import Based, window_attention_chunked, window_attention_recurrent
 from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent

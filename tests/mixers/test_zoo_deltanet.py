@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.deltanet import (
     DeltaNet,
     GatedDeltaNet,

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.deltanet import GatedDeltaNet, delta_rule_recurrent
 from recall_lab.mixers.deltaproduct import (
     GatedDeltaProduct,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.gla import GatedLinearAttention, gla_chunked, gla_recurrent
 from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.hyena import Hyena, causal_conv_direct, causal_conv_fft
 from tests.mixers.zoo_forms import forms_agree, recurrent
 

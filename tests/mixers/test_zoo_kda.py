@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.kda import KimiDeltaAttention, kda_chunked, kda_recurrent
 from tests.mixers.zoo_forms import fla_naive, forms_agree, recurrent
 

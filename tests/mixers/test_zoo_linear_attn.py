@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers._linear import feature_map, taylor_scores
 from recall_lab.mixers.linear_attn import (
     LinearAttention,

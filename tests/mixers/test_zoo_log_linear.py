@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.log_linear import (
     LogLinearMamba2,
     levels_for,

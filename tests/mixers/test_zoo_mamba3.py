@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.mamba3 import Mamba3, mamba3_chunked, mamba3_recurrent, rotate
 from tests.mixers.zoo_forms import forms_agree, recurrent
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.rwkv7 import (
     RWKV7,
     W_SCALE,

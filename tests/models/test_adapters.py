@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import build_model
 from recall_lab.models.adapters import (
     LoRALinear,

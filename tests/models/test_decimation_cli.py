@@ -34,7 +34,7 @@ def test_train_deci_and_eval_zero_shot_at_longer_length(tmp_path):
     # passkey x2: 1 BOS + 2 table tokens + 126 filler before SEP; 30 of 129 context tokens kept,
     # so at most all 3 non-filler ones survive
     assert 0.0 <= res["kept_non_filler"] <= 1.0
-    from generators import get_preset
+    from recall_lab.generators import get_preset
 
     lib = evaluate_run(plain, get_preset("passkey").at_length(2), 8,
                        decimate=parse_decimate("L_base=30,layers=-1"), device="cpu")

@@ -11,7 +11,7 @@ steps, the threshold 0.9 leaves a margin.
 
 import torch
 
-from generators import IGNORE, TaskSpec
+from recall_lab.generators import IGNORE, TaskSpec
 from recall_lab.analysis.runs import load_run
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.evaluate import held_out

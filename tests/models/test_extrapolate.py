@@ -5,7 +5,7 @@ import json
 
 from typer.testing import CliRunner
 
-from generators import get_preset
+from recall_lab.generators import get_preset
 from recall_lab.cli import app
 from recall_lab.evaluate import evaluate_run
 

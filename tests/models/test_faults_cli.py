@@ -13,8 +13,8 @@ import pytest
 from safetensors import SafetensorError
 from typer.testing import CliRunner
 
-from generators import TaskSpec
-from generators.dataset import write_dataset
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
 from tests.cli_checks import fails_with, snapshot
@@ -240,7 +240,7 @@ def test_force_recognises_a_run_by_its_marker_and_an_old_run_by_its_files(tmp_pa
                                                                           run):
     """A run carries the marker `.recall-lab` ({"kind": "run"}); a run written before the marker
     existed (none) is still replaced, by the stricter rule; a marker of another kind is not."""
-    from generators.folders import MARKER, read_marker
+    from recall_lab.generators.folders import MARKER, read_marker
 
     assert read_marker(run) == "run"
     (run / MARKER).unlink()  # a run from before the marker

@@ -8,8 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from generators import TaskSpec
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, SEAttnConfig

@@ -6,7 +6,7 @@ import json
 import numpy as np
 from typer.testing import CliRunner
 
-from generators import TaskSpec, generate
+from recall_lab.generators import TaskSpec, generate
 from recall_lab.cli import app
 from recall_lab.data import STREAM_KEY, stream_overlap
 from recall_lab.evaluate import held_out

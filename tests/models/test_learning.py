@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from generators import TaskSpec
+from recall_lab.generators import TaskSpec
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.models import model_config, registered_models
 from recall_lab.models.registry import mixer_models

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import PAPER_MODELS, build_model, model_config
 from recall_lab.models.hybrid import SparseBranch
 
@@ -89,7 +89,7 @@ def test_run_config_fixes_the_dilated_gap_from_the_task():
     """The gap of D comes from the training task's max_len, written into config.json: train,
     eval (trimmed batches) and a resumed run build the same pattern; an old config without
     max_len is read with the task's."""
-    from generators import get_preset
+    from recall_lab.generators import get_preset
     from recall_lab.config import RunConfig, TrainConfig
 
     spec = get_preset("mini-mqjr")

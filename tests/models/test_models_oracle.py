@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from generators import TaskSpec
-from generators.errors import RecallLabError
-from generators.joint_recall import generate_rows
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import generate_rows
 from recall_lab.attention import sparse_attention
 from recall_lab.attention.oracle import OraclePattern, oracle_indices
 from recall_lab.config import RunConfig, TrainConfig

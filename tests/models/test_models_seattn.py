@@ -7,7 +7,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import SEATTN_MODELS, build_model, model_config
 
 VOCAB = 23
@@ -75,7 +75,7 @@ def test_se_attn_models_learn_recall(tmp_path, name, pairs, threshold):
     inquiry keys must read their pair from a retrieved block or through the SSM."""
     import json
 
-    from generators import TaskSpec
+    from recall_lab.generators import TaskSpec
     from recall_lab import checkpoint as ck
     from recall_lab.config import RunConfig, TrainConfig
     from recall_lab.train import train_run

@@ -8,8 +8,8 @@ from typing import get_args
 
 import pytest
 
-from generators import get_preset
-from generators.errors import RecallLabError
+from recall_lab.generators import get_preset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS, PatternRow, register_pattern
 from recall_lab.config import Arch, RunConfig, TrainConfig
 from recall_lab.models import build_model, listed_models, model_config, register_model

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from generators import IGNORE
+from recall_lab.generators import IGNORE
 from recall_lab.data import held_out
 from recall_lab.evaluate import evaluate, row_scores
 from recall_lab.models import build_model
@@ -72,7 +72,7 @@ def test_loss_gradients_and_metrics_equal_the_full_head(name):
 
 
 def test_threshold_switches_the_path_and_evaluation_agrees(monkeypatch):
-    from generators.tasks import generator_task
+    from recall_lab.generators.tasks import generator_task
 
     spec = generator_task({"generator": "zoology-mqar", "kwargs": {
         "vocab_size": 2048, "input_seq_len": 32, "num_kv_pairs": 4, "power_a": 0.01,

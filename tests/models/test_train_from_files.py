@@ -8,9 +8,9 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from generators import TaskSpec
-from generators.dataset import write_dataset
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab import native
 from recall_lab.cli import app

@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from generators import TaskSpec
-from generators.errors import RecallLabError
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.evaluate import batch_metrics

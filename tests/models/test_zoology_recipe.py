@@ -13,8 +13,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from generators.tasks import generator_task
-from generators.tasks import rows as task_rows
+from recall_lab.generators.tasks import generator_task
+from recall_lab.generators.tasks import rows as task_rows
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.data import FIXED_KEY, DataSource
 from recall_lab.models import build_model, model_config

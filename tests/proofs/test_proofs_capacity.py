@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs.capacity import (
+from recall_lab.proofs.capacity import (
     TinyRecall,
     bound,
     check,

@@ -4,8 +4,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs.capacity import TinyRecall, exhaustive_success, register_rule
-from proofs.cisa import (
+from recall_lab.proofs.capacity import TinyRecall, exhaustive_success, register_rule
+from recall_lab.proofs.cisa import (
     block_ends,
     block_register_readout,
     bound,

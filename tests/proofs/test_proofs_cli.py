@@ -4,8 +4,8 @@ import json
 
 from typer.testing import CliRunner
 
-import proofs.lsh_equivalence as lsh_mod
-from proofs.evidence import Evidence
+import recall_lab.proofs.lsh_equivalence as lsh_mod
+from recall_lab.proofs.evidence import Evidence
 from recall_lab.cli import app
 
 runner = CliRunner()

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs import construction as con
-from proofs.construction import (
+from recall_lab.proofs import construction as con
+from recall_lab.proofs.construction import (
     ConstructionConfig,
     codebook,
     fit_exponent,

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from generators.errors import RecallLabError
-from proofs import linear_memory as lm
-from proofs.registry import prepare, resolve
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.proofs import linear_memory as lm
+from recall_lab.proofs.registry import prepare, resolve
 from recall_lab.cli import app
 
 

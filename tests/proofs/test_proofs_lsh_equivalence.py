@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proofs.lsh_equivalence import (
+from recall_lab.proofs.lsh_equivalence import (
     agreement,
     argmax_bins,
     check,

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm import Mamba2Mixer, MambaMixer, selective_scan_ref, ssd_ref
 from recall_lab.ssm.decimation import (
     Decimate,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ssm_inputs import scan_inputs, ssd_inputs
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm import (
     Mamba2Mixer,
     MambaMixer,

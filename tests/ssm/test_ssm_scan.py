@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ssm_inputs import scan_inputs
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm import scan_backend, selective_scan, selective_scan_ref, selective_scan_torch
 
 KEYS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ssm_inputs import ssd_inputs
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm import scan_backend, ssd, ssd_ref, ssd_torch
 
 KEYS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")

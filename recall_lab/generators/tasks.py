@@ -37,24 +37,24 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from generators.errors import RecallLabError
-from generators.joint_recall import generate
-from generators.limits import check_fits
-from generators.spec import TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import generate
+from recall_lab.generators.limits import check_fits
+from recall_lab.generators.spec import TaskSpec
 
 IGNORE = -100
 
 # Built-in generators by name (`[task] generator = "zoology-mqar"`), each a `pkg.module:function`.
 BUILTIN: dict[str, str] = {
-    "joint-recall": "generators.joint_recall:joint_recall",
-    "zoology-mqar": "generators.builtin:zoology_mqar",
-    "zoology-mqar-mix": "generators.builtin:zoology_mqar_mix",
-    "selective-copy": "generators.builtin:selective_copy",
-    "mad-recall": "generators.builtin:mad_recall",
-    "mad-noisy-recall": "generators.builtin:mad_noisy_recall",
-    "mad-fuzzy-recall": "generators.builtin:mad_fuzzy_recall",
-    "mad-memorization": "generators.builtin:mad_memorization",
-    "dataset": "generators.foreign:dataset",  # foreign data's task: rows come from its files
+    "joint-recall": "recall_lab.generators.joint_recall:joint_recall",
+    "zoology-mqar": "recall_lab.generators.builtin:zoology_mqar",
+    "zoology-mqar-mix": "recall_lab.generators.builtin:zoology_mqar_mix",
+    "selective-copy": "recall_lab.generators.builtin:selective_copy",
+    "mad-recall": "recall_lab.generators.builtin:mad_recall",
+    "mad-noisy-recall": "recall_lab.generators.builtin:mad_noisy_recall",
+    "mad-fuzzy-recall": "recall_lab.generators.builtin:mad_fuzzy_recall",
+    "mad-memorization": "recall_lab.generators.builtin:mad_memorization",
+    "dataset": "recall_lab.generators.foreign:dataset",  # foreign data's task: rows come from its files
 }
 
 
@@ -123,7 +123,7 @@ def load_generator(path: str) -> Callable:
     for attr in ("vocab_size", "max_len"):
         if not hasattr(fn, attr):
             raise RecallLabError(f"task generator {path!r} does not state its {attr} (set "
-                                 f"{name}.{attr}, or use generators.tasks.task_generator)")
+                                 f"{name}.{attr}, or use recall_lab.generators.tasks.task_generator)")
     return fn
 
 

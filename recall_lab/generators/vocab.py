@@ -14,7 +14,7 @@ from functools import cached_property
 
 import numpy as np
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 _GREEK = "αβγδεζηθικλμνξοπρστυφχψω"
 

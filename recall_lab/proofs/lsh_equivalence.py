@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from proofs.evidence import Evidence
+from recall_lab.proofs.evidence import Evidence
 from recall_lab.attention import lsh_bins
 
 Codebook = Callable[[torch.Tensor], torch.Tensor]  # planes [d, h] -> prototypes [d, 2^h]

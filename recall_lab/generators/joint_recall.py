@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from generators.errors import RecallLabError
-from generators.limits import check_fits
-from generators.spec import TaskSpec
-from generators.vocab import Vocab
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.limits import check_fits
+from recall_lab.generators.spec import TaskSpec
+from recall_lab.generators.vocab import Vocab
 
 GENERATOR_VERSION = "1"
 IGNORE = -100
@@ -338,7 +338,7 @@ def _spec_of(**fields) -> TaskSpec:
 
 
 def joint_recall(n: int, seed: np.random.SeedSequence, **fields) -> tuple[np.ndarray, np.ndarray]:
-    """Multi-level joint recall through the task contract (generators/tasks.py): the kwargs are
+    """Multi-level joint recall through the task contract (recall_lab/generators/tasks.py): the kwargs are
     `TaskSpec` fields; the rows are `generate`'s, byte for byte."""
     b = generate(_spec_of(**fields), n, seed)
     return b.inputs, b.targets

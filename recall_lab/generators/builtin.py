@@ -1,4 +1,4 @@
-"""The field's other recall tasks, through the task contract (generators/tasks.py).
+"""The field's other recall tasks, through the task contract (recall_lab/generators/tasks.py).
 
 - `zoology_mqar`: zoology's multi-query associative recall (`multiquery_ar`), with its parameter
   names and defaults: keys from the lower half of the vocabulary (ids 1 .. vocab_size/2 - 1),
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from generators.errors import RecallLabError
-from generators.tasks import IGNORE, task_generator
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.tasks import IGNORE, task_generator
 
 
 def _check(cond: bool, task: str, what: str) -> None:

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from generators.errors import RecallLabError
-from proofs.capacity import TinyRecall, exact_ratio, random_rule, register_rule, run_rule
-from proofs.evidence import Evidence
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.proofs.capacity import TinyRecall, exact_ratio, random_rule, register_rule, run_rule
+from recall_lab.proofs.evidence import Evidence
 
 # entry -> positions in the information component the query for that entry attends to
 Pattern = Callable[[int], Sequence[int]]

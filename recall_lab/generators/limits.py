@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 # Below this an allocation is not checked (reading /proc/meminfo costs more than it saves).
 CHECK_ABOVE = 256 << 20

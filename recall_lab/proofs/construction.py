@@ -43,9 +43,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from generators import TaskSpec, Vocab, generate
-from generators.errors import RecallLabError
-from proofs.evidence import Evidence
+from recall_lab.generators import TaskSpec, Vocab, generate
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.proofs.evidence import Evidence
 from recall_lab.attention import (
     bucket_window_indices,
     lsh_bins,

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from generators.errors import RecallLabError
-from proofs.evidence import Evidence
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.proofs.evidence import Evidence
 
 # (final_states [N], tables [N, n]) -> predicted tables [N, n]. Honest readouts use states only.
 Readout = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -1,6 +1,6 @@
 """The list of executable statements and the runner behind `recall-lab prove`.
 
-Each entry names a module in `proofs/` whose `check(scale, seed)` returns an `Evidence`. Modules
+Each entry names a module in `recall_lab/proofs/` whose `check(scale, seed)` returns an `Evidence`. Modules
 are imported on demand so that listing the names costs nothing. `STATEMENTS` run by default;
 `ON_REQUEST` only when named (minutes of measurement that the tour's `recall-lab prove` should not
 wait for). A module may offer `validate(scale, **options)`: every chosen statement's inputs are
@@ -14,8 +14,8 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from generators.errors import RecallLabError
-from proofs.evidence import Evidence
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.proofs.evidence import Evidence
 
 STATEMENTS: dict[str, str] = {
     "capacity": "Cor. 3.1 / Rem. 3.1 / Lemma B.1",
@@ -61,7 +61,7 @@ def prepare(names: Sequence[str] | None = None, scale: str = "small",
         flags = ", ".join(FLAGS.get(k, k) for k in sorted(given))
         raise RecallLabError(f"{flags} apply only to {takers_all}")
     for name in chosen:
-        module = importlib.import_module(f"proofs.{name}")
+        module = importlib.import_module(f"recall_lab.proofs.{name}")
         if hasattr(module, "validate"):
             module.validate(scale=scale, **_options(name, given))
     return chosen
@@ -76,7 +76,7 @@ def run(
     given = {k: v for k, v in options.items() if v}
     results = []
     for name in chosen:
-        module = importlib.import_module(f"proofs.{name}")
+        module = importlib.import_module(f"recall_lab.proofs.{name}")
         evidence = module.check(scale=scale, seed=seed, **_options(name, given))
         results.append(evidence)
         if on_done is not None:

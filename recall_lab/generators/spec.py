@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from generators.errors import RecallLabError
-from generators.fields import Int
-from generators.vocab import Vocab
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.fields import Int
+from recall_lab.generators.vocab import Vocab
 
 
 class TaskSpec(BaseModel):

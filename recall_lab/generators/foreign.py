@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from generators.dataset import check_shard
-from generators.errors import RecallLabError
-from generators.interop import decode_column
-from generators.tasks import IGNORE, task_generator
+from recall_lab.generators.dataset import check_shard
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.interop import decode_column
+from recall_lab.generators.tasks import IGNORE, task_generator
 
 SPLIT_NAMES = {"train": "train", "valid": "valid", "validation": "valid", "dev": "valid",
                "test": "test"}

@@ -39,9 +39,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from generators.errors import RecallLabError
-from generators.folders import MARKER, FolderLock, read_marker, write_marker
-from generators.joint_recall import (
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.folders import MARKER, FolderLock, read_marker, write_marker
+from recall_lab.generators.joint_recall import (
     GENERATOR_VERSION,
     IGNORE,
     build_rows,
@@ -50,8 +50,8 @@ from generators.joint_recall import (
     smallest_dtype,
     value_targets,
 )
-from generators.spec import TaskSpec
-from generators.tasks import GeneratorTask, task_from_json
+from recall_lab.generators.spec import TaskSpec
+from recall_lab.generators.tasks import GeneratorTask, task_from_json
 
 FORMAT = "recall-lab-dataset"
 FORMAT_VERSION = 2

@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from generators.errors import RecallLabError
+from recall_lab.generators.errors import RecallLabError
 
 MARKER = ".recall-lab"
 MARKER_VERSION = 1

@@ -65,9 +65,9 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
-from generators.errors import RecallLabError
-from generators.limits import check_fits
-from proofs.evidence import Evidence
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.limits import check_fits
+from recall_lab.proofs.evidence import Evidence
 from recall_lab.experiments.memory import largest_passing
 
 F_LIST = 0.05  # the listwise fraction

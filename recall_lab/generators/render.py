@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from generators.joint_recall import IGNORE, targets_for
-from generators.vocab import Vocab
+from recall_lab.generators.joint_recall import IGNORE, targets_for
+from recall_lab.generators.vocab import Vocab
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,62 @@
+"""`make test` installs under the committed lock (requirements/test.lock, `make lock`): every
+distribution in the test environment is pinned there (or, for the --no-deps oracles, in
+requirements/test-nodeps.txt) at the version installed, so a fresh clone runs the suite on the
+packages it passed with, whatever the registries hold that day."""
+
+import os
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "requirements" / "test.lock"
+NODEPS = ROOT / "requirements" / "test-nodeps.txt"
+
+
+def pins(path: Path) -> dict[str, str]:
+    """name -> the single `==` version a requirements file pins (comments and blanks skipped)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = re.sub(r"\s+#.*", "", line).strip()
+        if not line or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        (spec,) = req.specifier
+        assert spec.operator == "==", f"{path.name}: {line} is not an exact pin"
+        out[canonicalize_name(req.name)] = spec.version
+    return out
+
+
+def test_lock_pins_everything_exactly_and_holds_the_suites_oracles():
+    lock, nodeps = pins(LOCK), pins(NODEPS)
+    assert not set(lock) & set(nodeps)
+    for name in ("torch", "transformers", "peft", "pytest", "numpy", "pandas", "mkdocs", "ray",
+                 "setuptools", "pip"):
+        assert name in lock, name
+    assert {"mamba-ssm", "flash-linear-attention", "fla-core"} <= set(nodeps)
+    assert lock["torch"] == "2.13.0"  # the Makefile's TORCH_SPEC
+
+
+@pytest.mark.skipif(os.environ.get("RECALL_LAB_LOCKED") != "1",
+                    reason="not under `make test` (RECALL_LAB_LOCKED=1): the environment is not "
+                           "the locked one")
+def test_every_installed_distribution_is_locked_at_its_version():
+    """Under `make test` the environment is the lock: nothing unpinned, nothing at another
+    version (a local label such as torch's +cpu build is the same release)."""
+    locked = {**pins(LOCK), **pins(NODEPS)}
+    unpinned, moved = [], []
+    for dist in metadata.distributions():
+        name = canonicalize_name(dist.metadata["Name"])
+        if name == "recall-lab":
+            continue
+        if name not in locked:
+            unpinned.append(f"{name}=={dist.version}")
+        elif Version(dist.version).public != Version(locked[name]).public:
+            moved.append(f"{name} {dist.version} (locked {locked[name]})")
+    assert not unpinned, f"installed but not in the lock: {unpinned}"
+    assert not moved, f"installed at another version than the lock's: {moved}"
