@@ -1,5 +1,5 @@
-"""mkdocs hook: one API page per module of `recall_lab` (its generators and proofs included), and the
-command reference of `commands.md`.
+"""mkdocs hook: one API page per module of `recall_lab` (its generators and proofs included),
+and the command reference of `commands.md`.
 
 The pages are generated at build time from the source tree (mkdocstrings renders each module's
 docstrings), so a module that is added, split or removed changes the API reference without an

@@ -9,8 +9,8 @@ The Python API (recall_lab/api.py), importable from the package's top:
 `generate`, `train`, `load_run`, `evaluate`, `sweep`, `report`, `check`, `place`, `runs_frame`
 and the result types `Run` and `Report`. Every bad input (a config that does not validate, a
 file that is not there) raises `recall_lab.RecallLabError`, with the one line the command line
-prints: `except rl.RecallLabError` catches the lab's errors and nothing else. They load on first use, so `import recall_lab` (and the
-command line's start) stays free of torch.
+prints: `except rl.RecallLabError` catches the lab's errors and nothing else. They load on
+first use, so `import recall_lab` (and the command line's start) stays free of torch.
 
 `recall_lab.train` and `recall_lab.evaluate` are the API's functions, although modules of the
 same names exist (the training loop, evaluation): the package keeps the functions under those

@@ -13,6 +13,11 @@ best checkpoint (by validation) unless `checkpoint="last"`. A user's mistake (a 
 does not validate, a missing file) raises `RecallLabError` with the line the command line
 prints.
 
+Threads follow the command line's policy (`recall_lab.threads`): `train` and `evaluate` set
+torch's thread count for the process as `recall-lab train` does (the cores idle at the start,
+OMP_NUM_THREADS where set, or `threads=`), and keep freed memory; `sweep` and `place` run each
+run in a worker with `threads` torch threads (default 1, the CLI's `--threads`).
+
 `train`, `sweep`, `place` and `generate` show the commands' progress (`recall_lab.progress`:
 a bar with an ETA in a terminal or notebook, a plain line at most every 30 s elsewhere);
 `quiet=True` turns it off.
@@ -28,9 +33,6 @@ import pandas as pd
 import torch
 from torch import nn
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.dataset import write_dataset
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, read_toml, resolve_task, task_from_table
 from recall_lab.device import resolve_device
@@ -43,6 +45,9 @@ from recall_lab.experiments.grid import expand, load_experiment
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.progress import CountProgress, SweepProgress, TrainProgress
 from recall_lab.runs import (
     load_run_config,
@@ -52,6 +57,7 @@ from recall_lab.runs import (
     run_dir_name,
 )
 from recall_lab.testing import Check, resolve_target, run_checks
+from recall_lab.threads import set_threads
 from recall_lab.train import check_run, train_run
 
 Config = RunConfig | dict | str | Path
@@ -133,12 +139,14 @@ def _console():
 @lab_errors
 def train(config: Config, *, out: str | Path | None = None, force: bool = False,
           resume: bool = False, progress=None, log: tuple[str, ...] = (),
-          quiet: bool = False) -> Run:
+          quiet: bool = False, threads: int | None = None) -> Run:
     """Train one run into `out` (default runs/MODEL-TASK-sSEED under the working directory;
     TASK is the preset's name, or for an inline task `task-` and 8 hex digits of its hash, so
     two inline tasks never share a folder); an existing folder is refused unless
     `force=True` (replace) or `resume=True` (continue). Shows a progress bar with an ETA unless
-    `quiet`; `progress` (a function of train_run's step events) replaces it."""
+    `quiet`; `progress` (a function of train_run's step events) replaces it. `threads`: torch's
+    threads for this process (default: the CLI's choice, the cores idle at the start)."""
+    set_threads(threads, option="threads=")
     cfg = run_config(config)
     out = Path(out) if out is not None else run_dir_name(cfg)
     if not resume:
@@ -155,9 +163,12 @@ def train(config: Config, *, out: str | Path | None = None, force: bool = False,
 @lab_errors
 def evaluate(run: str | Path | Run, task: TaskSpec | str | dict | None = None, *,
              n: int = 512, data_seed: int = 0, checkpoint: str = "best",
-             batch_size: int = 64, device: str = "auto", decode: bool = False) -> dict:
+             batch_size: int = 64, device: str = "auto", decode: bool = False,
+             threads: int | None = None) -> dict:
     """Accuracy of a run's weights on `task` (default: its own task; a preset, a TOML path, a
-    `[task]` dict or a TaskSpec: other lengths or table sizes test extrapolation)."""
+    `[task]` dict or a TaskSpec: other lengths or table sizes test extrapolation). `threads` as
+    in `train`."""
+    set_threads(threads, option="threads=")
     path = run.path if isinstance(run, Run) else Path(run)
     spec = load_run_config(path).task if task is None else _task(task)
     return evaluate_run(path, spec, n, data_seed, checkpoint, batch_size, device,

@@ -17,7 +17,7 @@ Layout of a run directory:
                          the single commit point of a checkpoint
     summary.json         final: best step, held-out and test metrics of the best weights, speed
     .lock                held (an OS lock, `RunLock`) by the process training into the folder
-    .recall-lab          the marker `{"kind": "run", ...}` (recall_lab/generators/folders.py): --force
+    .recall-lab          the marker `{"kind": "run", ...}` (generators/folders.py): --force
                          deletes only in a folder that holds a run
 
 A write that fails (disk full, permissions) ends in one `RecallLabError` naming the file; its
@@ -105,9 +105,9 @@ def append_line(path: Path, row: dict) -> None:
 # ---- run folders: lock, lab-written files -------------------------------------------------------
 
 class RunLock(FolderLock):
-    """The OS lock on RUN/.lock (`recall_lab.generators.folders.FolderLock`), held while a process trains
-    into RUN: a second `train` (new, --force or --resume) on a run in use is refused with one
-    line; the kernel drops the lock when its holder dies (kill -9 included)."""
+    """The OS lock on RUN/.lock (`recall_lab.generators.folders.FolderLock`), held while a
+    process trains into RUN: a second `train` (new, --force or --resume) on a run in use is
+    refused with one line; the kernel drops the lock when its holder dies (kill -9 included)."""
 
     def __init__(self, run: Path) -> None:
         super().__init__(Path(run) / LOCK, Path(run))

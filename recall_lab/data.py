@@ -6,8 +6,8 @@ Streaming is resumable by construction: batch number `step` is drawn from
 batches it would have seen.
 
 Outside training, `open_dataset(path, split, format="pandas" | "datasets")` (from
-recall_lab/generators/interop.py, re-exported here) gives a dataset folder's rows as a pandas DataFrame or
-an HF `datasets.Dataset` with `input_ids` and `labels` decoded to lists of int.
+recall_lab/generators/interop.py, re-exported here) gives a dataset folder's rows as a pandas
+DataFrame or an HF `datasets.Dataset` with `input_ids` and `labels` decoded to lists of int.
 """
 
 from __future__ import annotations
@@ -212,8 +212,9 @@ class DatasetReader:
 
 class LabelledReader(DatasetReader):
     """Rows with their own labels, used as given: a folder `recall-lab generate` wrote for a
-    generator task, or foreign data (recall_lab/generators/foreign.py: Parquet or HF `datasets` files with
-    `input_ids` and `labels`). Same interface as `DatasetReader`, plus each split's slices."""
+    generator task, or foreign data (recall_lab/generators/foreign.py: Parquet or HF `datasets`
+    files with `input_ids` and `labels`). Same interface as `DatasetReader`, plus each split's
+    slices."""
 
     def __init__(self, path: str | Path, task: GeneratorTask | None = None,
                  fractions: dict | None = None):

@@ -17,14 +17,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from recall_lab.config import RunConfig
+from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
+from recall_lab.device import resolve_device
 from recall_lab.generators import IGNORE, TaskSpec
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.generators.joint_recall import sep_positions
 from recall_lab.generators.tasks import GeneratorTask
 from recall_lab.generators.vocab import Vocab
-from recall_lab.config import RunConfig
-from recall_lab.data import TEST_KEY, VALID_KEY, DataSource, held_out  # noqa: F401
-from recall_lab.device import resolve_device
 from recall_lab.models.decimation import resolve_auto_layers
 from recall_lab.models.decode import decode_prompted
 from recall_lab.models.lm import forward_scored

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.config import FinetuneConfig, RunConfig
 from recall_lab.evaluate import fit_vocab
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models.registry import with_attention
 from recall_lab.runs import load_run_config
 

@@ -21,12 +21,6 @@ from typing import Any
 from pydantic import ValidationError
 from torch import nn
 
-from recall_lab.generators import PRESETS
-from recall_lab.generators.dataset import manifest_spec, read_manifest
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.folders import read_marker, write_marker
-from recall_lab.generators.foreign import is_foreign
-from recall_lab.generators.joint_recall import check_samples_fit
 from recall_lab import checkpoint as ck
 from recall_lab.config import (
     RUN_TABLES,
@@ -38,6 +32,12 @@ from recall_lab.config import (
     task_from_table,
 )
 from recall_lab.data import LabelledReader
+from recall_lab.generators import PRESETS
+from recall_lab.generators.dataset import manifest_spec, read_manifest
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.folders import read_marker, write_marker
+from recall_lab.generators.foreign import is_foreign
+from recall_lab.generators.joint_recall import check_samples_fit
 from recall_lab.mixers import mixer_label
 from recall_lab.models import build_model
 from recall_lab.models.adapters import apply_finetune, merge_adapters
@@ -440,8 +440,9 @@ def load_run_model(run: Path, which: str, cfg: RunConfig | None = None, *,
 
 
 def foreign_task(path: str, table: dict | None, where: str):
-    """The task of foreign data at `path` (recall_lab/generators/foreign.py); a `[task]` table beside it
-    may state only how data without named splits is split: `valid`, `test`, `split_seed`."""
+    """The task of foreign data at `path` (recall_lab/generators/foreign.py); a `[task]` table
+    beside it may state only how data without named splits is split: `valid`, `test`,
+    `split_seed`."""
     fractions = dict(table or {})
     fractions = dict(fractions.get("kwargs", fractions))
     fractions.pop("generator", None)

@@ -32,9 +32,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.generators import TaskSpec
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.mixers.contract import (
     build_mixer,
     has_step,

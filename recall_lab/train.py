@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.joint_recall import check_samples_fit
-from recall_lab.generators.limits import available_bytes
 from recall_lab import checkpoint as ck
 from recall_lab import native
 from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
 from recall_lab.device import resolve_device
 from recall_lab.evaluate import batch_metrics, evaluate, length_tests
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import check_samples_fit
+from recall_lab.generators.limits import available_bytes
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.lm import forward_scored
 from recall_lab.runs import (

@@ -43,9 +43,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from recall_lab.data import batch_at  # noqa: E402
 from recall_lab.generators.errors import RecallLabError  # noqa: E402
 from recall_lab.generators.tasks import generator_task  # noqa: E402
-from recall_lab.data import batch_at  # noqa: E402
 from recall_lab.models import build_model, model_config  # noqa: E402
 from recall_lab.models.lm import forward_scored  # noqa: E402
 from recall_lab.train import make_optimizer, objective, optimizer_step  # noqa: E402

@@ -28,11 +28,11 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
+from recall_lab.cli import app
+from recall_lab.config import ModelConfig, TrainConfig
 from recall_lab.generators import TaskSpec
 from recall_lab.generators.dataset import write_dataset
 from recall_lab.generators.fields import MAX_INT
-from recall_lab.cli import app
-from recall_lab.config import ModelConfig, TrainConfig
 from tests.cli_checks import snapshot
 
 runner = CliRunner()

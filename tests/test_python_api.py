@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 import recall_lab as rl
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import api
 from recall_lab.cli import app
+from recall_lab.generators.errors import RecallLabError
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "python_api.ipynb"
 TASK = {"levels": [[2, 2]], "values": 8}

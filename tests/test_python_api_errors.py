@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 import recall_lab as rl
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.cli import app
+from recall_lab.generators.errors import RecallLabError
 
 BAD_TASK = {"levels": [[2, 2]], "values": 0}
 

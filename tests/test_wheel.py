@@ -73,8 +73,8 @@ def installed(tmp_path_factory):
 
 def test_the_wheel_installs_its_own_copy(installed):
     bin_dir, work, env = installed
-    where = _run([bin_dir / "python", "-c", "import recall_lab, recall_lab.generators as generators; "
-                  "print(recall_lab.__file__); print(generators.__file__)"], work, env).stdout
+    where = _run([bin_dir / "python", "-c", "import recall_lab, recall_lab.generators as g; "
+                  "print(recall_lab.__file__); print(g.__file__)"], work, env).stdout
     for line in where.split():
         assert Path(line).is_relative_to(bin_dir.parent), line  # not the checkout's files
 

@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from recall_lab.generators import TaskSpec, generate
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.mean_distance import (
     attention_mean_distance,
     layer_mean_distance,
     normalise_by_length,
     sparse_attention_weights,
 )
+from recall_lab.generators import TaskSpec, generate
+from recall_lab.generators.errors import RecallLabError
 
 
 def training_length(spec: Any) -> int:

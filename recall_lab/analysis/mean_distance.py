@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.hidden_attention import hidden_attention_row, iter_tiles, ssm_kernel
+from recall_lab.generators.errors import RecallLabError
 
 
 def mean_distance(matrix: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.collect import (
     capture,
     eval_inputs,
@@ -27,6 +26,7 @@ from recall_lab.analysis.plots import plot_attention_map, plot_mean_distance
 from recall_lab.checkpoint import write_json
 from recall_lab.config import resolve_task
 from recall_lab.evaluate import fit_vocab
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.runs import load_run_config, load_run_model, refuse_overwrite
 
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, check_qk, union_indices
 from recall_lab.attention.decode import Decoder, FullDecoder, Keys
 from recall_lab.attention.fixed import sliding_window_indices
+from recall_lab.generators.errors import RecallLabError
 
 CHUNKINGS = ("uniform", "cyclic", "random")
 _RANDOM_BLOCK = 256  # sizes drawn per generator call: the stream's prefix is length-independent

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import native
 from recall_lab.attention.decode import Decoder, PrefixDecoder, UnionDecoder, make_decoder
+from recall_lab.generators.errors import RecallLabError
 
 
 def check_qk(q: Tensor, k: Tensor) -> int:

@@ -9,9 +9,9 @@ import math
 import torch
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, UnionPattern, check_qk
 from recall_lab.attention.decode import Decoder, FullDecoder, SlotDecoder, WindowDecoder
+from recall_lab.generators.errors import RecallLabError
 
 RELEASE_MAX_LEN = 2048
 

@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import native
 from recall_lab.attention.base import Pattern, check_qk
 from recall_lab.attention.decode import Decoder, Keys
+from recall_lab.generators.errors import RecallLabError
 
 
 def causal_topk_indices(scores: Tensor, n: int) -> Tensor:

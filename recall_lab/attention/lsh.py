@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import native
 from recall_lab.attention.base import Pattern, check_qk
 from recall_lab.attention.decode import Decoder, Keys
+from recall_lab.generators.errors import RecallLabError
 
 LSH_RULES = ("sign", "argmax")
 

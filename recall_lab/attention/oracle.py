@@ -8,7 +8,7 @@ counts as a key), the ``n`` most recent of them (largest p first), ``-1`` in the
 query whose token is not a key gets no keys (a zero branch output). Row i reads ``x_0 .. x_i``
 only, so it is strictly causal and independent of L and of padding.
 
-Why the position after the key (recall_lab/generators/joint_recall.py, recall_lab/generators/vocab.py): every leaf
+Why the position after the key (recall_lab/generators/joint_recall.py and vocab.py): every leaf
 block of a component is ``key value``, and filler is only ever inserted between blocks, never
 between a key and its value; so ``j + 1`` is the value of the earlier occurrence ``j`` of the
 query's key, and the branch's value vector there (the SSM input xc, after the short conv) carries
@@ -44,9 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.base import Pattern, check_qk
 from recall_lab.attention.lsh import bucket_window_indices
+from recall_lab.generators.errors import RecallLabError
 
 ORACLE_OPTIONS = frozenset({"keys"})
 

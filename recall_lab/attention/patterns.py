@@ -61,7 +61,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.attamba import AttambaPattern
 from recall_lab.attention.base import (
     Pattern,
@@ -102,6 +101,7 @@ from recall_lab.attention.oracle import ORACLE_OPTIONS, OraclePattern, oracle_in
 from recall_lab.attention.seattn import OPTIONS as SEATTN_OPTIONS
 from recall_lab.attention.seattn import VARIANTS as SEATTN_VARIANTS
 from recall_lab.attention.seattn import make_seattn
+from recall_lab.generators.errors import RecallLabError
 
 # What a hybrid branch fills in for a pattern (`models/hybrid.make_branch_pattern`), by name:
 # "max_len": the model's longest sequence (fixes the dilated gap); "lsh_bits": h = the model's

@@ -47,8 +47,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention.decode import Decoder, FullDecoder, Keys, SlotDecoder, gather_keys
+from recall_lab.generators.errors import RecallLabError
 
 SCORINGS = ("prefix", "token", "chunk")
 SUMMARIES = ("value", "key")

@@ -40,10 +40,10 @@ import warnings
 import torch
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import kernel_check
 from recall_lab import native as kernels
 from recall_lab.attention import native
+from recall_lab.generators.errors import RecallLabError
 
 __all__ = ["sparse_attention", "triton_available", "check_triton", "BACKENDS"]
 

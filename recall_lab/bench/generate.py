@@ -12,10 +12,10 @@ from pathlib import Path
 
 from rich.table import Table
 
+from recall_lab.bench.record import summarise, time_reps
 from recall_lab.generators import IGNORE, TaskSpec, generate, get_preset, get_preset_entry
 from recall_lab.generators.dataset import write_dataset
 from recall_lab.generators.joint_recall import generate_rows, smallest_dtype
-from recall_lab.bench.record import summarise, time_reps
 
 
 def _emit(rnd, spec, vlo, sizes, toks, table, level: int, path: tuple[int, ...], out: list[int]):

@@ -51,9 +51,9 @@ PARTS = ("lsh indices", "ks scores", "ks top-n", "ks loss", "union", "attention 
 def _time_model(name: str, batch: int, steps: int) -> dict:
     import torch
 
-    from recall_lab.generators import get_preset
     from recall_lab.config import TrainConfig
     from recall_lab.data import batch_at
+    from recall_lab.generators import get_preset
     from recall_lab.models import build_model
     from recall_lab.train import make_optimizer, objective, optimizer_step
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import typer
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.bench import BENCHES, DEVICE_BENCHES, bench_peers, run_bench
 from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.generators.errors import RecallLabError
 
 
 def register(app: GuardedApp) -> None:

@@ -8,9 +8,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
+from recall_lab.generators.errors import RecallLabError
 
 
 def audit_table(rows: list) -> Table:

@@ -8,16 +8,18 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.config import resolve_task
 from recall_lab.generators import PRESETS, TaskSpec, get_preset_entry
-from recall_lab.generators import generate as generate_samples  # `generate` is also the command below
+from recall_lab.generators import (
+    generate as generate_samples,  # `generate` is also the command below
+)
 from recall_lab.generators.dataset import write_dataset
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.generators.joint_recall import check_samples_fit
 from recall_lab.generators.render import render_sample, render_scored
 from recall_lab.generators.tasks import BUILTIN, GeneratorTask
 from recall_lab.generators.tasks import rows as task_rows
-from recall_lab.commands.shell import GuardedApp, console
-from recall_lab.config import resolve_task
 from recall_lab.progress import CountProgress
 
 

@@ -14,10 +14,10 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.fit import fit
 from recall_lab.commands.shell import GuardedApp, console
 from recall_lab.config import read_toml
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.progress import SweepProgress
 from recall_lab.tracking import parse_log
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
+from recall_lab.generators.errors import RecallLabError
 
 
 def register(app: GuardedApp) -> None:

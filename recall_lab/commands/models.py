@@ -12,10 +12,10 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.experiments import print_warnings, report_table
 from recall_lab.commands.shell import GuardedApp, checkpoint_option, console
 from recall_lab.config import resolve_task
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.progress import SweepProgress, TrainProgress
 from recall_lab.tracking import parse_log
 

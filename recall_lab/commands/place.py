@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.generators.errors import RecallLabError
 
 
 def _tables(text: str | None) -> list[float] | None:

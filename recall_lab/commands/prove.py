@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from recall_lab.proofs.registry import ON_REQUEST, STATEMENTS, prepare, run
 from recall_lab.commands.shell import GuardedApp, console
+from recall_lab.proofs.registry import ON_REQUEST, STATEMENTS, prepare, run
 
 
 def register(app: GuardedApp) -> None:

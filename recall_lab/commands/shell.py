@@ -38,9 +38,9 @@ try:  # typer >= 0.22 vendors click
 except ImportError:  # pragma: no cover - older typer
     from click import exceptions as click_errors
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.commands.fit import fit
 from recall_lab.errors import one_line
+from recall_lab.generators.errors import RecallLabError
 
 # When stdout is not a terminal (CI, nohup, pipes, files) output is PIPE_WIDTH columns wide, or
 # COLUMNS where that is set: tables fit that width without splitting a token (`fit`: cells wrap

@@ -3,14 +3,11 @@ the summary table of finished runs, and the warning about held-out samples seen 
 
 from __future__ import annotations
 
-import os
-
-import torch
 from rich.table import Table
 
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.device import default_threads, usable_cpus
-from recall_lab.ssm import retain_freed_memory
+from recall_lab.threads import set_threads
+
+__all__ = ["print_summary", "set_threads", "summary_table", "warn_overlap", "warn_warmup"]
 
 
 def summary_table(rows: list[dict], title: str):
@@ -65,23 +62,3 @@ def warn_warmup(console, train) -> None:
     note = warmup_note(train)
     if note is not None:
         console.print(note, markup=False, highlight=False)
-
-
-def set_threads(threads: int | None) -> str:
-    """CPU set-up of a training process: thread count, and glibc keeps freed memory (training
-    steps otherwise page-fault their activations in again: 1.6-3.6x slower at B=64, L=1058).
-    Without `threads`: OMP_NUM_THREADS where it is set, else `device.default_threads()` (the
-    cores idle at the start). Returns how the count was chosen, for the command's header."""
-    retain_freed_memory()
-    if threads is not None:
-        if threads < 1:
-            raise RecallLabError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-        return f"{threads} torch thread{'s' if threads != 1 else ''} (--threads)"
-    if os.environ.get("OMP_NUM_THREADS"):
-        n = torch.get_num_threads()
-        return f"{n} torch thread{'s' if n != 1 else ''} (OMP_NUM_THREADS)"
-    n = default_threads()
-    torch.set_num_threads(n)
-    return (f"{n} torch thread{'s' if n != 1 else ''} (of {len(usable_cpus())} cores, those "
-            "idle at the start; --threads sets it)")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.claims import CLAIMS
 from recall_lab.experiments.engine import INDEX
+from recall_lab.generators.errors import RecallLabError
 
 RUN_FILES = (ck.CONFIG, ck.SUMMARY, ck.METRICS)
 

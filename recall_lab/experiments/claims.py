@@ -26,8 +26,8 @@ import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
+from recall_lab.generators.errors import RecallLabError
 
 CLAIMS = "claims.json"
 

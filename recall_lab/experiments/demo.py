@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.checkpoint import write_json
 from recall_lab.config import read_toml
 from recall_lab.experiments import overlap as held_out
@@ -27,6 +26,7 @@ from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.grid import expand
 from recall_lab.experiments.report import build_report, write_report
 from recall_lab.experiments.shipped import shipped_path
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.runs import demo_dir_name, refuse_overwrite
 
 DEMO_TOML = shipped_path("demo")  # experiments/demo/demo.toml, in a checkout or a wheel

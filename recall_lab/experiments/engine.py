@@ -29,11 +29,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.claims import register
 from recall_lab.experiments.grid import Experiment, Run, selected
 from recall_lab.experiments.verdicts import check_spec
+from recall_lab.generators.errors import RecallLabError
 
 INDEX = "sweep.json"
 ENGINES = ("local", "ray")

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.config import RunConfig
 from recall_lab.data import DataSource
 from recall_lab.device import resolve_device
 from recall_lab.experiments.grid import Run, group_label
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models.lm import forward_scored
 from recall_lab.progress import makespan
 from recall_lab.runs import build_run_model

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.collect import capture
 from recall_lab.analysis.mean_distance import mamba_mean_distance_last
 from recall_lab.analysis.plots import save_figure
 from recall_lab.analysis.runs import load_run
 from recall_lab.config import DecimationConfig, int_list
 from recall_lab.evaluate import evaluate, held_out, kept_non_filler, set_decimation
+from recall_lab.generators.errors import RecallLabError
 
 Variant = tuple[str, DecimationConfig | str | None]  # (label, config | "off" | None = as trained)
 

@@ -65,9 +65,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.tasks import GeneratorTask
 from recall_lab.config import RUN_TABLES, ModelConfig, RunConfig, TrainConfig, read_toml
 from recall_lab.experiments.shipped import (
     is_shipped_name,
@@ -75,6 +72,9 @@ from recall_lab.experiments.shipped import (
     shipped_path,
     study,
 )
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.tasks import GeneratorTask
 from recall_lab.runs import run_config_from_tables
 
 TOP_LEVEL = {"name", "base", "description", *RUN_TABLES, "grid", "link", "exclude", "report",

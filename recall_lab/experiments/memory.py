@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import stats
 from recall_lab.experiments.grid import format_value, group_label, numeric
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.memory import KEY_SETS, MemorySpec, solved_seeds, spec_of
 from recall_lab.models.registry import build_model
 from recall_lab.models.state import state_count

@@ -48,7 +48,6 @@ from typing import Any
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
@@ -67,6 +66,7 @@ from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, 
 from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs
 from recall_lab.experiments.state import LayerState, common_state, run_state
 from recall_lab.experiments.verdicts import free_tables, frontier_compare, three_way
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers import mixer_label
 from recall_lab.models.registry import build_model, listed_models
 from recall_lab.runs import run_config_from_json

@@ -43,13 +43,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RUN_TABLES, read_toml
 from recall_lab.experiments.archive import RUN_FILES
 from recall_lab.experiments.claims import CLAIMS
 from recall_lab.experiments.engine import INDEX
 from recall_lab.experiments.grid import flatten, numeric
+from recall_lab.generators.errors import RecallLabError
 
 PLACE = "place.toml"
 SHIPPED = "zoo-frontier"  # the default reference

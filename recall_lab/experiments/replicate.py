@@ -15,13 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, read_toml, run_tables
 from recall_lab.experiments import report as rp
 from recall_lab.experiments.claims import read_registry
 from recall_lab.experiments.engine import INDEX, read_index
 from recall_lab.experiments.grid import Experiment, Run, config_hash, run_label
+from recall_lab.generators.errors import RecallLabError
 
 SUFFIX = "-replication"
 

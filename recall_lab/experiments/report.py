@@ -59,7 +59,6 @@ from typing import Any
 
 import pandas as pd
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import run_tables
 from recall_lab.experiments import claims as prereg
@@ -73,6 +72,7 @@ from recall_lab.experiments.grid import flatten, format_value, group_label, nume
 from recall_lab.experiments.memory import memory_json, memory_lines, memory_rows
 from recall_lab.experiments.state import UNKNOWN, LayerState, common_state
 from recall_lab.experiments.verdicts import check_expectations, claim_groups  # noqa: F401
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models.archs import ARCH_TABLE, SSM_FIELDS
 
 SKIP_FIELDS = ("train.lr", "train.seed")

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
+from recall_lab.generators.errors import RecallLabError
 
 SOLVE_AT = 0.95
 LEVEL = 0.05  # the significance level of claims on differences, unless a claim states its own

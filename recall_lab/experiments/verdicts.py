@@ -23,10 +23,10 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.grid import flatten, numeric
+from recall_lab.generators.errors import RecallLabError
 
 # report.py's Group, by name only: report.py (and engine.py, which checks claims before a sweep)
 # import this module, and imports point one way

@@ -1,10 +1,10 @@
 """A dataset folder read as a pandas DataFrame or an HF `datasets.Dataset`, ids decoded.
 
 On disk the `input_ids` and `labels` columns stay raw bytes (writing them as Parquet lists was
-about 30x slower; recall_lab/generators/dataset.py), so a plain `pd.read_parquet` / `load_dataset("parquet")`
+about 30x slower; dataset.py), so a plain `pd.read_parquet` / `load_dataset("parquet")`
 gives bytes that only decode with the manifest's dtypes. :func:`open_dataset` does that decoding:
 
-    from recall_lab.data import open_dataset          # or: from recall_lab.generators.interop import ...
+    from recall_lab.data import open_dataset  # or: from recall_lab.generators.interop import ...
     df = open_dataset("data/mini", "test")            # pandas.DataFrame
     ds = open_dataset("data/mini", "test", format="datasets")   # datasets.Dataset
     df.input_ids[0]   # [1, 37, 5, ...]: the row's token ids, unpadded, a list of int

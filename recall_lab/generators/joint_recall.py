@@ -338,7 +338,7 @@ def _spec_of(**fields) -> TaskSpec:
 
 
 def joint_recall(n: int, seed: np.random.SeedSequence, **fields) -> tuple[np.ndarray, np.ndarray]:
-    """Multi-level joint recall through the task contract (recall_lab/generators/tasks.py): the kwargs are
+    """Multi-level joint recall through the task contract (tasks.py): the kwargs are
     `TaskSpec` fields; the rows are `generate`'s, byte for byte."""
     b = generate(_spec_of(**fields), n, seed)
     return b.inputs, b.targets

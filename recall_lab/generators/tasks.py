@@ -54,7 +54,8 @@ BUILTIN: dict[str, str] = {
     "mad-noisy-recall": "recall_lab.generators.builtin:mad_noisy_recall",
     "mad-fuzzy-recall": "recall_lab.generators.builtin:mad_fuzzy_recall",
     "mad-memorization": "recall_lab.generators.builtin:mad_memorization",
-    "dataset": "recall_lab.generators.foreign:dataset",  # foreign data's task: rows come from its files
+    # foreign data's task: rows come from its files
+    "dataset": "recall_lab.generators.foreign:dataset",
 }
 
 
@@ -123,7 +124,8 @@ def load_generator(path: str) -> Callable:
     for attr in ("vocab_size", "max_len"):
         if not hasattr(fn, attr):
             raise RecallLabError(f"task generator {path!r} does not state its {attr} (set "
-                                 f"{name}.{attr}, or use recall_lab.generators.tasks.task_generator)")
+                                 f"{name}.{attr}, or use "
+                                 "recall_lab.generators.tasks.task_generator)")
     return fn
 
 

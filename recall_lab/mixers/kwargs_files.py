@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.config import read_toml
+from recall_lab.generators.errors import RecallLabError
 
 SHIPPED = Path(__file__).resolve().parent / "kwargs"
 

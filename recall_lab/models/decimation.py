@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.vocab import Vocab
 from recall_lab.analysis.collect import capture
 from recall_lab.analysis.mean_distance import mamba_mean_distance_last
 from recall_lab.config import DecimationConfig
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.vocab import Vocab
 from recall_lab.models.blocks import LMOutput, SSMBlock
 from recall_lab.ssm.decimation import Decimate, first_sep, keep_count
 

@@ -30,12 +30,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention.decode import Decoder, attend, make_decoder
 from recall_lab.attention.ks import KSPattern
 from recall_lab.attention.patterns import PATTERN_TABLE
 from recall_lab.attention.release_reference import release_sparse_attention
+from recall_lab.generators.errors import RecallLabError
 
 
 def make_branch_pattern(name: str, k: int, lsh_bits: int, d_qk: int, opts: dict,

@@ -15,9 +15,9 @@ import re
 import torch
 from torch import nn
 
+from recall_lab.config import ModelConfig
 from recall_lab.generators import IGNORE
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.config import ModelConfig
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.blocks import LMOutput, make_norm
 from recall_lab.models.decimation import decimated_forward

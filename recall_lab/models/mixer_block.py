@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.config import ModelConfig
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.contract import build_mixer, has_step, probe_mixer
 from recall_lab.mixers.state import cache_growth
 from recall_lab.models.blocks import MLPBlock

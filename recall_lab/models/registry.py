@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import difflib
 
-from recall_lab.generators.errors import RecallLabError, unknown
 from recall_lab.attention import PATTERN_TABLE, PATTERNS
 from recall_lab.config import ModelConfig, SEAttnConfig
+from recall_lab.generators.errors import RecallLabError, unknown
 from recall_lab.mixers import load_mixer_class, named_mixers, required_kwargs, resolve_mixer
 from recall_lab.mixers.contract import one_line
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS

@@ -54,6 +54,9 @@ class StateCount:
     declared: int | None  # the contract mixers' own `state_size` sum, where all have one
     sequence_length: int
     n_layers: int
+    # each block's recurrent numbers, in order (None where `recurrent` is): a model whose
+    # layers differ (Based's window and Taylor layers) has no one count per layer
+    layers: tuple[int, ...] | None = None
 
     @property
     def fixed(self) -> bool:
@@ -152,7 +155,8 @@ def state_count(model: nn.Module, sequence_length: int) -> StateCount:
     conv = (None if any(b.source == "declared" for b in blocks)
             else sum((b.conv for b in blocks), Part()))
     growth = max((b.growth for b in blocks), key=GROWTH_ORDER.index)  # "constant" or "log L"
-    return StateCount(recurrent, conv, source, growth, declared, sequence_length, n_layers)
+    return StateCount(recurrent, conv, source, growth, declared, sequence_length, n_layers,
+                      tuple(b.recurrent.numbers for b in blocks))
 
 
 __all__ = ["SOURCES", "StateCount", "state_count"]

@@ -43,15 +43,15 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from recall_lab.generators import TaskSpec, Vocab, generate
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.proofs.evidence import Evidence
 from recall_lab.attention import (
     bucket_window_indices,
     lsh_bins,
     sliding_window_indices,
     sparse_attention,
 )
+from recall_lab.generators import TaskSpec, Vocab, generate
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.proofs.evidence import Evidence
 
 _ROWS = 1 << 18  # rows per chunk for the scan and the hashing (bounds peak memory at L ~ 4M)
 MAX_PLANES = 62  # `lsh_bins` packs the sign bits of one vector into one int64

@@ -65,10 +65,10 @@ from typing import Any
 import numpy as np
 from scipy import optimize, stats
 
+from recall_lab.experiments.memory import largest_passing
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.generators.limits import check_fits
 from recall_lab.proofs.evidence import Evidence
-from recall_lab.experiments.memory import largest_passing
 
 F_LIST = 0.05  # the listwise fraction
 PER_PAIR_QUERIES = 256  # pairs scored per n for the per-pair listwise criterion

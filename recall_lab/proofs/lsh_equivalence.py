@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import torch
 
-from recall_lab.proofs.evidence import Evidence
 from recall_lab.attention import lsh_bins
+from recall_lab.proofs.evidence import Evidence
 
 Codebook = Callable[[torch.Tensor], torch.Tensor]  # planes [d, h] -> prototypes [d, 2^h]
 

@@ -1,11 +1,11 @@
 """The list of executable statements and the runner behind `recall-lab prove`.
 
-Each entry names a module in `recall_lab/proofs/` whose `check(scale, seed)` returns an `Evidence`. Modules
-are imported on demand so that listing the names costs nothing. `STATEMENTS` run by default;
+Each entry names a module in `recall_lab/proofs/` whose `check(scale, seed)` returns an `Evidence`.
+Modules are imported on demand so that listing the names costs nothing. `STATEMENTS` run by default;
 `ON_REQUEST` only when named (minutes of measurement that the tour's `recall-lab prove` should not
 wait for). A module may offer `validate(scale, **options)`: every chosen statement's inputs are
-refused there before the first check runs. Options (`dims`, `n_max`) go only to the statements
-that take them (`OPTIONS`).
+refused there before the first check runs. Options (`dims`, `n_max`) go only to the statements that
+take them (`OPTIONS`).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import native as kernels
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm.reference import reset_mask
 from recall_lab.ssm.scan import finish_scan_output, prepare_scan_inputs
 from recall_lab.ssm.ssd import finish_ssd_output, prepare_ssd_inputs

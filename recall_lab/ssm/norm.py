@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import native as kernels
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm.native import token_layout
 
 _ptr = kernels.ptr

@@ -10,11 +10,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec
 from recall_lab.analysis import hidden_attention_loop, mean_distance_loop
 from recall_lab.analysis.collect import capture, eval_inputs
 from recall_lab.analysis.runs import load_run
 from recall_lab.cli import app
+from recall_lab.generators import TaskSpec
 
 SPEC = TaskSpec(levels=((4, 6),), values=8, pools=(16,))
 runner = CliRunner()

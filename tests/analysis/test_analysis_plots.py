@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.plots import log_map, plot_attention_map, plot_mean_distance
+from recall_lab.generators.errors import RecallLabError
 
 
 def test_log_map_normalises_clips_and_blanks_the_upper_triangle():

@@ -10,11 +10,11 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec
 from recall_lab import checkpoint as ck
 from recall_lab.analysis.runs import load_run
 from recall_lab.cli import app
 from recall_lab.commands.shell import CHECKPOINT_HELP
+from recall_lab.generators import TaskSpec
 
 SPEC = TaskSpec(levels=((4, 6),), values=8, pools=(16,))
 runner = CliRunner()

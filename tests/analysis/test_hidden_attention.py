@@ -10,7 +10,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis import (
     apply_hidden_attention,
     hidden_attention,
@@ -18,6 +17,7 @@ from recall_lab.analysis import (
     hidden_attention_row,
     iter_tiles,
 )
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.ssm.reference import selective_scan_ref, ssd_ref
 
 

@@ -10,7 +10,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis import (
     attention_mean_distance,
     delta_sum,
@@ -24,6 +23,7 @@ from recall_lab.analysis import (
     normalise_by_length,
     sparse_attention_weights,
 )
+from recall_lab.generators.errors import RecallLabError
 
 
 def _params(L, seed, mamba2=False):

@@ -8,7 +8,6 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import dilated_indices, make_pattern, sparse_attention
 from recall_lab.attention.attamba import (
     attamba_indices,
@@ -18,6 +17,7 @@ from recall_lab.attention.attamba import (
     indices_from_ends,
     random_chunk_ends,
 )
+from recall_lab.generators.errors import RecallLabError
 
 
 def to_mask(idx: torch.Tensor, length: int) -> torch.Tensor:

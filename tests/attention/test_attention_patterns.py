@@ -9,7 +9,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import native
 from recall_lab.attention import (
     PATTERNS,
@@ -28,6 +27,7 @@ from recall_lab.attention.patterns import (
     causal_topk_indices_torch,
     union_indices_torch,
 )
+from recall_lab.generators.errors import RecallLabError
 
 
 def to_mask(idx: torch.Tensor, length: int, shape=None) -> torch.Tensor:

@@ -8,7 +8,6 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention.seattn import (
     block_summaries,
@@ -17,6 +16,7 @@ from recall_lab.attention.seattn import (
     seattn_indices,
 )
 from recall_lab.attention.seattn_reference import seattn_reference
+from recall_lab.generators.errors import RecallLabError
 
 
 def key_sets(idx: torch.Tensor, b: int, h: int) -> list:

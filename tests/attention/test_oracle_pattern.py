@@ -9,13 +9,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.joint_recall import generate_rows, targets_for
 from recall_lab.attention import PATTERN_TABLE, make_pattern
 from recall_lab.attention import lsh as lsh_module
 from recall_lab.attention.oracle import oracle_indices
 from recall_lab.config import TASK_KEY_PATTERNS
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import generate_rows, targets_for
 
 
 def rows(idx: torch.Tensor) -> list[list[list[int]]]:

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import native
 from recall_lab.attention import make_pattern, sparse_attention
 from recall_lab.attention import sparse as sparse_mod
+from recall_lab.generators.errors import RecallLabError
 
 
 def random_idx(b, h, length, n, gen, p_empty=0.3):

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from recall_lab.generators.foreign import read_foreign
 from recall_lab.cli import app
+from recall_lab.generators.foreign import read_foreign
 
 runner = CliRunner()
 TRAIN = ["--model", "transformer", "--steps", "4", "--batch-size", "4", "--eval-every", "2",

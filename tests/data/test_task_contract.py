@@ -10,14 +10,14 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec, generate
-from recall_lab.generators.dataset import row_keys, write_dataset
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.tasks import GeneratorTask, rows
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, resolve_task, task_from_table
 from recall_lab.data import DataSource, LabelledReader
+from recall_lab.generators import TaskSpec, generate
+from recall_lab.generators.dataset import row_keys, write_dataset
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.tasks import GeneratorTask, rows
 from recall_lab.runs import run_config_from_tables
 from recall_lab.train import train_run
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from recall_lab.generators.tasks import GeneratorTask
 from recall_lab.config import RunConfig, TrainConfig
+from recall_lab.generators.tasks import GeneratorTask
 from recall_lab.models import model_config
 from recall_lab.train import train_run
 

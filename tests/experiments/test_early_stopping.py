@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from recall_lab.generators import TaskSpec
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
+from recall_lab.generators import TaskSpec
 from recall_lab.models import model_config
 from recall_lab.train import stop_reason, train_run
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.experiments.engine import read_index, run_sweep
 from recall_lab.experiments.grid import expand
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.train import train_run
 
 from .conftest import Recorder

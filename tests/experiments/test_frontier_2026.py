@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import combined as cb
 from recall_lab.experiments import place as pl
 from recall_lab.experiments.reference import (
@@ -21,6 +20,7 @@ from recall_lab.experiments.reference import (
     shipped_archive,
 )
 from recall_lab.experiments.state import LayerState
+from recall_lab.generators.errors import RecallLabError
 
 from .place_fixtures import make_reference
 

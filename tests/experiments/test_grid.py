@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments.grid import expand, load_experiment, run_label, train_tokens
+from recall_lab.generators.errors import RecallLabError
 
 
 def _values(exp):

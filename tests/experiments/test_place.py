@@ -14,7 +14,6 @@ import pytest
 from scipy.stats import fisher_exact
 from torch import nn
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments import place as pl
 from recall_lab.experiments.claims import read_registry
 from recall_lab.experiments.reference import (
@@ -24,6 +23,7 @@ from recall_lab.experiments.reference import (
     shipped_archive,
 )
 from recall_lab.experiments.report import RunRecord, load_runs
+from recall_lab.generators.errors import RecallLabError
 from tests.cli_checks import fails_with
 
 from .place_fixtures import EXPERIMENT, PLACE, Peek, make_reference

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.cli import app
 from recall_lab.commands import shell
 from recall_lab.experiments import shipped
 from recall_lab.experiments.grid import load_experiment
+from recall_lab.generators.errors import RecallLabError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "experiments"

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import model_config
 from recall_lab.tracking import parse_log
 from recall_lab.train import train_run

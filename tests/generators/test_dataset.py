@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from recall_lab.data import DatasetReader, batch_at, stream_batches
 from recall_lab.generators import TaskSpec, generate, get_preset, targets_for
 from recall_lab.generators.dataset import BLOCK_SIZE, write_dataset
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.data import DatasetReader, batch_at, stream_batches
 
 SPEC = get_preset("mini-mqjr")
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recall_lab.data import DatasetReader
 from recall_lab.generators import IGNORE, TaskSpec, generate, get_preset, targets_for
 from recall_lab.generators.dataset import row_hashes, write_dataset
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.data import DatasetReader
 from tests.generators.parse_sample import parse
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from recall_lab.cli import app
 from recall_lab.generators import TaskSpec
 from recall_lab.generators.dataset import write_dataset
-from recall_lab.cli import app
 from tests.cli_checks import fails_with, snapshot
 
 runner = CliRunner()

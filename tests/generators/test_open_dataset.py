@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from recall_lab.data import DatasetReader, open_dataset
 from recall_lab.generators import TaskSpec
 from recall_lab.generators.dataset import sha256_file, write_dataset
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.data import DatasetReader, open_dataset
 
 SPEC = TaskSpec(levels=((2, 3), (2, 4)), values=300, seq_len=60)  # ids need uint16
 COUNTS = {"train": 20, "valid": 30, "test": 10}

@@ -8,10 +8,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from recall_lab.cli import app
 from recall_lab.generators.builtin import BASED_TRAIN, BASED_WEIGHTS, zoology_mqar_mix
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.generators.tasks import IGNORE
-from recall_lab.cli import app
 
 SEGS = [[16, 2], [32, 4], [48, 8]]
 

@@ -22,10 +22,10 @@ import copy
 import pytest
 import torch
 
-from recall_lab.generators import get_preset
 from recall_lab.attention.patterns import Pattern
 from recall_lab.config import TrainConfig
 from recall_lab.data import batch_at
+from recall_lab.generators import get_preset
 from recall_lab.models import build_model
 from recall_lab.train import make_optimizer, objective, optimizer_step
 

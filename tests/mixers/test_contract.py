@@ -12,11 +12,11 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.experiments.grid import config_hash
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers import named_mixers
 from recall_lab.models import build_model, model_config
 from recall_lab.models.decode import decode, state_growth

@@ -23,8 +23,8 @@ from pydantic import validate_call
 from torch import nn
 from typer.testing import CliRunner
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.cli import app
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers import build_mixer, named_mixers
 from recall_lab.models import build_model, model_config
 from recall_lab.models.state import state_count

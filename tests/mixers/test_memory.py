@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.experiments.memory import capacity, information_bound, model_memory
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers.based import Based
 from recall_lab.mixers.deltanet import DeltaNet, GatedDeltaNet
 from recall_lab.mixers.gla import GatedLinearAttention as GLA

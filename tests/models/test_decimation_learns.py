@@ -11,10 +11,10 @@ steps, the threshold 0.9 leaves a margin.
 
 import torch
 
-from recall_lab.generators import IGNORE, TaskSpec
 from recall_lab.analysis.runs import load_run
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.evaluate import held_out
+from recall_lab.generators import IGNORE, TaskSpec
 from recall_lab.models import model_config
 from recall_lab.train import train_run
 

@@ -8,9 +8,9 @@ from functools import cache
 import pytest
 import torch
 
-from recall_lab.generators.vocab import Vocab
 from recall_lab.attention import make_pattern
 from recall_lab.attention.decode import make_decoder
+from recall_lab.generators.vocab import Vocab
 from recall_lab.models import build_model, listed_models, model_config
 from recall_lab.models.decode import decode, state_growth
 

@@ -5,9 +5,9 @@ import json
 
 from typer.testing import CliRunner
 
-from recall_lab.generators import get_preset
 from recall_lab.cli import app
 from recall_lab.evaluate import evaluate_run
+from recall_lab.generators import get_preset
 
 runner = CliRunner()
 SMALL = ["--d-model", "16", "--steps", "2", "--batch-size", "2", "--eval-every", "1",

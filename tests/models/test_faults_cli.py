@@ -13,10 +13,10 @@ import pytest
 from safetensors import SafetensorError
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.dataset import write_dataset
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
 from tests.cli_checks import fails_with, snapshot
 
 runner = CliRunner()

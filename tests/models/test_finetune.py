@@ -8,12 +8,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, SEAttnConfig
 from recall_lab.finetune import finetune_config
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import model_config
 from recall_lab.models.registry import with_attention
 

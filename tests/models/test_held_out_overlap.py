@@ -6,10 +6,10 @@ import json
 import numpy as np
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec, generate
 from recall_lab.cli import app
 from recall_lab.data import STREAM_KEY, stream_overlap
 from recall_lab.evaluate import held_out
+from recall_lab.generators import TaskSpec, generate
 
 SPEC = TaskSpec(levels=((3, 3),), values=4)  # few distinct samples: the stream repeats them
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from recall_lab.generators import TaskSpec
 from recall_lab.config import RunConfig, TrainConfig
+from recall_lab.generators import TaskSpec
 from recall_lab.models import model_config, registered_models
 from recall_lab.models.registry import mixer_models
 from recall_lab.testing import GATE_STEPS, GATE_TASK, GATE_THRESHOLD, learning_gate

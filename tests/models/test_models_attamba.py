@@ -121,9 +121,9 @@ def test_attamba_learns_tiny_mqar(tmp_path):
     0 / 1 / 2 (threshold 0.75)."""
     import json
 
-    from recall_lab.generators import TaskSpec
     from recall_lab import checkpoint as ck
     from recall_lab.config import RunConfig, TrainConfig
+    from recall_lab.generators import TaskSpec
     from recall_lab.train import train_run
 
     spec = TaskSpec(levels=((4, 4),), values=8)

@@ -64,7 +64,8 @@ def test_train_eval_round_trip_and_corrupt_checkpoint(tmp_path, tiny_task):
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["model"]["name"] == "mamba+hax" and cfg["train"]["steps"] == 2
     # the summary's test numbers are what evaluating the best checkpoint gives
-    again = evaluate_run(run, __import__("recall_lab.generators", fromlist=["TaskSpec"]).TaskSpec(levels=((3, 3),), values=4),
+    spec = __import__("recall_lab.generators", fromlist=["TaskSpec"]).TaskSpec
+    again = evaluate_run(run, spec(levels=((3, 3),), values=4),
                          n=cfg["train"]["test_samples"], data_seed=0, device="cpu")
     assert again["acc"] == pytest.approx(summary["test"]["acc"], rel=1e-12)
     assert again["loss"] == pytest.approx(summary["test"]["loss"], rel=1e-5)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from recall_lab.generators import IGNORE, generate, get_preset
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.analysis.collect import capture
 from recall_lab.analysis.mean_distance import mamba_mean_distance_last
+from recall_lab.generators import IGNORE, generate, get_preset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import build_model
 from recall_lab.models.decimation import parse_decimate, resolve_auto_layers
 

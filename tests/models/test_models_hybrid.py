@@ -89,8 +89,8 @@ def test_run_config_fixes_the_dilated_gap_from_the_task():
     """The gap of D comes from the training task's max_len, written into config.json: train,
     eval (trimmed batches) and a resumed run build the same pattern; an old config without
     max_len is read with the task's."""
-    from recall_lab.generators import get_preset
     from recall_lab.config import RunConfig, TrainConfig
+    from recall_lab.generators import get_preset
 
     spec = get_preset("mini-mqjr")
     mcfg = model_config("mamba+sw+d", spec.vocab().size)

@@ -60,10 +60,10 @@ def test_round_one_run_still_loads(tmp_path):
     model) is read as the tied model it is, with identical outputs."""
     import json
 
-    from recall_lab.generators import TaskSpec
     from recall_lab import checkpoint as ck
     from recall_lab.analysis.runs import load_run
     from recall_lab.config import RunConfig, TrainConfig
+    from recall_lab.generators import TaskSpec
     from recall_lab.models import model_config
 
     spec = TaskSpec(levels=((2, 2),), values=4)

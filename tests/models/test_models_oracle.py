@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
-from recall_lab.generators.joint_recall import generate_rows
 from recall_lab.attention import sparse_attention
 from recall_lab.attention.oracle import OraclePattern, oracle_indices
 from recall_lab.config import RunConfig, TrainConfig
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
+from recall_lab.generators.joint_recall import generate_rows
 from recall_lab.models import CONTROL_MODELS, build_model, listed_models, model_config
 from recall_lab.models.decode import decode
 from recall_lab.models.hybrid import SparseBranch

@@ -75,9 +75,9 @@ def test_se_attn_models_learn_recall(tmp_path, name, pairs, threshold):
     inquiry keys must read their pair from a retrieved block or through the SSM."""
     import json
 
-    from recall_lab.generators import TaskSpec
     from recall_lab import checkpoint as ck
     from recall_lab.config import RunConfig, TrainConfig
+    from recall_lab.generators import TaskSpec
     from recall_lab.train import train_run
 
     spec = TaskSpec(levels=((pairs, pairs),), values=8)

@@ -8,10 +8,10 @@ from typing import get_args
 
 import pytest
 
-from recall_lab.generators import get_preset
-from recall_lab.generators.errors import RecallLabError
 from recall_lab.attention import PATTERNS, PatternRow, register_pattern
 from recall_lab.config import Arch, RunConfig, TrainConfig
+from recall_lab.generators import get_preset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import build_model, listed_models, model_config, register_model
 from recall_lab.models.archs import ARCH_TABLE
 from recall_lab.models.hybrid import make_branch_pattern

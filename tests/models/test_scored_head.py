@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from recall_lab.generators import IGNORE
 from recall_lab.data import held_out
 from recall_lab.evaluate import evaluate, row_scores
+from recall_lab.generators import IGNORE
 from recall_lab.models import build_model
 from recall_lab.models.lm import (
     SCORED_HEAD_MIN_VOCAB,

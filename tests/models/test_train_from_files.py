@@ -8,14 +8,14 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.dataset import write_dataset
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab import native
 from recall_lab.cli import app
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.evaluate import evaluate
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.dataset import write_dataset
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import build_model, model_config
 from recall_lab.train import train_run
 

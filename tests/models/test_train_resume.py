@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from recall_lab.generators import TaskSpec
-from recall_lab.generators.errors import RecallLabError
 from recall_lab import checkpoint as ck
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.evaluate import batch_metrics
+from recall_lab.generators import TaskSpec
+from recall_lab.generators.errors import RecallLabError
 from recall_lab.models import build_model, model_config
 from recall_lab.train import lr_at, train_run
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from recall_lab.generators.tasks import generator_task
-from recall_lab.generators.tasks import rows as task_rows
 from recall_lab.config import RunConfig, TrainConfig
 from recall_lab.data import FIXED_KEY, DataSource
+from recall_lab.generators.tasks import generator_task
+from recall_lab.generators.tasks import rows as task_rows
 from recall_lab.models import build_model, model_config
 from recall_lab.train import make_optimizer, optimizer_step, train_run
 from tests.cli_checks import fails_with, snapshot

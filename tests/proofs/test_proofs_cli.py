@@ -5,8 +5,8 @@ import json
 from typer.testing import CliRunner
 
 import recall_lab.proofs.lsh_equivalence as lsh_mod
-from recall_lab.proofs.evidence import Evidence
 from recall_lab.cli import app
+from recall_lab.proofs.evidence import Evidence
 
 runner = CliRunner()
 

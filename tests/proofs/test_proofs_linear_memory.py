@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from recall_lab.cli import app
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.proofs import linear_memory as lm
 from recall_lab.proofs.registry import prepare, resolve
-from recall_lab.cli import app
 
 
 def test_correlation_memory_against_hand_values():
