@@ -78,7 +78,12 @@ def register(app: GuardedApp) -> None:
         """Train one model on one recall task into a run directory (metrics, checkpoints)."""
         from recall_lab import api
         from recall_lab.commands.training import print_summary, set_threads
-        from recall_lab.runs import resume_config, run_config_from_flags, run_dir_name
+        from recall_lab.runs import (
+            refuse_overwrite,
+            resume_config,
+            run_config_from_flags,
+            run_dir_name,
+        )
 
         how = set_threads(threads)
         kinds = parse_log(log)
@@ -102,6 +107,8 @@ def register(app: GuardedApp) -> None:
                                         mixer=mixer, mixer_kwargs=mixer_kwargs)
             run_dir = out or run_dir_name(cfg)
             start = 0
+            # the CLI's words for an existing folder (the API's say force=True / resume=True)
+            refuse_overwrite(run_dir, force, folder=True, resume=True)
         console.print(f"[bold]{escape(cfg.model.name)}[/] on "
                       f"{escape(cfg.task_name or cfg.task.describe())}"
                       f" (max length {cfg.task.max_len}) -> {escape(str(run_dir))}")

@@ -48,8 +48,11 @@ def test_existing_run_is_not_overwritten(tmp_path):
     out.mkdir()
     (out / "config.json").write_text("{}")
     (out / "precious.txt").write_text("keep")
-    fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--out", str(out)],
-                "already exists")
+    line = fails_with(["train", "--model", "mamba", "--task", "mini-mqar", "--out", str(out)],
+                      "already exists")
+    # the command line's words, not the Python API's (force=True / resume=True)
+    assert "pass --force to overwrite it or --resume to continue" in line, line
+    assert "=True" not in line
     assert (out / "precious.txt").read_text() == "keep"
 
 
