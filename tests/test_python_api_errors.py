@@ -42,3 +42,35 @@ def test_a_missing_folder_is_the_users_error(tmp_path):
     assert "no-such-sweep" in str(got.value)
     with pytest.raises(RecallLabError, match="unknown model 'mambaa'; nearest: "):
         rl.check("mambaa", learning=False, speed=False)
+
+
+def test_the_error_is_exported_where_a_script_catches_it():
+    """`rl.RecallLabError` is the class every layer raises, named `recall_lab.RecallLabError`
+    in tracebacks (a script's traceback used to end in `generators.errors.RecallLabError`, a
+    module the docs never named)."""
+    import recall_lab as rl
+
+    assert rl.RecallLabError is RecallLabError and issubclass(rl.RecallLabError, ValueError)
+    assert f"{rl.RecallLabError.__module__}.{rl.RecallLabError.__qualname__}" == \
+        "recall_lab.RecallLabError"
+    with pytest.raises(rl.RecallLabError, match="unknown model 'mambaa'"):
+        rl.train({"model": {"name": "mambaa"}, "task": {"preset": "mini-mqar"}})
+
+
+def test_old_package_names_warn_and_are_the_new_modules():
+    """`generators` and `proofs` moved under `recall_lab`; for one release the old names import,
+    with a DeprecationWarning, as the very same module objects (isinstance keeps working)."""
+    code = ("import warnings, sys; warnings.simplefilter('error', DeprecationWarning)\n"
+            "import recall_lab.generators.tasks as new\n"
+            "try:\n    import generators\nexcept DeprecationWarning as w:\n    print(w)\n"
+            "warnings.simplefilter('ignore')\n"
+            "from generators.tasks import BUILTIN\nimport generators.spec, proofs.registry\n"
+            "import recall_lab.generators.spec as spec, recall_lab.proofs.registry as reg\n"
+            "print(BUILTIN is new.BUILTIN, generators.spec is spec, proofs.registry is reg)")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert "import recall_lab.generators instead" in out[0]
+    assert out[1] == "True True True"
