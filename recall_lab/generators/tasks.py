@@ -49,6 +49,7 @@ BUILTIN: dict[str, str] = {
     "joint-recall": "recall_lab.generators.joint_recall:joint_recall",
     "zoology-mqar": "recall_lab.generators.builtin:zoology_mqar",
     "zoology-mqar-mix": "recall_lab.generators.builtin:zoology_mqar_mix",
+    "forgetting-mqar": "recall_lab.generators.forgetting:forgetting_mqar",
     "selective-copy": "recall_lab.generators.builtin:selective_copy",
     "mad-recall": "recall_lab.generators.builtin:mad_recall",
     "mad-noisy-recall": "recall_lab.generators.builtin:mad_noisy_recall",
