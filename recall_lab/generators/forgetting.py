@@ -84,8 +84,16 @@ def check_kwargs(vocab_size: int, input_seq_len: int, num_kv_pairs: int, num_upd
         raise bad(f"power_a must lie in (0, 1], got {power_a}")
 
 
-@task_generator(vocab_size=lambda vocab_size=8192, **_: vocab_size,
-                max_len=lambda input_seq_len=64, **_: input_seq_len, length="input_seq_len")
+def _max_len(vocab_size: int = 8192, input_seq_len: int = 64, num_kv_pairs: int = 8,
+             num_updates: int = 4, power_a: float = 0.01, **_) -> int:
+    """The row length, after checking the setting: a task table with a bad setting is refused
+    where it is read (a run's config, a sweep's grid, `generate`), before anything is drawn."""
+    check_kwargs(vocab_size, input_seq_len, num_kv_pairs, num_updates, power_a)
+    return input_seq_len
+
+
+@task_generator(vocab_size=lambda vocab_size=8192, **_: vocab_size, max_len=_max_len,
+                length="input_seq_len")
 def forgetting_mqar(n: int, seed: np.random.SeedSequence, vocab_size: int = 8192,
                     input_seq_len: int = 64, num_kv_pairs: int = 8, num_updates: int = 4,
                     power_a: float = 0.01, random_non_queries: bool = True):

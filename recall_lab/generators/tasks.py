@@ -212,8 +212,9 @@ class GeneratorTask(BaseModel):
                                  "tasks trained with filler (passkey)")
         default = inspect.signature(fn).parameters[key].default
         current = self.kwargs.get(key, default)
-        return GeneratorTask(generator=self.generator,
-                             kwargs={**self.kwargs, key: int(current) * factor})
+        # through generator_task: a setting the longer rows break is one line
+        return generator_task({"generator": self.generator,
+                               "kwargs": {**self.kwargs, key: int(current) * factor}})
 
     def rows(self, n: int, seed: Any) -> Rows:
         if n < 0:
