@@ -194,12 +194,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--zoology-commit", default=None, help="recorded with the results")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     results = [compare(zoology_fn, c, args.rows, args.seed) for c in CONFIGS]
     text = render(results)
+    if args.zoology_commit:
+        text = f"zoology at commit {args.zoology_commit}\n" + text
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "comparison.json").write_text(json.dumps(results, indent=1) + "\n")
+    record = {"zoology_commit": args.zoology_commit, "numpy": np.__version__,
+              "comparisons": results}
+    (args.out / "comparison.json").write_text(json.dumps(record, indent=1) + "\n")
     (args.out / "output.txt").write_text(text)
     print(text, end="")
     print(f"({time.perf_counter() - start:.1f} s)")
