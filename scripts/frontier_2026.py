@@ -37,7 +37,7 @@ FAMILIES = {
     "gated-deltaproduct": '{"num_heads": 4, "expand_k": 0.25}',
     "rwkv7": '{"head_size": 4}',
     "mamba3": '{"expand": 2, "d_state": 2, "rope_fraction": 1.0}',
-    # 576 at 130 tokens: the count nearest 256 at d_model 64 (64 x expand x 9 levels x d_state)
+    # its state grows as log L: the README gives its count at every table (note_for)
     "log-linear-mamba2": '{"expand": 1, "d_state": 1, "headdim": 16}',
 }
 PLACE_TOML_HEAD = """\
@@ -47,10 +47,8 @@ PLACE_TOML_HEAD = """\
 """
 
 
-# what the table says beside a family's estimate
-NOTES = {"kda": "all four tables: begun before these estimates, its claims registered for them",
-         "log-linear-mamba2": "576 numbers per layer at 130 tokens, the count nearest 256 at "
-         "d_model 64: 64 x expand x 9 levels x d_state"}
+# what the table says beside a family's estimate (a "log L" family's state: note_for)
+NOTES = {"kda": "all four tables: begun before these estimates, its claims registered for them"}
 GOAL_MIN = 90  # minutes a placement may take on 2 workers, else --tables 4,8,16
 
 
@@ -78,6 +76,21 @@ def tables_flag(name: str) -> str:
 
 def _hm(minutes: float) -> str:
     return f"{int(minutes // 60)} h {int(minutes % 60):02d} min"
+
+
+def note_for(name: str, entry: cb.Entry | None) -> str:
+    """The note beside a family's kwargs: NOTES', and for a state that grows as log L its count
+    at the protocol's longest table (the one these kwargs were chosen by: the count nearest 256
+    there) and at the longest table its placement ran (its row's), named as one layer's."""
+    notes = [NOTES[name]] if name in NOTES else []
+    if entry is not None and len(entry.lengths) > 1:
+        n_max, t_max = entry.lengths[max(entry.lengths)]
+        notes.append(
+            f"its state grows as log L: {n_max:,.0f} numbers per layer at {t_max} tokens (the "
+            f"protocol's longest table), the count nearest 256 there at d_model 64 (64 x expand "
+            f"x levels x d_state); its row below gives {entry.state['text']}, the same layer "
+            "at the longest table its placement ran")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def placements() -> dict[str, Path]:
@@ -137,7 +150,7 @@ def render() -> tuple[str, list[cb.Entry], dict]:
             status = "not started"
         est = estimate(name)
         est_text = "-" if est is None else (f"{_hm(est['minutes'] / 2)} ({est['load']:g})")
-        note = f" ({NOTES[name]})" if name in NOTES else ""
+        note = note_for(name, next((x for x in finished if x.source == name), None))
         lines.append(f"| `{name}` | `{kw}`{note} | {est_text} | {status} |")
     lines += [
         "",
@@ -149,6 +162,10 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         "DeltaNet's zoo row placed again from scratch.",
         "",
         *cb.table_lines(rows, names),
+        "",
+        "State per layer: each layer's count where the layers differ, and a count that grows "
+        "with the sequence as log L with its length and its count at every table. "
+        + cb.layers_note(rows),
         "",
         "![frontier against recurrent state per layer](frontier.png)",
         "",

@@ -14,8 +14,9 @@ as mean and sample standard deviation (n - 1) over seeds, with the number of see
 unfinished (`missing`) and `failed` runs. The validation metric of a run is its best checkpoint's
 (`summary.json` "valid"), the test metric that checkpoint's on the test set. Each group's recurrent
 state per layer in numbers (experiments/state.py: `recall-lab models`' count over the layers,
-from its runs' configs; none where it grows with the sequence) is a column of the tables and the
-x axis of the figures against state; the convolution caches are a column beside it.
+from its runs' configs; each layer's count where the layers differ; a log L count with its
+length; none where it grows with the sequence) is a column of the tables and the x axis of the
+figures against state; the convolution caches are a column beside it.
 
 Claims (`[[report.expect]]` in the experiment file), checked by `report --check` (evaluated and
 settled in verdicts.py, which `place` shares):
@@ -573,7 +574,9 @@ def _markdown(rep: dict) -> str:
                 "whole sequence (an SSM's expand x d_model x d_state, a linear-attention or "
                 "delta-rule state with its normaliser, a window's or a sparse branch's key and "
                 "value slots), per sequence, as `recall-lab models` counts them, divided by "
-                "the layers; 'grows as L' where the state grows with the sequence. The short "
+                "the layers (where the layers differ, each layer's count: '384 (layer 1) / "
+                "2,925 (layer 2)'; a count that grows as log L, at its length: 'at 130 tokens "
+                "(log L)'); 'grows as L' where the state grows with the sequence. The short "
                 "convolutions' caches (kernel - 1 columns per channel) are counted apart."
                 if state else "")
              + (" Held-out overlap: the largest share of a group's valid and test samples that "

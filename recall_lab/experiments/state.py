@@ -11,7 +11,10 @@ cannot be known (a mixer with neither `step` nor `state_size`, a run without its
 model that cannot be built here: growth None). `source` says where the count comes from:
 "measured" (the decode cache), "declared" (a mixer's own `state_size`), "grows with L" or
 "unknown". A state that grows as log L (log-linear attention's Fenwick levels) has a count: the
-one at the run's length, `length` beside it, growth "log L".
+one at the run's length, `length` beside it, growth "log L". Where the layers' counts differ
+(Based: a sliding-window layer and a Taylor layer), `numbers` is their mean (the figures' x and
+the neighbour order read it) and `layers` holds each layer's count: the text gives those, never
+the mean as if one layer held it.
 
 The model is rebuilt from the run's config as written (config.json / the sweep index) by the run
 layer, on the CPU, without weights; once per distinct model and task. This module loads torch
@@ -39,6 +42,7 @@ class LayerState:
     conv: float | None = None  # convolution caches per layer (None where numbers is)
     source: str = "unknown"  # models/state.py SOURCES
     length: int | None = None  # the length a "log L" count is taken at (None otherwise)
+    layers: tuple[float, ...] | None = None  # each layer's count where they differ, else None
 
     @property
     def grows(self) -> bool:
@@ -48,12 +52,16 @@ class LayerState:
         return self.growth is not None and self.growth not in ("constant", "log L")
 
     def text(self) -> str:
-        """report.md's cell: "1,056" (a fraction where layers differ: the mean over them),
-        "4,608 at L=130 (log L)", "grows as L", or "-" when unknown."""
+        """The state per layer as every table shows it: "1,056"; "384 (layer 1) / 2,925
+        (layer 2)" where the layers differ (each layer's count, not their mean); "576 at 130
+        tokens (log L)" for a count that grows as log L (always with its length); "grows as L";
+        or "-" when unknown."""
         if self.numbers is not None:
-            at = f" at L={self.length} (log L)" if self.growth == "log L" else ""
-            return _number(self.numbers) + at + (" (declared)" if self.source == "declared"
-                                                 else "")
+            at = f" at {self.length} tokens (log L)" if self.growth == "log L" else ""
+            count = (" / ".join(f"{_number(n)} (layer {i})" for i, n in
+                                enumerate(self.layers, 1)) if self.layers
+                     else _number(self.numbers))
+            return count + at + (" (declared)" if self.source == "declared" else "")
         return f"grows as {self.growth}" if self.grows else "-"
 
     def conv_text(self) -> str:
@@ -97,9 +105,12 @@ def _measure(tables: dict, where: str) -> LayerState:
     n = cfg.n_layers
     if count.recurrent is None:
         return LayerState(None, count.growth, None, count.source)
+    layers = (count.layers if count.layers and len(count.layers) == n
+              and len(set(count.layers)) > 1 else None)
     return LayerState(count.recurrent.numbers / n, count.growth,
                       None if count.conv is None else count.conv.numbers / n, count.source,
-                      count.sequence_length if count.growth == "log L" else None)
+                      count.sequence_length if count.growth == "log L" else None,
+                      None if layers is None else tuple(float(x) for x in layers))
 
 
 def common_state(configs: Iterable[dict | None]) -> LayerState:

@@ -4,6 +4,7 @@ reference holding exactly the zoo-frontier's records and the finished placements
 combined README equal to what `scripts/frontier_2026.py` renders from the records."""
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -140,3 +141,53 @@ def test_the_figure_spreads_rows_at_one_state_only_where_their_ranges_meet():
     assert xs["a"] == pytest.approx(xs["d"]) and xs["a"] < 256
     # e's range (4-16) touches f's (16-32) at 16: they are spread too
     assert xs["e"] < 512 < xs["f"]
+
+
+def test_every_row_has_a_style_of_its_own_and_no_family_shares_a_colour():
+    """The figure's styles: no two rows share colour and marker, no two rows share a colour
+    (a family's rows are shades of its hue), and the placed rows' colours and markers are
+    their own."""
+    rows = [_row(f"{fam} / x={i}", 2 ** (7 + i), 8, 8, 8) for fam in
+            ("based", "deltanet", "gated-deltanet", "gla", "linear-attn", "mamba2", "other")
+            for i in range(3)]
+    rows += [_row(f"placed{i}", 256, 16, 16, 16, source=f"p{i}") for i in range(6)]
+    st = cb.styles(rows)
+    assert set(st) == {r.label for r in rows}
+    colours = [c for c, *_ in st.values()]
+    assert len(set(colours)) == len(colours)  # no colour repeats
+    assert len({(c, m) for c, m, *_ in st.values()}) == len(rows)
+    placed = {st[r.label][1] for r in rows if r.placed}
+    assert len(placed) == 6 and not placed & {st[r.label][1] for r in rows if not r.placed}
+
+
+def test_the_state_axis_is_focused_and_the_rows_beyond_it_stand_apart():
+    inside = _row("a", 4096, 32, 32, 32)
+    hybrid = _row("hybrid", 136_224, 32, 16, 32)
+    attention = cb.Entry("attn", "reference", {"numbers": None, "growth": "L",
+                                               "text": "grows as L"}, 1e-3, {},
+                         {"frontier": 32, "range": [32, 32]})
+    assert cb.FOCUS == (64, 8192)
+    assert [cb._beyond(e) for e in (inside, hybrid, attention)] == [False, True, True]
+
+
+def test_a_log_l_state_is_given_at_every_table_and_layers_never_as_their_mean():
+    """The combined table's state cell: a log L row's count with its length and its counts at
+    every table of the protocol in one cell; a row whose layers differ with each layer's count.
+    The committed README follows: no state cell is a fraction, and log-linear Mamba-2's gives
+    its count at each of the protocol's four tables."""
+    e = _row("loglin", 512, 8, 4, 16)
+    e.state = {"numbers": 512.0, "growth": "log L", "text": "512 at 66 tokens (log L)",
+               "length": 66}
+    e.lengths = {4.0: (384.0, 18), 8.0: (448.0, 34), 16.0: (512.0, 66), 32.0: (576.0, 130)}
+    text = cb.state_text(e)
+    assert text.startswith("512 at 66 tokens (log L)")
+    assert "384 / 448 / 512 / 576 at 18 / 34 / 66 / 130 tokens" in text
+    readme = (FOLDER / "README.md").read_text()
+    head = "| row | from | state per layer |"
+    table = readme[readme.index(head):].split("\n\n")[0].splitlines()[2:]
+    states = [line.split(" | ")[2] for line in table]
+    assert states and not any(re.search(r"\d\.\d", s) for s in states)  # no mean as a count
+    loglin = next(s for line, s in zip(table, states, strict=True) if "log-linear" in line)
+    assert re.search(r"one layer, at each table: (\d+ / ){3}\d+ at (\d+ / ){3}\d+ tokens", loglin)
+    based = [s for line, s in zip(table, states, strict=True) if "`based /" in line]
+    assert based and all("(layer 1) / " in s and "(layer 2)" in s for s in based)

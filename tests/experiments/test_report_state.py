@@ -291,10 +291,28 @@ def test_a_log_l_state_is_counted_at_each_runs_length():
         # expand 2 x d_model 16 = 1 head of 32 channels, d_state 16: 512 per level
         assert got.numbers == 512 * (math.ceil(math.log2(length)) + 1)
         assert (got.growth, got.length, got.grows) == ("log L", length, False)
-        assert got.text() == f"{got.numbers:,.0f} at L={length} (log L)"
+        assert got.text() == f"{got.numbers:,.0f} at {length} tokens (log L)"
         assert state_class(got) == "log L"
         states[length] = got.numbers
     assert len(states) == 2 and len(set(states.values())) == 2  # longer runs, more levels
     assert state_class(layer_state.LayerState(None, "L")) == "grows"
     assert state_class(layer_state.LayerState(2048.0, "constant")) == "fixed"
     assert state_class(layer_state.UNKNOWN) == "unknown"
+
+
+def test_layers_that_differ_give_each_layers_count_never_their_mean():
+    """Based: a sliding window of 4 keys (the 3 keys and 3 values before the token, 64 wide:
+    384) and a Taylor layer of feature dimension 2 (1 + 2 + 3 features, each with a 64-wide
+    value row and a normaliser: 6 x 64 + 6 = 390), by hand from the layers' definitions. The
+    state's text gives both layers' counts, never their mean 387 as if one layer held it;
+    `numbers` keeps the mean (the figures' x, the neighbours' order)."""
+    tables = {"model": {"name": "based", "d_model": 64, "mixer_kwargs": {"feature_dim": 2}},
+              "train": {"steps": 6, "batch_size": 4, "device": "cpu"},
+              "task": {"levels": [[4, 4]], "values": 16}}
+    run = expand({**tables, "name": "based"}, "based").runs[0]
+    got = layer_state.run_state(run.config.to_json())
+    assert got.layers == (384.0, 390.0) and got.numbers == (384 + 390) / 2
+    assert got.text() == "384 (layer 1) / 390 (layer 2)"
+    assert "387" not in got.text()
+    # layers that agree keep one count
+    assert layer_state.LayerState(256.0, "constant").text() == "256"
