@@ -257,3 +257,168 @@ def test_the_report_table_splits_with_the_groups_repeated(table_workspace, monke
     narrow = rendered(args, NARROW, monkeypatch)
     assert narrow.count("the same groups, continued") >= 1
 
+
+
+# ---- no markup eats text: every [...] a help, a title or a cell shows ---------------------------
+
+def _unescaped_tags(text: str) -> list[str]:
+    """The `[...]` of `text` that rich would read as markup but that name no style: user text
+    (`[mixers."PATH"]`, `[task]`) that a markup string without `escape` loses."""
+    from rich.markup import RE_TAGS
+
+    con = shell.console
+    eaten = []
+    for whole, slashes, tag in RE_TAGS.findall(text):
+        if len(slashes) % 2 or tag.startswith("/"):
+            continue  # escaped, or a closing tag
+        try:
+            con.get_style(tag)
+        except Exception:  # noqa: BLE001 - rich's MissingStyle / StyleSyntaxError
+            eaten.append(whole)
+    return eaten
+
+
+def _brackets(text: str) -> list[str]:
+    """Every `[...]` of a text as shown (rich's escapes `\\[` undone), whitespace collapsed."""
+    shown = re.sub(r"\\(\\*)\[", r"\1[", text)
+    return [" ".join(b.split()) for b in re.findall(r"\[[^\[\]\n]*\]", shown)]
+
+
+def _flat(text: str) -> str:
+    """A rendering's words in one line: borders gone, line breaks and runs of spaces one space."""
+    return " ".join(BOX.sub(" ", text).split())
+
+
+def test_every_help_shows_every_bracket_of_its_source_at_80_and_100_columns(monkeypatch):
+    """`place --help` printed "from this TOML file's  table" ([mixers."PATH"] read as markup):
+    every `[...]` of each command's docstring and option help is escaped where markup would
+    take it, and shows in the rendered help at 80 and 100 columns."""
+    group = typer.main.get_command(app)
+    checked = 0
+    for path in [[]] + list(command_paths()):
+        cmd = group
+        for name in path:
+            cmd = cmd.commands[name]
+        sources = [cmd.help or ""] + [getattr(p, "help", None) or "" for p in cmd.params]
+        for text in sources:
+            assert not _unescaped_tags(text), (path, _unescaped_tags(text))
+        want = [b for text in sources for b in _brackets(text)]
+        if not want:
+            continue
+        for width in NARROWS:
+            shown = _flat(rendered([*path, "--help"], width, monkeypatch))
+            missing = [b for b in want if b not in shown]
+            assert not missing, (path, width, missing)
+        checked += 1
+    assert checked >= 5  # train, sweep, report, place, ... carry brackets
+
+
+@pytest.fixture()
+def printed_tables(monkeypatch):
+    """Every table a command prints, as it is handed to `fit`, with the titles of the tables
+    `fit` makes of it (a split: the same title, continued)."""
+    from recall_lab.commands import fit as fit_module
+
+    seen: list[tuple] = []
+    real = fit_module.fit
+
+    def recording(table, console, width, keys=1, continued=None):
+        out = real(table, console, width, keys, continued)
+        parts = [out] if out is table else [
+            r for r in getattr(out, "renderables", []) if hasattr(r, "title")]
+        seen.append((table, [p.title for p in parts], continued))
+        return out
+
+    monkeypatch.setattr(shell, "fit", recording)
+    return seen
+
+
+@pytest.mark.parametrize("name", ["presets", "models", "experiments list", "place --dry-run",
+                                  "sweep --dry-run"])
+def test_every_listing_keeps_its_brackets_at_80_and_100_columns(
+        name, table_workspace, listing_once, printed_tables, monkeypatch):
+    """At 80 columns `presets`' continued title lost `[task]` and `[task.kwargs]` (the title
+    was printed again as markup): every title, header and cell a listing prints carries no
+    markup that eats text, and every part of a split table shows its title's brackets."""
+    from rich.text import Text
+
+    monkeypatch.chdir(table_workspace)
+    args, code = TABLE_COMMANDS[name]
+    if name.endswith("--dry-run"):
+        args = dry(args)
+    con = shell.console
+    for width in NARROWS:
+        printed_tables.clear()
+        shown = _flat(rendered(args, width, monkeypatch, code))
+        for table, titles, continued in printed_tables:
+            texts = [table.title, table.caption] + [c.header for c in table.columns] + [
+                cell for c in table.columns for cell in c.cells]
+            for text in texts:
+                if isinstance(text, str):
+                    assert not _unescaped_tags(text), (name, text)
+            if table.title is None:
+                continue
+            plain = con.render_str(table.title).plain if isinstance(table.title, str) \
+                else Text(table.title).plain
+            for i, title in enumerate(titles):
+                got = title.plain if isinstance(title, Text) else con.render_str(title).plain
+                if i and continued is None:  # a continued part: the same title, continued
+                    assert got.startswith(plain), (name, width, got, plain)
+            for b in _brackets(plain):
+                assert " ".join(b.split()) in shown, (name, width, b)
+
+
+def test_a_split_tables_continued_title_keeps_its_brackets():
+    """The title of every part of a split table is the first part's, as shown."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from recall_lab.commands.fit import fit
+
+    table = Table("name", "what", "more", title=escape("built-in [task] with [task.kwargs]"))
+    table.add_row("zoology-mqar", "recall_lab.generators.builtin:zoology_mqar", "x" * 30)
+    con = Console(width=80, file=open(os.devnull, "w"))  # noqa: SIM115
+    with con.capture() as cap:
+        con.print(fit(table, con, 80))
+    out = cap.get()
+    assert out.count("(continued)") >= 1
+    assert out.count("[task]") == out.count("[task.kwargs]") == out.count("built-in") >= 2
+
+
+# ---- `models`: one table, one state convention ---------------------------------------------------
+
+def test_models_is_one_table_at_100_columns_in_state_per_layer(listing_once, monkeypatch):
+    """`recall-lab models` at 100 columns is one table (each model's row once under grep), its
+    state column is the recurrent state per layer, never a mean over layers: Based's two layers
+    by their counts, log-linear Mamba-2 with the length it is counted at; the conv caches and the
+    decode state are labelled as all layers'."""
+    import math
+
+    from recall_lab.models.registry import build_model, listed_models, listing_row
+    from recall_lab.models.state import state_count
+
+    out = rendered(["models"], NARROW, monkeypatch)
+    assert "(continued)" not in out
+    for name in listed_models():
+        assert len(re.findall(rf"^│ {re.escape(name)} +│", out, re.M)) == 1, name
+    head = set(_flat("\n".join(ln for ln in out.splitlines() if ln.startswith("┃"))).split())
+    assert {"state", "per", "layer", "conv,", "decode", "all", "layers"} <= head, head
+
+    rows = {n: listing_row(n, 51) for n in listed_models()}
+    # Mamba's recurrent state per layer: expand x d_model x d_state (2 x 64 x 16)
+    assert rows["mamba"]["state per layer"] == f"{2 * 64 * 16:,}"
+    # log-linear Mamba-2: one Mamba-2 state of 2,048 per level, log2(L) + 1 levels at L = 2,048
+    levels = int(math.log2(2048)) + 1
+    assert rows["log-linear-mamba2"]["state per layer"] == \
+        f"{2048 * levels:,} at 2,048 tokens (log L)"
+    # Based: a window layer and a Taylor layer, each by its count; their sum is the model's
+    m = re.fullmatch(r"([\d,]+) \(layer 1\) / ([\d,]+) \(layer 2\)",
+                     rows["based"]["state per layer"])
+    assert m, rows["based"]["state per layer"]
+    a, b = (int(x.replace(",", "")) for x in m.groups())
+    assert a != b
+    model = build_model("based", 51)
+    assert a + b == state_count(model, model.config.max_len or 2048).recurrent.numbers
+    for name, row in rows.items():  # a count is a whole number of numbers, never a mean
+        assert not re.search(r"\d\.\d", row["state per layer"]), (name, row)

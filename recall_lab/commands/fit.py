@@ -56,7 +56,9 @@ def fit(table: Table, console: Console, width: int, keys: int = 1,
         return _plain_rows(table, console, keys)
     parts = _pack([m + sep for m in mins], keys, key_w, width)
     title = _plain(table.title, console) if table.title else ""
-    later = continued if continued is not None else (f"{title} {CONTINUED}".strip())
+    # the title as shown (its markup rendered), continued as text: a `[task]` it shows stays
+    later = continued if continued is not None else Text(
+        f"{title} {CONTINUED}".strip(), style=table.title_style or "table.title")
     tables = []
     for i, part in enumerate(parts):
         cols = list(range(keys)) + part

@@ -19,6 +19,35 @@ from recall_lab.generators.errors import RecallLabError
 from recall_lab.progress import SweepProgress, TrainProgress
 from recall_lab.tracking import parse_log
 
+# `recall-lab models`' columns (listing_row's keys) and their headers: one table that fits 100
+# columns; the backbone, d_model and k, which most rows share or their names carry, are said
+# under it (`listing_legend`)
+LISTING = {"name": "name", "branch": "branch", "params": "params",
+           "state per layer": "state per layer", "conv, all layers": "conv, all layers",
+           "decode state": "decode state, all layers"}
+
+
+def _usual(rows: list[dict], key: str) -> str:
+    """`key`'s most common value over the rows that have one ("-": none), and the rows that
+    differ from it by name: "64 (mamba-2x 128, mamba2-2x 128)"."""
+    have = [r for r in rows if r[key] != "-"]
+    values = [r[key] for r in have]
+    usual = max(dict.fromkeys(values), key=values.count, default="-")
+    other = [f"{r['name']} {r[key]}" for r in have if r[key] != usual]
+    return usual + (f" ({', '.join(other)})" if other else "")
+
+
+def listing_legend(rows: list[dict]) -> str:
+    """What the listing says under its table: each model's backbone, d_model and k."""
+    backbones = [b for b in dict.fromkeys(r["backbone"] for r in rows) if b != "mixer"]
+    mixers = [r["name"] for r in rows if r["backbone"] == "mixer"]
+    return ("backbone: the first part of the name (" + ", ".join(backbones) + ")"
+            + (f"; {', '.join(mixers)}: one mixer in every layer, x + mixer(norm(x))"
+               if mixers else "")
+            + f". d_model {_usual(rows, 'd_model')}. k (the keys a query's attention branch "
+            f"or window reads; Attamba's chunk P; DeciMamba's L_base), where a model has one: "
+            f"{_usual(rows, 'k')}")
+
 
 def register(app: GuardedApp) -> None:
     @app.command()
@@ -192,10 +221,11 @@ def register(app: GuardedApp) -> None:
                                  "sizes the embedding."),
     ) -> None:
         """List the named models (the joint-recall paper's rows, the other mechanisms' rows and
-        the mixers of the `recall_lab.mixers` entry points) with their parameter counts, their
-        state per sequence (recurrent state in numbers, convolution caches apart) and their
-        decode-state sizes (constant bytes per sequence, or how they grow with the length L).
-        A plug-in that cannot be built gets one line under the table saying why."""
+        the mixers of the `recall_lab.mixers` entry points) in one table: their parameter
+        counts, their recurrent state per layer (in numbers; each layer's count where the
+        layers differ), the convolution caches and the decode state of all layers (constant
+        bytes per sequence, or how they grow with the length L). A plug-in that cannot be built
+        gets one line under the table saying why."""
         from rich.table import Table
 
         from recall_lab.models.registry import (
@@ -207,25 +237,27 @@ def register(app: GuardedApp) -> None:
 
         spec, name = resolve_task(task)
         table = Table(title=escape(f"models (vocabulary of {name or task}: "
-                                          f"{spec.vocab().size})"))
+                                   f"{spec.vocab().size})"))
         rows, unlisted = [], []
         for mname in listed_models():
             try:
                 rows.append(listing_row(mname, spec.vocab().size))
             except Exception as exc:  # a plug-in's failure stays on its own line
                 unlisted.append((mname, *unlisted_plugin(mname, exc)))
-        for col in rows[0] if rows else ("name",):
-            table.add_column(col, justify="left" if col in ("name", "backbone", "branch")
-                             else "right")
+        for col, head in LISTING.items():
+            table.add_column(head, justify="left" if col in ("name", "branch") else "right")
         for row in rows:
-            table.add_row(*(escape(v) for v in row.values()))
+            # "const 19.0 KB" is "19.0 KB" under its header (the legend says constant)
+            table.add_row(*(escape(row[col].removeprefix("const ")) for col in LISTING))
         console.print(table)
-        console.print(branch_legend({r["branch"] for r in rows}), highlight=False,
-                      markup=False)
-        console.print("state: recurrent state per sequence in numbers (models/state.py: "
-                      "'(declared)' where a mixer's own state_size stands in); conv: the short "
-                      "convolutions' caches, kernel - 1 columns per channel", highlight=False,
-                      markup=False)
+        for line in (branch_legend({r["branch"] for r in rows}), listing_legend(rows),
+                     "state per layer: the recurrent state one layer carries for one sequence, "
+                     "in numbers (models/state.py: '(declared)' where a mixer's own state_size "
+                     "stands in; a count that grows as log L at its length); conv: the short "
+                     "convolutions' caches, kernel - 1 columns per channel; decode state: the "
+                     "bytes a sequence's decoding holds when they do not depend on the length, "
+                     "else how they grow with it"):
+            console.print(line, highlight=False, markup=False)
         for mname, kind, why in unlisted:
             console.print(f"{mname}: {'needs ' if kind == 'needs' else 'not loaded: '}{why}",
                           highlight=False, markup=False)

@@ -30,7 +30,7 @@ def register(app: GuardedApp) -> None:
         kwargs: str = typer.Option(None, "--kwargs", help="The mixer's keyword arguments as a "
                                    "JSON object, e.g. '{\"num_heads\": 4, \"expand_k\": 0.25}'."),
         kwargs_file: str = typer.Option(None, "--kwargs-file", help="Take the mixer's "
-                                        "kwargs from this TOML file's [mixers.\"PATH\"] table, "
+                                        "kwargs from this TOML file's \\[mixers.\"PATH\"] table, "
                                         "or a shipped file's name (zoology); --kwargs wins key "
                                         "by key."),
         tables: str = typer.Option(None, "--tables", help="Only these tables of the reference "

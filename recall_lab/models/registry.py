@@ -36,7 +36,7 @@ from recall_lab.mixers.contract import one_line
 from recall_lab.models.archs import ARCH_TABLE, BRANCH_ARCHS
 from recall_lab.models.decode import decode_state
 from recall_lab.models.lm import RecallLM
-from recall_lab.models.state import state_count
+from recall_lab.models.state import StateCount, state_count
 
 PAPER_PATTERNS = ("d", "sw", "sw+d", "a", "lsh", "ks", "hax")
 PAPER_MODELS: tuple[str, ...] = tuple(
@@ -254,12 +254,44 @@ def with_attention(m: ModelConfig, attention: str) -> ModelConfig:
     return ModelConfig.model_validate({**m.model_dump(), **update})
 
 
+def _count(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def state_per_layer(count: StateCount) -> str:
+    """The recurrent state per layer as `recall-lab models`, `place` and the reports show it:
+    "2,048"; each layer's count where the layers differ ("384 (layer 1) / 9,945 (layer 2)",
+    never their mean), each block's where a model's blocks are not its layers (a hybrid's
+    attention layer beside them: "8,192 (block 1) / 8,064 (block 2) / 8,192 (block 3)"); a
+    count that grows as log L with its length ("24,576 at 2,048 tokens (log L)"); "grows as
+    L" (or L/P); "unknown"."""
+    if count.recurrent is None:
+        return count.text()
+    n, blocks = count.n_layers, count.layers or ()
+    if blocks and len(blocks) % n == 0:  # a layer of several blocks (samba: mamba, MLP, SWA)
+        step = len(blocks) // n
+        per = [sum(blocks[i:i + step]) for i in range(0, len(blocks), step)]
+        where = "layer"
+    else:
+        per, where = list(blocks), "block"
+    if per and len(set(per)) == 1:
+        text = _count(per[0])
+    elif per:
+        text = " / ".join(f"{_count(x)} ({where} {i})" for i, x in enumerate(per, 1))
+    else:  # no block counts: the whole model's count over its layers
+        text = _count(count.recurrent.numbers / n)
+    if count.growth == "log L":
+        text += f" at {count.sequence_length:,} tokens (log L)"
+    return text + (" (declared)" if count.source == "declared" else "")
+
+
 def listing_row(name: str, vocab_size: int) -> dict:
     """One row of `recall-lab models`: name, backbone, branch, d_model, k (the attention budget,
-    Attamba's chunk size P or DeciMamba's L_base), the parameter count, the state per sequence
-    under the lab's convention (models/state.py: recurrent state, then the convolution caches
-    apart) and the decode state (bytes per sequence when constant in L, else how it grows;
-    models/decode.py)."""
+    Attamba's chunk size P or DeciMamba's L_base), the parameter count, the recurrent state per
+    layer under the lab's convention (models/state.py; `state_per_layer`), the convolution
+    caches of all layers, and the decode state of all layers (bytes per sequence when constant
+    in L, else how it grows; models/decode.py), each for one sequence at the model's max_len
+    (2,048 where it has none)."""
     m = build_model(name, vocab_size)
     c = m.config
     k = f"P={c.attamba.chunk}" if c.attamba else (str(c.k) if c.uses_k else "-")
@@ -268,7 +300,7 @@ def listing_row(name: str, vocab_size: int) -> dict:
     count = state_count(m, c.max_len or 2048)
     return {"name": name, "backbone": c.arch, "branch": c.pattern or ARCH_TABLE[c.arch].branch,
             "d_model": str(c.d_model), "k": k, "params": f"{m.n_params():,}",
-            "state": count.text(), "conv": count.conv_text(),
+            "state per layer": state_per_layer(count), "conv, all layers": count.conv_text(),
             "decode state": decode_state(m)}
 
 

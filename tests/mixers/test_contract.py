@@ -142,7 +142,7 @@ def test_the_labs_own_mixer_is_built_through_the_entry_point_path():
     cfg = model_config("mha", 20)
     assert (cfg.arch, cfg.mixer) == ("mixer", "recall_lab.mixers.attention:MultiHeadAttention")
     row = listing_row("mha", 20)
-    assert row["decode state"] == "grows as L" and row["state"] == "grows as L"
+    assert row["decode state"] == "grows as L" and row["state per layer"] == "grows as L"
 
 
 def test_an_installed_plugin_is_a_model_name(tmp_path, monkeypatch):
