@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +175,38 @@ def versions() -> dict:
             "native_kernels": "on" if loaded is not None else f"off: {why}"}
 
 
+# ---- time over segments -------------------------------------------------------------------------
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def segment(start: str, from_step: int, to_step: int, loop_s: float, wall_s: float) -> dict:
+    """One segment of a run (one `train_run` call, as of now): when it started and ends, the
+    steps it trained, its training loop's seconds and its wall seconds (building, evaluation)."""
+    return {"start": start, "end": _utc(), "from_step": from_step, "to_step": to_step,
+            "loop_s": loop_s, "wall_s": wall_s}
+
+
+def prior_segments(info: dict) -> list[dict]:
+    """The segments a resume checkpoint records; one untimed segment (0 to its step) for a
+    checkpoint written before segments were recorded."""
+    segs = info.get("segments")
+    if isinstance(segs, list) and all(isinstance(x, dict) for x in segs):
+        return list(segs)
+    step = int(info.get("step") or 0)
+    return [{"start": None, "end": None, "from_step": 0, "to_step": step, "loop_s": None,
+             "wall_s": None}] if step else []
+
+
+def segment_totals(segments: list[dict]) -> dict:
+    """The summary's time over segments: the list, and the sums of the timed ones."""
+    timed = [x for x in segments if x.get("loop_s") is not None]
+    return {"segments": segments, "loop_s_total": sum(float(x["loop_s"]) for x in timed),
+            "wall_s_total": sum(float(x.get("wall_s") or 0.0) for x in timed),
+            "segments_untimed": len(segments) - len(timed)}
+
+
 # ---- the loop -----------------------------------------------------------------------------------
 
 def train_run(
@@ -185,13 +218,22 @@ def train_run(
     progress: Progress | None = None,
     on_step: Callable[[int], None] | None = None,
     log: tuple[str, ...] = (),
+    record: dict | None = None,
 ) -> dict:
     """Train `cfg` into run directory `out`; returns the summary (also written to summary.json).
 
     resume=True continues the run in `out` from its last checkpoint (its config.json wins over
     `cfg`, except `train.steps`, which may be raised). `log` names optional trackers
     (`recall_lab.tracking`: "tensorboard", "wandb"). `on_step(step)` is called after every
-    optimizer step (tests use it to simulate a kill).
+    optimizer step (tests use it to simulate a kill). `record`: keys a new run's config.json
+    keeps beside its config (the sweep's claims binding, `"registration"`); they are no config
+    field, so no config hash moves.
+
+    Time over segments: each call is a segment (its start and end, UTC; the steps it trained;
+    its training-loop and wall seconds). The resume checkpoint carries the segments before it
+    (an interrupted segment as of its last checkpoint: the work after it is redone, not
+    counted), and the summary lists them all with `loop_s_total` and `wall_s_total`, their sums
+    (`segments_untimed`: segments of a checkpoint written before segments were recorded).
 
     The run folder is locked while training (`checkpoint.RunLock`): a second process on it is
     refused. Every input (config, dataset shards' sha256) is checked before the folder is created
@@ -202,7 +244,7 @@ def train_run(
     lock = ck.RunLock(out)
     tf32 = _tf32_flags()  # put back after the run: `precision = "float32"` turns TF32 off
     try:
-        return _train_locked(cfg, out, lock, force, resume, progress, on_step, log)
+        return _train_locked(cfg, out, lock, force, resume, progress, on_step, log, record)
     except (RecallLabError, OSError):
         if lock.new_run and not (out / ck.RESUME).is_file():
             try:
@@ -239,7 +281,8 @@ def arithmetic(precision: str | None, device: torch.device) -> tuple[bool, str]:
 
 def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resume: bool,
                   progress: Progress | None, on_step: Callable[[int], None] | None,
-                  log: tuple[str, ...] = ()) -> dict:
+                  log: tuple[str, ...] = (), record: dict | None = None) -> dict:
+    seg_start, seg_t0 = _utc(), time.perf_counter()  # this segment's wall clock
     if resume:
         saved = load_run_config(out)
         lock.acquire()
@@ -267,17 +310,19 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
     valid = data.held_out("valid", t.eval_samples)
 
     start, best = 0, {"acc": -1.0, "loss": math.inf, "step": None}
+    before: list[dict] = []  # the segments before this one
     if resume:
         info = ck.load_resume(out / ck.RESUME, model, opt)
         check_resume_matches(out, cfg, info, data.fingerprint)
         start, best = info["step"], info["best"]
+        before = prior_segments(info)
         rows = [r for r in ck.read_metrics(out / ck.METRICS) if r["step"] <= start]
         ck.write_lines(out / ck.METRICS, rows)
     else:
         prepare_run_dir(out, force, lock)
         lock.new_run = True  # from here on, a failure before the first checkpoint leaves no stub
         ck.write_json(out / ck.CONFIG, {**cfg.to_json(), "versions": versions(),
-                                        "n_params": model.n_params()})
+                                        "n_params": model.n_params(), **(record or {})})
         (out / ck.METRICS).touch()
 
     identity, data_sha256 = run_identity(cfg), data.fingerprint  # what a resume must match
@@ -335,7 +380,9 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
             ck.save_weights(out / ck.MODEL, model)
             # resume.safetensors last: it is the commit point of this checkpoint
             ck.save_resume(out / ck.RESUME, model, opt, {
-                "step": done, "best": best, "config": identity, "data_sha256": data_sha256})
+                "step": done, "best": best, "config": identity, "data_sha256": data_sha256,
+                "segments": before + [segment(seg_start, start, done, time.perf_counter() - t0,
+                                              time.perf_counter() - seg_t0)]})
             acc_sum = {"loss": 0.0, "ce": 0.0, "aux": 0.0, "acc": 0.0, "n": 0}
             event["valid"] = v
             stopped = stop_reason(t, best, done)
@@ -351,6 +398,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                     slices=data.slices("test", len(test_set[0])))  # per slice, where given
     valid_x, test_x = length_tests(model, cfg, eval_bs, device, autocast)
     overlap = data.overlap(t.batch_size, t.steps, {"valid": valid[0], "test": test_set[0]})
+    segments = before + [segment(seg_start, start, done, wall, time.perf_counter() - seg_t0)]
     summary = {
         "model": cfg.model.name, "task": cfg.task_name or cfg.task.describe(),
         "n_params": model.n_params(),
@@ -366,6 +414,7 @@ def _train_locked(cfg: RunConfig, out: Path, lock: ck.RunLock, force: bool, resu
                         else "cpu"),
         "wall_s_this_session": wall,
         "tokens_per_s_this_session": tokens / max(wall, 1e-9), "resumed_from": start or None,
+        **segment_totals(segments),
         # streamed runs and other tools' data: the fraction of held-out rows also trained on
         "held_out_in_training": overlap,
     }

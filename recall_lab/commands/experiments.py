@@ -132,7 +132,8 @@ def register(app: GuardedApp) -> None:
         try:
             index = run_sweep(exp, out, workers=workers, threads=threads, engine=engine,
                               address=address, monitor=monitor, log=kinds, only=rule,
-                              replicates=replicates)
+                              replicates=replicates,
+                              say=lambda t: console.print(t, markup=False, highlight=False))
         finally:
             monitor.close()
         c = index["counts"]

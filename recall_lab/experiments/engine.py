@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from recall_lab import checkpoint as ck
-from recall_lab.experiments.claims import register
+from recall_lab.experiments.claims import binding, binding_lines, now_precise, register
 from recall_lab.experiments.grid import Experiment, Run, selected
 from recall_lab.experiments.verdicts import check_spec
 from recall_lab.generators.errors import RecallLabError
@@ -196,7 +196,8 @@ def execute(job: dict) -> dict:
                 _send("step", name, e["step"], e["steps"])
 
         summary = train_run(cfg, Path(job["dir"]), resume=job["resume"], force=not job["resume"],
-                            progress=progress, log=tuple(job.get("log", ())))
+                            progress=progress, log=tuple(job.get("log", ())),
+                            record=job.get("record"))
         return {"name": name, "status": "done", "summary": summary,
                 "wall_s": time.perf_counter() - t0}
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
@@ -363,14 +364,22 @@ def read_index(folder: Path) -> dict | None:
 def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
               threads: int = 1, engine: str = "local", address: str | None = None,
               monitor: Monitor | None = None, log: tuple[str, ...] = (),
-              only: dict[str, Any] | None = None, replicates: dict | None = None) -> dict:
+              only: dict[str, Any] | None = None, replicates: dict | None = None,
+              registration: dict | None = None, say: Any = None) -> dict:
     """Run every unfinished run of `exp` under `root/<exp.name>/`; returns the index (also
     written to sweep.json) with counts {"done", "failed", "skipped", "ran"}. `replicates`: the
     record of a replication (`replicate.plan_replication`), kept in the index as written
     before the first run. `log` names
     optional trackers for every run (`recall_lab.tracking`). `only` ({field: value}, see
     `grid.parse_only`): run just the unfinished runs whose config matches (a slice of the grid,
-    e.g. one model's rows); the others stay listed in the index as they are."""
+    e.g. one model's rows); the others stay listed in the index as they are.
+
+    Claims bind the runs (claims.py): the experiment's claims are registered (claims.json
+    written and fsynced) before any run starts, or `registration` (`claims.binding` of claims
+    kept elsewhere: a placement's) names them; sweep.json's "registration" names that binding,
+    and every run launched here stores its id and content hash in its config.json and is
+    launched strictly after it (microsecond times). `say(line)` hears the binding's line (its
+    hash) before the first run is launched."""
     if engine not in ENGINES:
         raise RecallLabError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if workers < 1 or threads < 1:
@@ -395,17 +404,27 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
                           if isinstance(e, dict)}
         launched_at = {e.get("name"): e.get("launched") for e in old.get("runs", [])
                        if isinstance(e, dict)}
+        launched_hash = {e.get("name"): e.get("registration_sha256")
+                         for e in old.get("runs", []) if isinstance(e, dict)}
         for i, job in enumerate(jobs):  # runs renamed by a grid edit move to their new name
             if job.folder.name != job.run.name:
                 launched_under[job.run.name] = launched_under.get(job.folder.name)
                 launched_at[job.run.name] = launched_at.get(job.folder.name)
+                launched_hash[job.run.name] = launched_hash.get(job.folder.name)
                 job.folder.rename(folder / job.run.name)
                 jobs[i] = Job(job.run, folder / job.run.name, job.action)
         # claims first: recorded (when they changed) before any run of this sweep starts, and
         # every run launched here carries the id of the claims in force (report --check reads it)
         expects = exp.report.get("expect") or []
         expects = expects if isinstance(expects, list) else [expects]
-        reg_id = register(folder, expects, exp.source)
+        if registration is not None:
+            if expects:
+                raise RecallLabError(f"{exp.name} has its own claims ([[report.expect]]); its "
+                                     "runs cannot be bound to another registration")
+            bound = dict(registration)
+        else:
+            bound = binding(folder, register(folder, expects, exp.source))
+        reg_id = bound["id"]
         entries: dict[str, dict] = {}
         for job in jobs:
             if job.action == "skip":
@@ -414,10 +433,11 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             else:  # one an earlier sweep launched keeps that record until it is resumed
                 entries[job.run.name] = _entry(job, "pending")
             entries[job.run.name]["registration"] = launched_under.get(job.run.name)
+            entries[job.run.name]["registration_sha256"] = launched_hash.get(job.run.name)
             entries[job.run.name]["launched"] = launched_at.get(job.run.name)
         index = {"experiment": exp.name, "source": str(exp.source) if exp.source else None,
                  "axes": exp.axes, "report": exp.report, "reference": exp.reference,
-                 "updated": _now(), "runs": list(entries.values()),
+                 "registration": bound, "updated": _now(), "runs": list(entries.values()),
                  **({"replicates": replicates} if replicates else {})}
 
         def save() -> None:
@@ -428,21 +448,28 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
         save()
         todo = [j for j in jobs if j.action in ("fresh", "resume")]
         actions = [j.action for j in jobs]
+        if say is not None and todo and (expects or registration is not None):
+            for line in binding_lines(bound):
+                say(line)
         monitor.start(len(jobs), [j.run.name for j in todo], finished=actions.count("skip"),
                       left=actions.count("left"),
                       steps={j.run.name: j.run.config.train.steps for j in todo},
                       workers=max(1, min(workers, len(todo))))
+        stamp = {"id": bound["id"], "sha256": bound["sha256"], "claims": bound["claims"]}
         payloads = [{"name": j.run.name, "config": j.run.config.to_json(), "dir": str(j.folder),
-                     "resume": j.action == "resume", "threads": threads, "log": list(log)}
+                     "resume": j.action == "resume", "threads": threads, "log": list(log),
+                     "record": {"registration": stamp}}
                     for j in todo]
         by_name = {j.run.name: j for j in todo}
-        now = _now()  # every run's launch time: the sweep's start, a lower bound
+        now = now_precise()  # every run's launch time: the sweep's start, a lower bound
         for j in todo:
             entries[j.run.name]["status"] = "running"
             # a resumed run keeps the claims it was first launched under, and its launch time
             resumed = j.action == "resume"
             entries[j.run.name]["registration"] = (launched_under.get(j.run.name) if resumed
                                                    else reg_id)
+            entries[j.run.name]["registration_sha256"] = (launched_hash.get(j.run.name)
+                                                          if resumed else bound["sha256"])
             entries[j.run.name]["launched"] = launched_at.get(j.run.name) if resumed else now
         if todo:
             save()
@@ -454,6 +481,7 @@ def run_sweep(exp: Experiment, root: str | Path = "runs", *, workers: int = 1,
             job = by_name[result["name"]]
             base = {**_entry(job, result["status"]),
                     "registration": entries[job.run.name].get("registration"),
+                    "registration_sha256": entries[job.run.name].get("registration_sha256"),
                     "launched": entries[job.run.name].get("launched")}
             if result["status"] == "done":
                 entries[job.run.name] = _finished_entry(base, result["summary"])

@@ -63,8 +63,9 @@ from recall_lab.experiments.grid import (
 from recall_lab.experiments.memory import row_memory
 from recall_lab.experiments.place_plots import place_figures
 from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, read_protocol
-from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs
+from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs, run_binding
 from recall_lab.experiments.state import LayerState, common_state, run_state
+from recall_lab.experiments.timing import time_text, total_time
 from recall_lab.experiments.verdicts import free_tables, frontier_compare, three_way
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers import mixer_label
@@ -237,7 +238,7 @@ def records(exp: Experiment, root: Path) -> list[RunRecord]:
         status = "done" if summary else "failed" if e.get("status") == "failed" else "missing"
         cfg = run.config.to_json()
         out.append(RunRecord(run.name, path, status, _flat(cfg), summary, e.get("error"),
-                             e.get("registration"), e.get("launched"), cfg))
+                             e.get("registration"), e.get("launched"), cfg, run_binding(path)))
     return out
 
 
@@ -573,12 +574,14 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         ck.write_json(plan_path, plan)
         # the claims are recorded before the pilot's first run (as `sweep` records its own)
         reg = prereg.register(folder, [_spec(c) for c in claims])
-        say(f"{len(claims)} claims recorded in {folder / prereg.CLAIMS} (registration {reg})")
+        bound = prereg.binding(folder, reg)  # every run of the pilot and cells stores its hash
+        for line in prereg.binding_lines(bound):
+            say(line)
 
         pilot = pilot_experiment(protocol, table)
         say(f"lr pilot: {len(pilot.runs)} runs at table {protocol.pilot['size']:g}, seed "
             f"{protocol.pilot['seed']}")
-        sweep = _sweeper(folder, workers, threads, engine, address, monitor)
+        sweep = _sweeper(folder, workers, threads, engine, address, monitor, bound)
         sweep(pilot, None)
         lr, accs = _pilot_lr(pilot, folder, protocol.pilot["tie"])
         if lr is None:
@@ -615,15 +618,16 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
 
 
 def _sweeper(folder: Path, workers: int, threads: int, engine: str, address: str | None,
-             monitor: Callable[[str], Monitor] | None) -> Callable[[Experiment, dict | None],
-                                                                    dict]:
+             monitor: Callable[[str], Monitor] | None, bound: dict | None = None
+             ) -> Callable[[Experiment, dict | None], dict]:
     """One sweep of the placement's experiments (the lab's one way to run them), with a fresh
-    monitor per call (closed after it, where it has `close`)."""
+    monitor per call (closed after it, where it has `close`); its runs bound to the placement's
+    claims (`bound`: `claims.binding`)."""
     def sweep(exp: Experiment, only: dict | None) -> dict:
         mon = monitor(exp.name) if monitor else None
         try:
             return run_sweep(exp, folder, workers=workers, threads=threads, engine=engine,
-                             address=address, monitor=mon, only=only)
+                             address=address, monitor=mon, only=only, registration=bound)
         finally:
             if mon is not None and hasattr(mon, "close"):
                 mon.close()
@@ -679,11 +683,8 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
     failed = [r for r in mine if r.status == "failed"]
     pilot_done = [r for r in records(pilot, folder) if r.status == "done"]
     planned = len(exp.runs)
-    cpu = sum(float((r.summary or {}).get("wall_s_this_session") or 0.0)
-              for r in done + pilot_done)
-    reg = prereg.read_registry(folder)
-    first = next((r["time"] for r in reg["registrations"]), None)
-    launched = [r.launched for r in mine + records(pilot, folder) if r.launched]
+    took = total_time(r.summary or {} for r in done + pilot_done)  # every segment of each run
+    launched_runs = [r for r in mine + records(pilot, folder) if r.launched]
     cell_rows = []
     for size in sorted(cells):
         c = cells[size]
@@ -712,11 +713,8 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                            for r in rows if r.label in compared},
             "runs": {"planned": planned, "trained": len(done), "failed": len(failed),
                      "saved": planned - len(done) - len(failed), "pilot": len(pilot_done),
-                     "training_s": cpu},
-            "registration": {"claims_recorded": first,
-                             "first_run_launched": min(launched) if launched else None,
-                             "before_every_run": bool(first and all(x >= first
-                                                                    for x in launched))},
+                     "training_s": took["loop_s"], "time": took},
+            "registration": prereg.run_bindings(launched_runs, prereg.read_registry(folder)),
             "ran": {"tables": plan["tables"], "seeds": plan["seeds"]},
             "protocol": {"name": protocol.name, "tables": [t.size for t in protocol.tables],
                          "names": {f"{t.size:g}": table_name(t.size, protocol)
@@ -777,10 +775,8 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         "for). Below it, the reference rows its claims compare it with.", "",
         head, row, *nb_lines, "", *_memory_lines(answer),
         "## Claims and verdicts", "",
-        f"Written and recorded before the first run (claims.json: {reg['claims_recorded']}; "
-        f"first run launched {reg['first_run_launched'] or '-'}; "
-        f"{'before every run' if reg['before_every_run'] else 'NOT before every run'}). "
-        "Seeds solved: more / fewer = one-sided Fisher below the level in that direction, "
+        prereg.registration_text(reg) + " Seeds solved: more / fewer = one-sided Fisher "
+        "below the level in that direction, "
         "else not separable; \"settled\": some seeds did not run and every outcome of theirs "
         "gives the same verdict. Frontier: beyond / short of = the ranges the seeds' Wilson "
         "intervals allow do not overlap.", "",
@@ -804,8 +800,9 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
                      f"{c['status']} | {c['reason']} |")
     lines += ["", f"Runs: {r['trained']} trained of the {r['planned']} the tables x seeds "
               f"plan, {r['saved']} saved (stopped cells and the cut rule), {r['failed']} "
-              f"failed; {r['pilot']} pilot runs. Training loops: {r['training_s']:.0f} s "
-              "(the runs' own wall time, all sessions).", ""]
+              f"failed; {r['pilot']} pilot runs. " + time_text(r.get("time") or {
+                  "loop_s": r["training_s"], "runs": r["trained"] + r["pilot"],
+                  "segments": r["trained"] + r["pilot"], "resumed": 0, "untimed": 0}), ""]
     if answer["figures"]:
         lines += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})"
                                        for p in answer["figures"]]

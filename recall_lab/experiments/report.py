@@ -90,6 +90,7 @@ class RunRecord:
     registration: str | None = None  # the claims in force when the sweep launched it
     launched: str | None = None  # when the sweep launched it (ISO UTC), where recorded
     tables: dict | None = None  # its config as written (config.json): rebuilds its model
+    bound: str | None = None  # the registration hash its config.json stores (claims.py)
 
     def metric(self, path: str) -> float | None:
         node: Any = self.summary
@@ -146,6 +147,17 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def run_binding(folder: Path) -> str | None:
+    """The registration hash a run stores in its own config.json (`claims.py`: written at its
+    launch), or None (a run recorded before binding, or not started)."""
+    path = Path(folder) / ck.CONFIG
+    if not path.is_file():
+        return None
+    data = ck.read_json(path, "run config")
+    reg = data.get("registration") if isinstance(data, dict) else None
+    return reg.get("sha256") if isinstance(reg, dict) else None
+
+
 def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
     """Every run under `dirs` and the experiment tables found in their sweep.json files."""
     runs: list[RunRecord] = []
@@ -169,7 +181,7 @@ def load_runs(dirs: list[str | Path]) -> tuple[list[RunRecord], dict]:
                                                  else "missing")
                 runs.append(RunRecord(e["name"], folder, status, _flat_config(e["config"]),
                                       summary, e.get("error"), e.get("registration"),
-                                      e.get("launched"), e["config"]))
+                                      e.get("launched"), e["config"], run_binding(folder)))
             continue
         folders = [d] if (d / ck.CONFIG).is_file() else sorted(
             p for p in d.iterdir() if (p / ck.CONFIG).is_file())

@@ -505,7 +505,8 @@ def evaluate_claim(groups: list[Group], e: dict, index: int = 0,
     result = {"claim": claim, "ok": bool(ok and verdict == "pass"), "verdict": verdict,
               "detail": detail, "tests": tests, "stat": e.get("stat", "mean"),
               "registered": prereg.status(e, [r.registration for r in done], registry or {},
-                                          [r.launched for r in done])}
+                                          [r.launched for r in done],
+                                          [r.bound for r in done])}
     return Evaluation(result, settled_now, missing, used, checked, tail)
 
 

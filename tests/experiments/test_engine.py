@@ -15,7 +15,8 @@ from recall_lab.train import train_run
 
 from .conftest import Recorder
 
-TIMING = {"wall_s_this_session", "tokens_per_s_this_session", "resumed_from"}
+TIMING = {"wall_s_this_session", "tokens_per_s_this_session", "resumed_from", "segments",
+          "loop_s_total", "wall_s_total", "segments_untimed"}
 
 
 def _summary(folder):

@@ -262,6 +262,15 @@ def test_claims_come_first_and_a_stopped_placement_resumes(tiny, tmp_path, monke
     assert calls[2:] == [("pilot", 0), ("cells", 1)]
     reg = answer["registration"]
     assert reg["before_every_run"] and reg["claims_recorded"] <= reg["first_run_launched"]
+    # every run (1 pilot, 2 cells) stores the claims' content hash and was launched after them;
+    # the pilot's and cells' sweeps name the placement's claims, not empty ones of their own
+    regs = read_registry(folder)["registrations"]
+    assert reg["runs"] == reg["bound"] == 3 and reg["sha256"] == regs[-1]["sha256"]
+    for sub in ("pilot", "cells"):
+        index = json.loads((folder / sub / "sweep.json").read_text())
+        assert index["registration"]["sha256"] == regs[-1]["sha256"]
+        assert not (folder / sub / "claims.json").exists()
+    assert "pre-registered" in (folder / "report.md").read_text()
     cell = answer["cells"][0]
     # the 6-step runs do not solve (test accuracy < 0.9): stopped after 2 of 4 seeds
     assert cell["solved"]["k"] == 0

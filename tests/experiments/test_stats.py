@@ -224,14 +224,22 @@ def test_registry_status_by_hand(tmp_path):
     assert claims.register(tmp_path, [spec]) == first  # unchanged claims: no new entry
     registry = claims.read_registry(tmp_path)
     assert len(registry["registrations"]) == 1
-    assert claims.status(spec, [first, first], registry)["status"] == "pre-registered"
+    # runs that store no registration hash: covered by the sweep's record only
+    assert claims.status(spec, [first, first], registry)["status"] == "time only"
+    sha = registry["registrations"][0]["sha256"]
+    assert sha == claims.content_hash(registry["registrations"][0])
+    later = "2999-01-01T00:00:00+00:00"
+    st = claims.status(spec, [first, first], registry, [later, later], [sha, sha])
+    assert st["status"] == "pre-registered" and st["bound"] == 2
     assert claims.status(spec, [None, None], registry)["status"] == "not recorded"
     edited = {**spec, "margin": 0.1}
     second = claims.register(tmp_path, [edited])
     registry = claims.read_registry(tmp_path)
     st = claims.status(edited, [first, second], registry)
     assert st["status"] == "after runs" and "1 of its 2" in st["text"] and st["changed"]
-    assert claims.status(edited, [second], registry)["status"] == "pre-registered"
+    sha2 = registry["registrations"][1]["sha256"]
+    assert claims.status(edited, [second], registry, [later], [sha2])["status"] == \
+        "pre-registered"
 
 
 def test_status_of_runs_launched_under_another_experiments_claims(tmp_path):
@@ -250,7 +258,25 @@ def test_status_of_runs_launched_under_another_experiments_claims(tmp_path):
     before, after = "2000-01-01T00:00:00+00:00", "2999-01-01T00:00:00+00:00"
     assert before < fixed < after
     st = claims.status(spec, [own, other, other], registry, launched=[after, after, after])
+    assert st["status"] == "time only" and "all 3 runs" not in st["text"]
+    # bound by hash: runs launched under another registration (the other experiment's hash)
+    # are covered by time only, never "pre-registered"; all three under this one are
+    own_sha, other_sha = (r["sha256"] for r in registry["registrations"])
+    st = claims.status(spec, [own, other, other], registry, [after] * 3,
+                       [own_sha, other_sha, other_sha])
+    assert st["status"] == "time only" and "2 of its 3 runs" in st["text"]
+    assert st["bound"] == 1
+    st = claims.status(spec, [own] * 3, registry, [after] * 3, [own_sha] * 3)
     assert st["status"] == "pre-registered" and "all 3 runs" in st["text"]
+    # bound means launched strictly after: a run launched before, or claims.json edited after
+    # the run stored its hash, is not
+    assert claims.status(spec, [own], registry, [before], [own_sha])["status"] != \
+        "pre-registered"
+    tampered = {"registrations": [{**registry["registrations"][0], "time": before},
+                                  registry["registrations"][1]]}
+    st = claims.status(spec, [own], tampered, [after], [own_sha])
+    assert st["status"] == "time only"
+    assert "edited" in claims.check_binding(own_sha, after, tampered)["why"]
     st = claims.status(spec, [own, other, other], registry, launched=[after, None, before])
     assert st["status"] == "after runs" and "2 of its 3" in st["text"]
     st = claims.status(spec, [own, other], registry)  # no launch times: as before
@@ -295,6 +321,11 @@ def test_sweep_registers_claims_before_its_runs(tmp_path, tiny):
     # the registration is older than every run's files
     first = min(p.stat().st_mtime for p in folder.rglob(ck.CONFIG))
     assert (folder / claims.CLAIMS).stat().st_mtime <= first
+    # each run stores the registration's content hash in its own config.json, launched after
+    assert index["registration"]["sha256"] == reg["sha256"] == claims.content_hash(reg)
+    for e in index["runs"]:
+        stored = ck.read_json(folder / e["name"] / ck.CONFIG)["registration"]
+        assert stored["sha256"] == reg["sha256"] and e["launched"] > reg["time"]
     rep = build_report([folder])
     assert rep["checks"][0]["registered"]["status"] == "pre-registered"
     # the claim edited after the runs: the report says so (and the claim still checks)
