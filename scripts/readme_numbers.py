@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import textwrap
 from pathlib import Path
+from statistics import NormalDist
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -75,13 +77,45 @@ def tour_section(record: dict) -> str:
             f"and {pk['x4_acc']:.3f} at 4x")
     tiny = num.get("tiny")
     if tiny:
-        parts = [f"{g['mean']:.3f} +/- {g['std']:.3f} (`{label}`, {g['seeds']} seeds)"
+        parts = [f"{g['mean']:.3f} +/- {g['std']:.3f} (`{label}`, {seeds_text(g)})"
                  for label, g in tiny["groups"].items()]
         text += (f"; tiny's report gave {' and '.join(parts)}, {tiny['claims']['pass']} of "
                  f"{tiny['claims']['n']} claims passing")
+        if any(g["seeds"] == 2 for g in tiny["groups"].values()):
+            lo, hi = std_interval_2()
+            text += (f". The +/- is a standard deviation over 2 seeds, which pins the spread "
+                     f"only loosely: its 95% interval runs from {lo:.2f} to {hi:.0f} times it "
+                     "(chi-square, 1 degree of freedom), so a rerun's can be several times wider")
+        seen = [g["overlap"]["test"] for g in tiny["groups"].values() if g.get("overlap")]
+        if seen:
+            text += (f". Up to {max(seen):.1%} of tiny's test samples also occur in its "
+                     "training stream (the report's overlap warning): at most that share of "
+                     "each accuracy can rest on samples seen in training")
     text += "."
     return "\n".join(block + [""] + textwrap.wrap(text, WIDTH, break_long_words=False,
                                                   break_on_hyphens=False))
+
+
+def seeds_text(g: dict) -> str:
+    """A tiny group's seeds: "2 seeds: 0.600 and 0.604", each seed's test accuracy (the
+    record's `per_seed`; a record without it, at 2 seeds, gives them through its mean and std:
+    two values with mean m and sample std s are m -/+ s / sqrt(2))."""
+    values = g.get("per_seed")
+    if not values and g["seeds"] == 2 and g.get("std") is not None:
+        values = [g["mean"] - g["std"] / math.sqrt(2), g["mean"] + g["std"] / math.sqrt(2)]
+    if not values:
+        return f"{g['seeds']} seeds"
+    values = sorted(values)
+    listed = ", ".join(f"{v:.3f}" for v in values[:-1]) + f" and {values[-1]:.3f}"
+    return f"{g['seeds']} seeds: {listed}"
+
+
+def std_interval_2() -> tuple[float, float]:
+    """The 95% interval of a standard deviation over 2 samples, as multiples of it: sigma / s
+    lies in [1 / z(0.9875), 1 / z(0.5125)] (s^2 / sigma^2 is chi-square with 1 degree of
+    freedom, the square of a standard normal)."""
+    z = NormalDist().inv_cdf
+    return 1 / z(0.9875), 1 / z(0.5125)
 
 
 def wilson(s: dict) -> str:

@@ -147,8 +147,12 @@ def numbers(work: Path) -> dict:
     if report.exists():
         rep = json.loads(report.read_text())
         out["tiny"] = {
+            # each seed's test accuracy (the seeds that give the mean and std) and the share
+            # of the held-out samples also drawn in training (`report`'s overlap column)
             "groups": {g["label"]: {"mean": g["mean"], "std": g["std"], "seeds": g["seeds"],
-                                    "solved": (g.get("solved") or {}).get("k")}
+                                    "solved": (g.get("solved") or {}).get("k"),
+                                    "per_seed": g.get("per_seed"),
+                                    "overlap": g.get("held_out_in_training")}
                        for g in rep["groups"]},
             "claims": {"n": len(rep.get("checks", [])),
                        "pass": sum(c.get("verdict") == "pass" for c in rep.get("checks", [])),
