@@ -180,7 +180,8 @@ def format_value(value: Any) -> str:
 def group_label(values: dict[str, Any]) -> str:
     """A group's label in reports and figures: the model name bare, other fields as
     name=value, fields a model lacks (None) left out."""
-    parts = [format_value(v) if f == "model.name" else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
+    parts = [format_value(v) if f == "model.name" or "." not in f  # or a whole-table axis
+             else f"{f.rsplit('.', 1)[1]}={format_value(v)}"
              for f, v in values.items() if v is not None]
     return " / ".join(parts) or "all"
 
