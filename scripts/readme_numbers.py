@@ -83,9 +83,7 @@ def tour_section(record: dict) -> str:
                  f"{tiny['claims']['n']} claims passing")
         if any(g["seeds"] == 2 for g in tiny["groups"].values()):
             lo, hi = std_interval_2()
-            text += (f". The +/- is a standard deviation over 2 seeds, which pins the spread "
-                     f"only loosely: its 95% interval runs from {lo:.2f} to {hi:.0f} times it "
-                     "(chi-square, 1 degree of freedom), so a rerun's can be several times wider")
+            text += f" (2 seeds: a std's 95% interval is {lo:.2f}-{hi:.0f}x it)"
         seen = [g["overlap"]["test"] for g in tiny["groups"].values() if g.get("overlap")]
         if seen:
             text += (f". Up to {max(seen):.1%} of tiny's test samples also occur in its "
@@ -97,7 +95,7 @@ def tour_section(record: dict) -> str:
 
 
 def seeds_text(g: dict) -> str:
-    """A tiny group's seeds: "2 seeds: 0.600 and 0.604", each seed's test accuracy (the
+    """A tiny group's seeds: "2 seeds: 0.600, 0.604", each seed's test accuracy (the
     record's `per_seed`; a record without it, at 2 seeds, gives them through its mean and std:
     two values with mean m and sample std s are m -/+ s / sqrt(2))."""
     values = g.get("per_seed")
@@ -106,7 +104,7 @@ def seeds_text(g: dict) -> str:
     if not values:
         return f"{g['seeds']} seeds"
     values = sorted(values)
-    listed = ", ".join(f"{v:.3f}" for v in values[:-1]) + f" and {values[-1]:.3f}"
+    listed = ", ".join(f"{v:.3f}" for v in values)
     return f"{g['seeds']} seeds: {listed}"
 
 
