@@ -428,5 +428,6 @@ def _beyond_label(e: Entry) -> str:
                           else e.state.get("text") or "state unknown")
 
 
-__all__ = ["Entry", "figure", "frontier_text", "placement_entry", "progress", "reference_entries",
-           "settled_lines", "sort_key", "table_lines"]
+__all__ = ["FOCUS", "Entry", "figure", "frontier_text", "layers_note", "placement_entry",
+           "progress", "reference_entries", "settled_lines", "sort_key", "state_dict",
+           "state_text", "styles", "table_lines"]
