@@ -6,11 +6,11 @@ The Python API (recall_lab/api.py), importable from the package's top:
     run = rl.train({"model": {"name": "mamba"}, "task": {"preset": "mini-mqar"},
                     "train": {"steps": 300}})
 
-`generate`, `train`, `load_run`, `evaluate`, `sweep`, `report`, `check`, `place`, `runs_frame`
-and the result types `Run` and `Report`. Every bad input (a config that does not validate, a
-file that is not there) raises `recall_lab.RecallLabError`, with the one line the command line
-prints: `except rl.RecallLabError` catches the lab's errors and nothing else. They load on
-first use, so `import recall_lab` (and the command line's start) stays free of torch.
+`generate`, `train`, `load_run`, `evaluate`, `sweep`, `report`, `check`, `place`, `lr_window`,
+`runs_frame` and the result types `Run` and `Report`. Every bad input (a config that does not
+validate, a file that is not there) raises `recall_lab.RecallLabError`, with the one line the
+command line prints: `except rl.RecallLabError` catches the lab's errors and nothing else. They
+load on first use, so `import recall_lab` (and the command line's start) stays free of torch.
 
 `recall_lab.train` and `recall_lab.evaluate` are the API's functions, although modules of the
 same names exist (the training loop, evaluation): the package keeps the functions under those
@@ -27,8 +27,8 @@ from recall_lab.version import __version__
 # tracebacks and reprs name it where a user imports it from
 RecallLabError.__module__ = "recall_lab"
 
-API = ("Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",
-       "run_config", "runs_frame", "sweep", "train")
+API = ("Report", "Run", "check", "evaluate", "generate", "load_run", "lr_window", "place",
+       "report", "run_config", "runs_frame", "sweep", "train")
 
 
 class _Package(types.ModuleType):

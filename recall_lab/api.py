@@ -42,6 +42,7 @@ from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.estimate import estimate as estimate_wall
 from recall_lab.experiments.estimate import run_label as estimate_label
 from recall_lab.experiments.grid import expand, load_experiment
+from recall_lab.experiments.lr_window import lr_window as lr_window_run
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
 from recall_lab.experiments.report import build_report, runs_frame, write_report
@@ -302,5 +303,38 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     return answer
 
 
-__all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "place", "report",
-           "run_config", "runs_frame", "sweep", "train"]
+@lab_errors
+def lr_window(mixer: str, kwargs: dict | None = None, *, table: float,
+              lrs: list[float] | None = None, seeds: int | None = None, confirm: int = 8,
+              records: list[str | Path] = (), workers: int = 1, threads: int = 1,
+              engine: str = "local", reference: str | Path | None = None, check: bool = True,
+              out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
+              dry_run: bool = False, estimate: bool = True, quiet: bool = False) -> dict:
+    """A mixer's lr window at one table of the reference's protocol (default: the shipped
+    zoo-frontier's): seeds over an lr ladder (default 3e-4 to 3e-2 in half decades, grown by
+    half a decade where the best lr is at an end, within 1e-4 and 1e-1), each run a placement
+    cell's config but for its lr, run in rounds until each lr's comparison with the best is
+    settled, then `confirm` fresh seeds at the best lr (the only seeds a verdict at that lr
+    reads). Finished records at the same config (the shipped references, `records` folders)
+    count and are not retrained. Returns the answer (window.json under
+    `out/lr-window-LABEL-TABLE-HASH/`, beside report.md and the figure); `dry_run` returns the
+    plan without checking, training or writing anything, with `estimate` its wall time at full
+    budgets (`experiments.estimate`)."""
+    if not quiet and (say is None or monitor is None):
+        console = _console()
+        say = say or (lambda text: console.print(text, markup=False, highlight=False))
+        monitor = monitor or place_monitor(console)
+    answer = lr_window_run(mixer, kwargs, table=table, lrs=lrs, seeds=seeds, confirm=confirm,
+                           records=list(records), workers=workers, threads=threads,
+                           engine=engine, reference=reference, check=check, out=out,
+                           plots=plots, say=say, monitor=monitor, dry_run=dry_run)
+    if dry_run:
+        phases = [[(estimate_label(r), r.config) for r in runs]
+                  for runs in answer.pop("phases", []) if runs]
+        if estimate and phases:
+            answer["estimate"] = estimate_wall(phases, workers=workers, threads=threads)
+    return answer
+
+
+__all__ = ["Report", "Run", "check", "evaluate", "generate", "load_run", "lr_window", "place",
+           "report", "run_config", "runs_frame", "sweep", "train"]

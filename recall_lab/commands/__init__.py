@@ -13,6 +13,7 @@ from recall_lab.commands import (
     experiments,
     extrapolate,
     finetune,
+    lr_window,
     models,
     place,
     prove,
@@ -21,8 +22,8 @@ from recall_lab.commands import (
 from recall_lab.commands.shell import GuardedApp
 
 # Order is the order of `recall-lab --help`.
-MODULES = (data, models, check, finetune, experiments, place, extrapolate, prove, analysis, bench,
-           shipped)
+MODULES = (data, models, check, finetune, experiments, place, lr_window, extrapolate, prove,
+           analysis, bench, shipped)
 
 
 def register_all(app: typer.Typer) -> None:
