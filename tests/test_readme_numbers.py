@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "readme_numbers.py"
 
@@ -83,3 +85,36 @@ def test_the_index_lists_the_overlap_of_every_committed_experiment(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--check", "--index", str(copy)],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "index.md differs" in r.stderr
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_numbers", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_tours_spread_is_shown_with_its_seeds():
+    """A group's seeds: the record's own values where it has them; a 2-seed record without them
+    gives the two values its mean and sample std imply (they reproduce both); the 95% interval
+    of a std over 2 seeds, checked by the chi-square (1 dof) cdf erf(sqrt(x / 2))."""
+    import math
+    import statistics
+
+    rn = _script()
+    assert rn.seeds_text({"seeds": 3, "per_seed": [0.7, 0.5, 0.6], "mean": 0.6, "std": 0.1}) \
+        == "3 seeds: 0.500, 0.600, 0.700"
+    rec = json.loads((ROOT / "docs" / "results" / "tour" / "record.json").read_text())
+    for g in rec["numbers"]["tiny"]["groups"].values():
+        text = rn.seeds_text(g)
+        values = [float(v) for v in text.split(": ")[1].split(", ")]
+        assert len(values) == g["seeds"] == 2
+        assert statistics.mean(values) == pytest.approx(g["mean"], abs=1e-3)
+        assert statistics.stdev(values) == pytest.approx(g["std"], abs=1e-3)
+        assert text in (ROOT / "README.md").read_text().replace("\n", " ")
+    lo, hi = rn.std_interval_2()
+    # s^2 / sigma^2 ~ chi2(1): P(below 1 / hi^2) = 0.025 and P(below 1 / lo^2) = 0.975
+    assert math.erf(math.sqrt(1 / hi ** 2 / 2)) == pytest.approx(0.025, abs=1e-9)
+    assert math.erf(math.sqrt(1 / lo ** 2 / 2)) == pytest.approx(0.975, abs=1e-9)
