@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from recall_lab.commands import register_all
+from recall_lab.commands import register_all, shell, verify
 
 # commands/bench.py still imports these from here
 from recall_lab.commands.shell import PIPE_WIDTH, OneLineGroup, console, err_console, fail, guarded  # noqa: F401
@@ -20,6 +20,7 @@ app = typer.Typer(
     cls=OneLineGroup,  # a flag click cannot parse: one `error:` line too
 )
 register_all(app)
+verify.register(shell.GuardedApp(app))  # `recall-lab verify` (commands/verify.py)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
