@@ -146,9 +146,12 @@ def window_seeds(protocol: Protocol, n: int | None) -> list[int]:
     return seeds
 
 
+MAX_CONFIRM = 100
+
+
 def confirm_seeds(n: int) -> list[int]:
-    if n < 0:
-        raise RecallLabError(f"--confirm must be >= 0, got {n}")
+    if not 0 <= n <= MAX_CONFIRM:
+        raise RecallLabError(f"--confirm must be between 0 and {MAX_CONFIRM}, got {n}")
     return list(range(CONFIRM_FROM, CONFIRM_FROM + n))
 
 
@@ -454,10 +457,21 @@ def lr_window(mixer: str, kwargs: dict | None = None, *, table: float,
     records that count, the runs at most) without checking, training or writing anything."""
     say = say or (lambda _text: None)
     started = time.perf_counter()
+    # what needs no reference is checked before one is unpacked
     ladder = check_ladder(list(lrs) if lrs is not None else list(LADDER))
     n_confirm = int(confirm)
     c_seeds = confirm_seeds(n_confirm)
+    if workers < 1 or threads < 1:
+        raise RecallLabError(f"--workers and --threads must be >= 1, got {workers}, {threads}")
+    if seeds is not None and not 1 <= seeds < CONFIRM_FROM:
+        raise RecallLabError(f"--seeds must be >= 1, got {seeds}" if seeds < 1 else
+                             f"--seeds {seeds} reaches the confirmation seeds (from "
+                             f"{CONFIRM_FROM}): at most {CONFIRM_FROM - 1}")
     records = [Path(p) for p in records]
+    for p in records:
+        if not p.is_dir():
+            raise RecallLabError(f"records folder {p} does not exist")
+    target = resolve_target(mixer, kwargs)  # a rejected kwarg or path ends here
     with ExitStack() as stack:
         ref = stack.enter_context(open_reference(reference))
         if not Path(ref).is_dir():
@@ -465,7 +479,6 @@ def lr_window(mixer: str, kwargs: dict | None = None, *, table: float,
         protocol = read_protocol(ref)
         seed_list = window_seeds(protocol, seeds)
         size = check_table(protocol, float(table))
-        target = resolve_target(mixer, kwargs)  # a rejected kwarg or path ends here
         model = pl.mixer_table(mixer, kwargs)
         label = pl.mixer_row_label(mixer, kwargs)
         size_name = pl.table_name(size, protocol)

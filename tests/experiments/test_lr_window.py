@@ -162,7 +162,7 @@ def test_confirmation_seeds_never_choose_the_lr_and_only_they_confirm_it(tiny):
     assert set(lw.confirm_seeds(8)).isdisjoint(lw.window_seeds(protocol, 99))
     with pytest.raises(RecallLabError, match="where the confirmation seeds start"):
         lw.window_seeds(protocol, 101)
-    with pytest.raises(RecallLabError, match="--confirm must be >= 0"):
+    with pytest.raises(RecallLabError, match="--confirm must be between 0 and 100"):
         lw.confirm_seeds(-1)
     # the rule is written where the plan and claims are
     assert "never confirm" in lw.RULE and "only the confirmation seeds" in lw.RULE
