@@ -627,6 +627,72 @@ def build_answer(folder: Path, plan: dict, state: dict, conf: dict | None,
             "figures": []}
 
 
+# ---- pilot rule 2 (for new placements) ----------------------------------------------------------
+
+PILOT_SEEDS = (30, 31)  # rule 2: two seeds per pilot lr (30 is rule 1's one seed)
+
+
+def pilot_rule_2(accs: dict[float, list[float | None]], tie: float,
+                 bounds: tuple[float, float] = BOUNDS) -> dict:
+    """The pilot's rule, version 2, on its runs' held-out accuracies (lr -> one per seed, None
+    for a run not finished): each lr's mean over its seeds (None until all finished), the lr
+    picked from the means by `reference.pick_lr`'s written rule (the best mean; a difference
+    below `tie` is a tie, and a tie goes to the smaller lr), whether it is interior, and, where
+    it is at an end of the grid, the lr that extends the grid there (`grow`: half a decade,
+    within `bounds`) or the bound that stops it. `extend` is None once the winner is interior
+    or a bound stops the grid: the pilot is then done. One seed per lr reads rule 1's pilot the
+    same way (its pick unchanged: the mean of one accuracy is that accuracy)."""
+    from recall_lab.experiments.reference import pick_lr
+
+    grid = sorted(accs)
+    means = {lr: (sum(v) / len(v) if v and all(x is not None for x in v) else None)
+             for lr, v in ((lr, accs[lr]) for lr in grid)}
+    lr = pick_lr(means, tie)
+    grown, note = grow(grid, lr, bounds)
+    added = [x for x in grown if x not in grid]
+    return {"rule": 2, "accs": {lr: list(accs[lr]) for lr in grid}, "means": means, "lr": lr,
+            "interior": lr is not None and lr not in (grid[0], grid[-1]),
+            "extend": added[0] if added else None, "note": note,
+            "bounded": note is not None and not added}
+
+
+def boundary_table(cells: dict[float, stats.SolveRate]) -> float | None:
+    """The placement's boundary table (where `place --lr-window` measures the window): the
+    largest table with some but not all of its seeds solved; where every table is all or
+    nothing, the smallest table not solved in every seed (the first past the frontier); None
+    where every table is solved in every seed."""
+    some = [size for size, r in cells.items() if r.n and 0 < r.k < r.n]
+    if some:
+        return max(some)
+    short = [size for size, r in cells.items() if r.n and r.k < r.n]
+    return min(short) if short else None
+
+
+def pilot_lines(pilot: dict, mixer: str, kwargs: dict | None, table: float | None) -> list[str]:
+    """What a placement's report says of its pilot under rule 2: each lr's accuracies and mean,
+    whether the winner is interior, and, where it is not, the lr-window command at the
+    boundary table."""
+    each = "; ".join(
+        f"{lr:g}: " + (f"{m:.3f}" if m is not None else "-") + " ("
+        + ", ".join("-" if a is None else f"{a:.3f}" for a in pilot["accs"][lr]) + ")"
+        for lr, m in pilot["means"].items())
+    out = [f"pilot, rule 2 (mean held-out accuracy over {max(map(len, pilot['accs'].values()))} "
+           f"seeds per lr): {each}"]
+    lr = pilot["lr"]
+    if lr is None:
+        return [*out, "no pilot lr finished"]
+    if pilot["interior"]:
+        return [*out, f"lr {lr:g}: interior (a grid lr on each side scored lower)"]
+    side = "lower" if lr == min(pilot["means"]) else "upper"
+    out.append(f"lr {lr:g}: at the grid's {side} end"
+               + (f" ({pilot['note']})" if pilot["note"] else ""))
+    if table is not None:
+        args = f" --kwargs '{json.dumps(kwargs)}'" if kwargs else ""
+        out.append(f"the verdicts may be about the lr: measure the window at the boundary "
+                   f"table, recall-lab lr-window {mixer}{args} --table {table:g}")
+    return out
+
+
 # ---- the answer in words ------------------------------------------------------------------------
 
 def _g(x: float | None) -> str:
@@ -727,5 +793,6 @@ def write_answer(answer: dict, folder: Path, plots: bool = True) -> list[Path]:
     return [folder / ANSWER, folder / "report.md", *map(Path, answer["figures"])]
 
 
-__all__ = ["BOUNDS", "CONFIRM", "CONFIRM_FROM", "LADDER", "RULE", "assess", "check_ladder",
-           "confirmation", "grow", "half_decade", "lr_window", "next_seeds", "window_experiment"]
+__all__ = ["BOUNDS", "CONFIRM", "CONFIRM_FROM", "LADDER", "PILOT_SEEDS", "RULE", "assess",
+           "boundary_table", "check_ladder", "confirmation", "grow", "half_decade", "lr_window",
+           "next_seeds", "pilot_lines", "pilot_rule_2", "window_experiment"]

@@ -48,9 +48,11 @@ def window_figure(answers: list[dict], path: Path):
         if conf and conf["solved"]["n"]:
             s = conf["solved"]
             y = s["k"] / s["n"]
-            ax.errorbar([conf["lr"] * shift * 1.08], [y], yerr=[[y - s["lo"]], [s["hi"] - y]],
-                        fmt="*", ms=11, color=c, capsize=3, lw=1, gid="confirmation",
-                        label=f"{a['label']}: {s['n']} fresh seeds at the best lr")
+            x = conf["lr"] * shift * 1.08  # beside the window's point at that lr
+            ax.errorbar([x], [y], yerr=[[y - s["lo"]], [s["hi"] - y]], fmt="none", ecolor=c,
+                        capsize=3, lw=1)
+            ax.plot([x], [y], "*", ms=11, color=c, gid="confirmation",
+                    label=f"{a['label']}: {s['n']} fresh seeds at the best lr")
         ticks |= set(a["ladder"])
     ax.set_xscale("log")
     ax.set_xticks(sorted(ticks), [f"{x:.2g}" for x in sorted(ticks)])

@@ -320,3 +320,27 @@ def test_an_interrupted_window_resumes_without_retraining(tiny, tmp_path, monkey
     assert lw.RULE.format(first=lw.CONFIRM_FROM) in report
     assert report.count("| window |") == 4 and report.count("| confirm |") == 1
     assert "0.001 added" in report
+
+
+def test_the_figure_draws_each_lr_its_ladder_ends_and_the_confirmation(tiny, tmp_path):
+    from recall_lab.experiments.lr_window_plot import window_figure
+
+    _, protocol = tiny
+    recs, lrs = _records(protocol, {1e-4: (0, 3), 1e-3: (8, 8), 3e-3: (5, 8), 1e-2: (0, 0)},
+                         confirm={1e-3: (6, 8)})
+    state = lw.assess(recs, lrs, protocol)
+    answer = {**state, "label": "gla", "table_name": "3 pairs", "bounds": list(lw.BOUNDS),
+              "confirmation": lw.confirmation(recs, state["best"], protocol)}
+    path, ax = window_figure([answer], tmp_path / "w.png")
+    assert path.is_file() and ax.get_xscale() == "log"
+    rates = [ln for ln in ax.lines if ln.get_gid() == "rate"]
+    got = sorted((float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in rates)
+    assert got == [(1e-4, 0.0), (1e-3, 1.0), (3e-3, 5 / 8)]  # 1e-2 ran no seed: no point
+    filled = {float(ln.get_xdata()[0]) for ln in rates if ln.get_markerfacecolor() != "white"}
+    assert filled == set(state["window"]) == {1e-3, 3e-3}
+    ends = [ln for ln in ax.lines if ln.get_gid() == "ladder-end"]
+    assert sorted({float(ln.get_xdata()[0]) for ln in ends}) == [1e-4, 1e-2] and len(ends) == 4
+    assert {ln.get_color() for ln in ends if float(ln.get_xdata()[0]) == 1e-4} == {"0.5"}
+    star = [ln for ln in ax.lines if ln.get_gid() == "confirmation"]
+    assert len(star) == 1 and float(star[0].get_ydata()[0]) == 6 / 8
+    assert float(star[0].get_xdata()[0]) == pytest.approx(1e-3 * 1.08)
