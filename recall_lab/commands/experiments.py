@@ -124,8 +124,9 @@ def register(app: GuardedApp) -> None:
 
                 est = time_runs([[(run_label(r), r.config) for r in todo]],
                                 workers=min(workers, len(todo)), threads=threads)
-                for line in estimate_lines(est, "; runs that stop early take less"):
-                    console.print(line, markup=False, highlight=False)
+                for line in estimate_lines(est, "; runs that stop early take less",
+                                           width=min(console.width, 100)):
+                    console.print(line, markup=False, highlight=False, soft_wrap=True)
             return 0
 
         monitor = SweepProgress(console, exp.name)

@@ -101,13 +101,14 @@ def register(app: GuardedApp) -> None:
                 f"{', '.join(f'{t:g}' for t in answer['tables'])} x {len(answer['seeds'])} "
                 f"seeds) into {answer['folder']}")
             for i, c in enumerate(answer["claims"], 1):
-                say(f"claim {i}: {c['claim']}")
+                say(f"claim {i} ({c['decidable']}): {c['claim']}")
             if answer.get("estimate"):
                 from recall_lab.experiments.estimate import estimate_lines
 
                 for line in estimate_lines(answer["estimate"], "; the pilot, then every cell: "
-                                           "cells that settle early take less"):
-                    console.print(line, markup=False, highlight=False)
+                                           "cells that settle early take less",
+                                           width=min(console.width, 100)):
+                    console.print(line, markup=False, highlight=False, soft_wrap=True)
             return 0
         r = answer["runs"]
         for c in answer["claims"]:
@@ -122,3 +123,33 @@ def register(app: GuardedApp) -> None:
         say(f"written: {answer['folder']}/report.md, row.md, answer.json"
             + (", place-solved-state.png, place-frontier.png" if answer["figures"] else ""))
         return 1 if r["failed"] else 0
+
+    @app.command()
+    def state(
+        mixer: str = typer.Argument(..., help="A zoo mixer's name (gla), a plug-in's name or an "
+                                    "import path (pkg.mod:Class)."),
+        target: float = typer.Option(..., "--target", help="The recurrent state per layer "
+                                     "wanted, in numbers (e.g. 256: a reference row's)."),
+        kwargs: str = typer.Option(None, "--kwargs", help="Keyword arguments held fixed while "
+                                   "the others are searched, as a JSON object."),
+        reference: str = typer.Option(None, "--reference", help="Whose protocol the state is "
+                                      "counted in (its d_model and longest table; default "
+                                      "zoo-frontier), as place's --reference."),
+    ) -> None:
+        """The kwargs that give a mixer a target recurrent state per layer, counted as `place`
+        counts it (at d_model 64 and the reference's longest table, by default): the sets that
+        give it exactly, or the nearest below and above; each as the --kwargs to place it with.
+        A target below every count found names the smallest and exits 2."""
+        from recall_lab.experiments.reference import SHIPPED_REFERENCES
+        from recall_lab.experiments.state_search import search, search_lines
+        from recall_lab.runs import mixer_kwargs_json
+
+        if reference is not None and not Path(reference).is_dir() \
+                and reference not in SHIPPED_REFERENCES:
+            raise RecallLabError(f"reference {reference} is neither a folder nor a shipped "
+                                 f"reference ({', '.join(SHIPPED_REFERENCES)})")
+        answer = search(mixer, target, mixer_kwargs_json(kwargs, "--kwargs"), reference)
+        for line in search_lines(answer):
+            console.print(textwrap.fill(line, min(console.width, 100), subsequent_indent="    ",
+                                        break_long_words=False, break_on_hyphens=False),
+                          markup=False, highlight=False, soft_wrap=True)

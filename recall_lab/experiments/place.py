@@ -66,7 +66,15 @@ from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, 
 from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs, run_binding
 from recall_lab.experiments.state import LayerState, common_state, run_state
 from recall_lab.experiments.timing import time_text, total_time
-from recall_lab.experiments.verdicts import free_tables, frontier_compare, three_way
+from recall_lab.experiments.verdicts import (
+    NOT_DECIDABLE,
+    _range_verdict,
+    censored_ranges,
+    free_tables,
+    frontier_compare,
+    frontier_points,
+    three_way,
+)
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.mixers import mixer_label
 from recall_lab.models.registry import build_model, listed_models
@@ -91,6 +99,17 @@ class Row:
     # its state at each table: one count for a fixed state; a "log L" row's grows with the
     # table's length (`state` is then its count at the longest table it ran)
     states: dict[float, LayerState] = field(default_factory=dict)
+    kwargs: dict = field(default_factory=dict)  # its mixer's kwargs (a mixer row's), as run
+
+    @property
+    def name(self) -> str:
+        """The row as claims and dry runs name it: its label with every kwarg of its mixer that
+        the label leaves out (a label names only what varies among the reference's rows), so
+        each row reads as "rwkv7 / head_size=4", "deltanet / expand_k=0.25 / num_heads=4"."""
+        have = {part.split("=", 1)[0] for part in self.label.split(" / ")[1:]}
+        extra = [f"{k.rsplit('.', 1)[-1]}={format_value(v)}"
+                 for k, v in flatten(self.kwargs).items() if k.rsplit(".", 1)[-1] not in have]
+        return " / ".join([self.label, *extra])
 
     def state_at(self, size: float | None) -> LayerState | None:
         return self.state if size is None else self.states.get(size, self.state)
@@ -130,6 +149,8 @@ def reference_rows(folder: Path, protocol: Protocol) -> tuple[list[Row], list[Gr
             r.config[ROW_KEY] = label
         if row.lr is None:
             row.lr = g.best_lr
+        if not row.kwargs and g.runs and isinstance(g.runs[0].tables, dict):
+            row.kwargs = dict((g.runs[0].tables.get("model") or {}).get("mixer_kwargs") or {})
     for row in rows.values():
         row.states = {s: common_state(r.tables for r in g.runs) for s, g in
                       sorted(row.cells.items())}
@@ -251,7 +272,7 @@ def table_name(size: float, protocol: Protocol) -> str:
 
 def _who(row: Row, size: float | None = None) -> str:
     state = row.state_at(size)
-    return f"{row.label} ({state.text() if state else '-'} per layer)"
+    return f"{row.name} ({state.text() if state else '-'} per layer)"
 
 
 def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[float],
@@ -293,6 +314,80 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
                       f"{_who(nb)}'s: beyond, short of, or not separable"),
             "kind": "frontier", "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label}})
     return claims
+
+
+DECIDABLE = "decidable with these tables"
+
+
+def _outcomes(n: int) -> list[stats.SolveRate]:
+    """The outcomes of a cell of `n` seeds as the frontier reads them (its Wilson interval at or
+    above half, across it, below it): one seed count of each class that `n` seeds can reach."""
+    found: dict[tuple[bool, bool], stats.SolveRate] = {}
+    for k in range(n + 1):
+        r = stats.wilson(k, n)
+        found.setdefault((r.lo >= 0.5, r.hi >= 0.5), r)
+    return list(found.values())
+
+
+def _frontier_verdicts(sizes: list[float], unrun: list[float], b_range: tuple[float, float],
+                       n: int) -> set[str]:
+    """The verdicts against a row of frontier range `b_range` that some outcome of `n` seeds at
+    each of `sizes` decides, whatever the `unrun` tables would have given."""
+    import itertools
+
+    found: set[str] = set()
+    for combo in itertools.product(_outcomes(n), repeat=len(sizes)):
+        pts = list(zip(sizes, combo, strict=True))
+        verdicts = {_range_verdict(r, b_range)
+                    for r in censored_ranges(pts, free_tables(pts, unrun))}
+        if len(verdicts) == 1:
+            found |= verdicts
+    return found
+
+
+def decidability(claim: dict, rows: list[Row], protocol: Protocol, sizes: list[float],
+                 seeds: int) -> str:
+    """Before any run: whether the placement's tables (`sizes`, `seeds` each) can decide the
+    claim. A claim at one table is decidable (the mixer runs there; a table the cut rule skips
+    only where the rule runs it). A frontier claim is decidable where some outcome of the
+    tables that run gives one verdict whatever the tables not run would give
+    (`verdicts.frontier_compare`'s rule); "only as ..." where some verdicts need more tables;
+    "not decidable with these tables" where none can be reached."""
+    if claim["kind"] == "solved":
+        cut = protocol.cut
+        if cut and claim["size"] in cut["skip"]:
+            return (f"{DECIDABLE} if the cut rule runs {table_name(claim['size'], protocol)} "
+                    f"(at least {cut['at_least']} of the seeds solve "
+                    f"{table_name(cut['size'], protocol)})")
+        return DECIDABLE
+    row = next((r for r in rows if r.label == claim["b"][ROW_KEY]), None)
+    if row is None:
+        return NOT_DECIDABLE
+    b_range = stats.frontier_range(frontier_points(list(row.cells.values())))
+    every = [t.size for t in protocol.tables]
+    unrun = [s for s in every if s not in sizes]
+    here = _frontier_verdicts(sizes, unrun, b_range, seeds)
+    if not here:
+        return NOT_DECIDABLE
+    full = _frontier_verdicts(every, [], b_range, seeds) if unrun else here
+    if here >= full:
+        return DECIDABLE
+    order = ("beyond", "not separable", "short of")
+    return (f"{DECIDABLE} only as {' or '.join(v for v in order if v in here)} "
+            f"({' or '.join(v for v in order if v in full - here)} needs table"
+            f"{'s' if len(unrun) > 1 else ''} {', '.join(f'{u:g}' for u in unrun)})")
+
+
+def reference_name(reference: str | Path | None, protocol: Protocol) -> str:
+    """What the placement is against, as a user named it: a shipped reference's name (the
+    default's too), or a folder with the protocol's experiment name."""
+    from recall_lab.experiments.reference import SHIPPED, SHIPPED_REFERENCES
+
+    if reference is None:
+        return SHIPPED
+    if str(reference) in SHIPPED_REFERENCES and not Path(reference).is_dir():
+        return str(reference)
+    return f"{reference} ({protocol.name})"
 
 
 # ---- settlement: which cells still launch seeds -------------------------------------------------
@@ -542,10 +637,13 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                   run_state(r.config.to_json()) for r in probe.runs}
         state = states[max(states)]
         claims = make_claims(label, state, rows, sizes, protocol, states)
+        for c in claims:  # what these tables can decide, said before any run
+            c["decidable"] = decidability(c, rows, protocol, sizes, len(seed_list))
+        ref_name = reference_name(reference, protocol)
         try_longest(probe, protocol, label, kwargs)  # in --dry-run too: check before spending
         if dry_run:
             return {"dry_run": True, "label": label, "model": table, "state": state_json(state),
-                    "reference": protocol.name, "tables": sizes, "seeds": seed_list,
+                    "reference": ref_name, "tables": sizes, "seeds": seed_list,
                     "claims": claims, "pilot_runs": len(protocol.pilot["lrs"]),
                     "cell_runs": len(probe.runs),
                     "experiments": [pilot_experiment(protocol, table), probe],  # the estimate's
@@ -566,7 +664,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         plan = ck.read_json(plan_path, "placement plan") if plan_path.is_file() else {}
         plan = {**plan, "mixer": mixer, "kwargs": kwargs or None, "label": label,
                 "model": table, "state": state_json(state),
-                "reference": {"name": protocol.name, "folder": None if reference is None
+                "reference": {"name": ref_name, "folder": None if reference is None
                               else str(reference), "cells": sum(len(r.cells) for r in rows)},
                 "tables": sizes, "seeds": seed_list, "level": protocol.level,
                 "solve_at": protocol.solve_at, "pilot": protocol.pilot, "cut": protocol.cut,

@@ -31,7 +31,8 @@ def test_one_probe_per_shape_and_the_runs_laid_out_on_the_workers(tiny, monkeypa
                       "model.d_state": [4, 8]})
     pilot = _exp(tiny, {"train.lr": [1e-3, 3e-3]})
     runs = [(est.run_label(r), r.config) for r in exp.runs]
-    out = est.estimate([[(est.run_label(r), r.config) for r in pilot.runs], runs], workers=2)
+    out = est.estimate([[(est.run_label(r), r.config) for r in pilot.runs], runs], workers=2,
+                       startup=False)
     # seeds and lrs share a probe; d_state changes the model; the pilot's shape (tiny's
     # d_state 4, no swept model field: labelled by the model's name) is probed once, first
     assert [label for label, _ in seen] == ["mamba", "d_state=8"]
@@ -47,3 +48,74 @@ def test_makespan_hands_each_run_to_the_first_free_worker():
     assert makespan([], [3, 3, 3], 2) == 6
     assert makespan([5], [1, 1, 1], 2) == 5  # the idle worker takes all three
     assert makespan([1, 2, 3], [], 2) == 4  # more running than workers: the third waits
+
+
+def test_the_estimate_includes_start_up_a_worker_per_phase_and_a_run_each(tiny, monkeypatch):
+    """tiny was estimated at 1 min 10 s and took 295 s: a worker's start (a process importing
+    torch and the lab) and a run's own (model, data, held-out sets, checkpoints, test set,
+    length tests) were not counted. Both are now, each measured once: here 7 s a worker and
+    5 s a run of 6 steps at 1 s."""
+    monkeypatch.setattr(est, "probe_steps",
+                        lambda cfg, steps, threads, label: est.Probe(label, 1.0, 0.0, 4, 1,
+                                                                     "cpu"))
+    monkeypatch.setattr(est, "probe_startup", lambda cfg, probe, threads: 5.0)
+    monkeypatch.setattr(est, "worker_start", lambda: 7.0)
+    pilot = _exp(tiny, {"train.lr": [1e-3, 3e-3]})
+    cells = _exp(tiny, {"train.seed": [0, 1, 2, 3, 4]})
+    out = est.estimate([[(est.run_label(r), r.config) for r in pilot.runs],
+                        [(est.run_label(r), r.config) for r in cells.runs]], workers=2)
+    # pilot: 2 workers start (7 s), one run each (6 + 5 s); cells: 2 start, 5 runs of 11 s on 2
+    assert out["wall_s"] == pytest.approx((7 + 11) + (7 + 3 * 11))
+    assert out["run_s"] == pytest.approx(7 * 11 + 2 * 7 + 2 * 7)
+    assert out["startup"] == {"worker_s": 7.0, "phases": 2}
+    assert [p["startup_s"] for p in out["probes"]] == [5.0]
+    text = " ".join(" ".join(est.estimate_lines(out)).split())
+    assert "start-up included: 7.0 s to start a worker" in text
+    assert "5.0 s of start-up a run" in text
+
+
+def test_a_runs_own_start_up_is_measured_by_a_one_step_run(tiny):
+    """`probe_startup` trains one step of the run's shape into a temporary folder: more than
+    nothing (a model, data and held-out sets are built), less than the whole run's budget of a
+    600-step run's steps would be, and it leaves nothing behind."""
+    import tempfile
+    from pathlib import Path
+
+    cfg = _exp(tiny, {"train.seed": [0]}).runs[0].config
+    p = est.Probe("m", step_s=0.0, forward_s=0.0, batch=4, length=12, device="cpu")
+    before = set(Path(tempfile.gettempdir()).glob("recall-lab-startup-*"))
+    took = est.probe_startup(cfg, p, threads=1)
+    assert took > 0.0
+    assert set(Path(tempfile.gettempdir()).glob("recall-lab-startup-*")) == before
+
+
+def test_estimate_lines_fit_the_width_they_are_given_and_are_printed_as_they_are(
+        tmp_path, monkeypatch):
+    """At 80 columns the estimate was wrapped at 100 and then again by the console: ragged
+    lines such as "(median of 3); 10" / "runs". Each line fits the width asked for, and the
+    command prints them at the console's width without re-wrapping them: every continued line
+    keeps its indent."""
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+    from recall_lab.commands import shell
+
+    monkeypatch.setattr(est, "probe_steps",
+                        lambda cfg, steps, threads, label: est.Probe(
+                            "a-model-label-long-enough-to-wrap", 0.0123, 0.0045, 4, 12, "cpu"))
+    monkeypatch.setattr(est, "probe_startup", lambda cfg, probe, threads: 0.25)
+    monkeypatch.setattr(est, "worker_start", lambda: 3.5)
+    exp = tmp_path / "e.toml"
+    exp.write_text('name = "e"\n[model]\nname = "mamba"\nd_model = 16\n[train]\nsteps = 6\n'
+                   '[task]\nlevels = [[3, 3]]\nvalues = 4\n[grid]\n"train.seed" = [0, 1]\n')
+    for width in (80, 100):
+        monkeypatch.setattr(shell.console, "width", width)
+        r = CliRunner().invoke(app, ["sweep", str(exp), "--dry-run", "--out",
+                                     str(tmp_path / "out")], env={"COLUMNS": str(width)})
+        assert r.exit_code == 0, r.output
+        lines = r.stdout.splitlines()
+        first = next(i for i, ln in enumerate(lines) if ln.startswith("estimated wall time"))
+        para = lines[first:]
+        assert len(para) >= 3 and all(len(ln) <= width for ln in para), para
+        assert all(ln.startswith("  ") for ln in para[1:]), para  # none re-wrapped
+        assert "start-up included" in " ".join(" ".join(para).split())

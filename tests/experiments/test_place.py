@@ -7,6 +7,7 @@ an interrupted placement resumes with its finished runs."""
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 from pathlib import Path
 
@@ -334,6 +335,8 @@ def test_a_dry_runs_estimate_is_the_pilot_then_the_cells_from_a_probe_per_table(
         return est.Probe(label, 1.0, 0.0, cfg.train.batch_size, cfg.task.max_len, "cpu")
 
     monkeypatch.setattr(est, "probe_steps", probe)
+    monkeypatch.setattr(est, "probe_startup", lambda cfg, p, threads: 2.0)
+    monkeypatch.setattr(est, "worker_start", lambda: 3.0)
     plan = api.place(MIXER, KWARGS, reference=tiny[0], out=tmp_path / "out", dry_run=True,
                      workers=2, quiet=True)
     e = plan["estimate"]
@@ -341,6 +344,12 @@ def test_a_dry_runs_estimate_is_the_pilot_then_the_cells_from_a_probe_per_table(
     assert e["runs"] == plan["pilot_runs"] + plan["cell_runs"] and e["workers"] == 2
     assert len(lengths) == len(set(lengths)) == len(plan["tables"])  # one probe a shape
     assert e["wall_s"] < e["run_s"]  # two workers
+    # start-up in: the pilot, then the cells, each starting its workers (3 s each; the pilot's
+    # one run starts one), and each run's own 2 s beside its 6 steps of 1 s
+    runs = plan["pilot_runs"] + plan["cell_runs"]
+    started = min(2, plan["pilot_runs"]) + min(2, plan["cell_runs"])
+    assert e["startup"] == {"worker_s": 3.0, "phases": 2}
+    assert e["run_s"] == pytest.approx(runs * (6 + 2) + started * 3.0)
 
 
 # ---- censoring: `--tables` below the protocol's ------------------------------------------------
@@ -438,3 +447,104 @@ def test_a_log_l_state_meets_the_rows_nearest_its_count_at_each_tables_length(ti
     assert all("its count at this table's length" in c["claim"] for c in claims
                if c["kind"] == "solved")
     assert any("at the longest table" in c["claim"] for c in claims if c["kind"] == "frontier")
+
+
+# ---- the dry run says what the chosen tables can decide ------------------------------------------
+
+def _dry(tiny, tmp_path, *extra):
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    r = CliRunner().invoke(app, ["place", MIXER, "--kwargs", '{"num_heads": 2}', "--reference",
+                                 str(tiny[0]), "--dry-run", "--no-estimate", "--out",
+                                 str(tmp_path / "out"), *extra], env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    return text, [c for c in text.split("claim ")[1:]]
+
+
+def test_a_dry_run_names_the_reference_it_places_against(tiny, tmp_path):
+    """`place gla --reference frontier-2026 --dry-run` said "reference zoo-frontier" (the
+    protocol's experiment name): the first line names the reference as the user gave it."""
+    protocol = tiny[1]
+    assert pl.reference_name("frontier-2026", protocol) == "frontier-2026"
+    assert pl.reference_name(None, protocol) == "zoo-frontier"
+    assert pl.reference_name(tiny[0], protocol) == f"{tiny[0]} (tiny-frontier)"
+    text, _ = _dry(tiny, tmp_path)
+    assert f"; reference {tiny[0]} (tiny-frontier);" in text.split(" claim 1")[0]
+
+
+def test_each_claim_says_before_any_run_whether_these_tables_can_decide_it(tiny, tmp_path):
+    """The tiny rows solve 8/8 at table 2 and 0/8 at 3: frontier 2 [2, 2]. All tables: every
+    claim decidable. Table 2 alone (8 seeds): its claims decidable; a frontier claim only as
+    "short of" (0/8 at 2 leaves 3 unsolved: [0, 0]; any other outcome leaves 3 free, where a
+    solved 3 would be beyond and an unsolved one not separable). One seed at table 2 alone:
+    no outcome is surely solved or surely not (Wilson [0.21, 1] and [0, 0.79]), so table 3 is
+    always free and no frontier verdict can be decided."""
+    _, claims = _dry(tiny, tmp_path)
+    assert len(claims) == 6 and all(c.split(":")[0].endswith(f"({pl.DECIDABLE})")
+                                    for c in claims)
+    _, claims = _dry(tiny, tmp_path, "--tables", "2")
+    solved = [c for c in claims if "seeds solved by" in c]
+    front = [c for c in claims if ": frontier" in c]
+    assert len(solved) == 2 and len(front) == 2
+    assert all(f"({pl.DECIDABLE}): at 2 pairs" in c for c in solved)
+    want = f"({pl.DECIDABLE} only as short of (beyond or not separable needs table 3)): "
+    assert all(want in c for c in front), front
+    _, claims = _dry(tiny, tmp_path, "--tables", "2", "--seeds", "1")
+    front = [c for c in claims if ": frontier" in c]
+    assert front and all("(not decidable with these tables): frontier" in c for c in front)
+
+
+def test_every_neighbour_is_named_with_its_kwargs(tiny):
+    """A row's label names what varies among the reference's rows ("rwkv7" alone where no
+    other row had its head_size): claims name every row with all of its mixer's kwargs."""
+    import dataclasses
+
+    _, protocol, rows, _ = tiny
+    assert pl.Row("rwkv7", kwargs={"head_size": 4}).name == "rwkv7 / head_size=4"
+    assert pl.Row("deltanet / num_heads=4", kwargs={"num_heads": 4, "expand_k": 0.25}).name \
+        == "deltanet / num_heads=4 / expand_k=0.25"
+    assert {r.label: r.kwargs for r in rows if r.kwargs} == {
+        "gla / num_heads=4": {"num_heads": 4}, "gla / num_heads=1": {"num_heads": 1}}
+    # a row whose label leaves a kwarg out is named with it in every claim about it
+    renamed = [dataclasses.replace(r, kwargs={**r.kwargs, "expand_k": 0.5}) if r.kwargs
+               else r for r in rows]
+    state = pl.run_state(pl.cells_experiment(protocol, pl.mixer_table(MIXER, KWARGS), [2.0],
+                                             [0], 3e-3).runs[0].config.to_json())
+    claims = pl.make_claims(pl.mixer_row_label(MIXER, KWARGS), state, renamed, [2.0], protocol)
+    named = [c["claim"] for c in claims if c["b"]["place.row"].startswith("gla")]
+    assert named and all(f"{c['b']['place.row']} / expand_k=0.5 (" in c["claim"]
+                         for c in claims if c["b"]["place.row"].startswith("gla"))
+
+
+def test_state_target_lists_the_kwargs_that_give_it(tiny, monkeypatch):
+    """`recall-lab state gla --target N`: GLA's state per layer is (d_model expand_k) x
+    (d_model expand_v) / num_heads (one (d_k/h) x (d_v/h) matrix per head): at the tiny
+    reference's d_model 16, every set it lists gives N by that formula, and the first changes
+    one kwarg; a target below every count is one line naming the smallest, exit 2."""
+    from recall_lab.experiments import state_search as ss
+
+    monkeypatch.setattr(ss, "INTS", (1, 2, 4))  # a small search: seconds
+    monkeypatch.setattr(ss, "FLOATS", (0.5, 1.0))
+
+    def formula(kw: dict) -> float:
+        k, v = 16 * kw.get("expand_k", 0.5), 16 * kw.get("expand_v", 1.0)
+        return k * v / kw.get("num_heads", 4)
+
+    a = ss.search("gla", 64, reference=tiny[0])
+    assert a["d_model"] == 16 and a["exact"]
+    assert all(formula(o.kwargs) == 64 == o.state.numbers for o in a["exact"])
+    assert a["exact"][0].changed == 1
+    lines = ss.search_lines(a)
+    assert lines[0].startswith("gla: recurrent state per layer at d_model 16")
+    assert f"  {a['exact'][0].flag}" in lines
+    b = ss.search("gla", 100, reference=tiny[0])  # none exact: the nearest on both sides
+    assert not b["exact"] and formula(b["below"].kwargs) < 100 < formula(b["above"].kwargs)
+    line = fails_with(["state", "gla", "--target", "1", "--reference", tiny[0]],
+                      "below the smallest state per layer")
+    count, kw = re.search(r"for gla: ([\d,]+) with --kwargs '(\{.*\})'", line).groups()
+    assert formula(json.loads(kw)) == int(count.replace(",", "")) > 1
+    assert ss.search("gla", 10**6, reference=tiny[0])["smallest"].kwargs == json.loads(kw)
+    fails_with(["state", "mamba2", "--target", "256"], "built-in model")
