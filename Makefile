@@ -170,3 +170,11 @@ lint: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# docs/results/leaderboard.md (and .json): every family at equal state, generated from the
+# placements' record.json files (scripts/placement_records.py writes them from the run records)
+# and the zoo-frontier archive (tests/experiments/test_leaderboard.py)
+.PHONY: leaderboard
+leaderboard: $(STAMP)
+	$(BIN)/python scripts/placement_records.py
+	$(BIN)/python scripts/leaderboard.py
