@@ -224,6 +224,27 @@ def test_a_dry_run_counts_the_references_records_and_writes_nothing(tiny, tmp_pa
     assert len(window) == 7 * 8 - 8 and len(confirm) == 8
 
 
+def test_the_command_prints_the_plan_in_100_columns(tiny, monkeypatch):
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    ref, _ = tiny
+    monkeypatch.chdir(ref.parent)  # short relative paths, as a user types them
+    out = ref.parent / "out"
+    r = CliRunner().invoke(app, ["lr-window", MIXER, "--kwargs", json.dumps(KWARGS), "--table",
+                                 "3", "--lrs", "1e-3,3e-3,1e-2", "--reference", ref.name,
+                                 "--out", "out", "--dry-run", "--no-estimate"],
+                           env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    assert all(len(line) <= 100 for line in r.stdout.splitlines())
+    text = " ".join(r.stdout.split())
+    assert "records that count (not retrained): 8 at lr 0.003" in text
+    assert "runs at most: 16 on the ladder, 32 more if it grows to both bounds, 8 to confirm" \
+        in text
+    assert "rule: Selection kept apart from confirmation" in text and not out.exists()
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 class Bounded(nn.Module):
