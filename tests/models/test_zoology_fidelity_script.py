@@ -74,3 +74,33 @@ def test_bad_input_is_one_error_line_and_exit_2(fidelity, tmp_path, capsys, case
     out = capsys.readouterr()
     assert out.out == "" and out.err.count("\n") == 1 and out.err.startswith("error: ")
     assert needle in out.err and "Traceback" not in out.err
+
+
+def test_a_lab_block_that_drops_a_parameters_use_is_different_not_a_crash(fidelity):
+    """A lab block changed so that a mapped parameter gets no gradient (the norm2 residual
+    removed, norm2 kept) is a difference: the record says which parameter and the report ends
+    in DIFFERENT, where a TypeError traceback used to end it."""
+    import torch
+
+    lab, zoo = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    zoo.load_state_dict(lab.state_dict())
+    x = torch.ones(1, 2)
+    lab(x).sum().backward()
+    (zoo(x).sum() + 0 * zoo.bias.sum()).backward()
+    names = {"weight": "weight", "bias": "bias"}
+    grads, missing = fidelity.compare_grads(names, dict(lab.named_parameters()),
+                                            dict(zoo.named_parameters()))
+    assert missing == [] and max(grads.values()) == 0.0  # the same module: equal
+    lab.zero_grad(set_to_none=True)
+    (lab.weight @ x.T).sum().backward()  # the lab's bias is no longer used
+    grads, missing = fidelity.compare_grads(names, dict(lab.named_parameters()),
+                                            dict(zoo.named_parameters()))
+    assert missing == ["bias (no gradient on the lab's side)"]
+    rec = {"zoology": {"commit": "c", "path": "p", "config": "m", "run_id": "r"},
+           "cpu_patches": [], "batch": 1, "seed": 0, "params": {"zoology": 6, "lab": 6},
+           "logits_max_abs_diff": 0.0, "grad_max_rel_diff": max(grads.values()),
+           "grad_worst": "weight", "grads_compared": 2, "grads_one_sided": missing,
+           "steps": 0, "equal": False}
+    text = fidelity.report(rec)
+    assert text.splitlines()[-1].startswith("DIFFERENT")
+    assert "gradient on one side only: 1 parameters, first bias" in text
