@@ -712,6 +712,9 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         answer["wall_s_this_call"] = time.perf_counter() - started
         answer["folder"] = str(folder)
         write_answer(answer, folder, rows, plots=plots)
+        from recall_lab.experiments.records import write_placement_record
+
+        write_placement_record(folder, threads)  # record.json: what verify and the leaderboard read
         return answer
 
 

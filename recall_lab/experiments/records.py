@@ -394,3 +394,15 @@ def write_record(folder: Path, record: dict) -> Path:
     path = Path(folder) / RECORD
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
+
+
+def lab_commit() -> str | None:
+    """The lab's git commit (HEAD of the checkout it runs from), where it runs from one."""
+    return _git("rev-parse", "HEAD")
+
+
+def write_placement_record(folder: Path, threads: int | None = None) -> Path:
+    """record.json of a placement that just finished on this machine (`place` calls it): the
+    machine's CPU model and cores, the torch threads per worker, and the lab's commit."""
+    return write_record(folder, build_record(folder, machine=this_machine(threads),
+                                             commit=lab_commit()))

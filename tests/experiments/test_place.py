@@ -272,6 +272,13 @@ def test_claims_come_first_and_a_stopped_placement_resumes(tiny, tmp_path, monke
         assert index["registration"]["sha256"] == regs[-1]["sha256"]
         assert not (folder / sub / "claims.json").exists()
     assert "pre-registered" in (folder / "report.md").read_text()
+    # its record: the schema's, hash-bound claims, this machine, the time over segments
+    from recall_lab.experiments.records import read_record
+
+    record = read_record(folder)
+    assert record["claims"]["binding"] == "hash" and record["claims"]["runs_bound"] == 3
+    assert record["machine"]["cores"] and record["time"]["runs"] == 3
+    assert [len(e["seeds_run"]) for e in record["evaluation_results"]] == [2]
     cell = answer["cells"][0]
     # the 6-step runs do not solve (test accuracy < 0.9): stopped after 2 of 4 seeds
     assert cell["solved"]["k"] == 0
