@@ -235,15 +235,20 @@ def _dur(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def _secs(x: float) -> str:
+    return f"{x:.1f} s" if x >= 0.05 else "under 0.1 s"
+
+
 def estimate_lines(est: dict, upper: str = "", width: int = 100) -> list[str]:
     """What a dry run prints, in lines of at most `width` (whole words; the caller passes the
     console's width and prints them as they are, so nothing re-wraps them): the estimate, and
     the probes it came from."""
     w, th = est["workers"], est["threads"]
     st = est.get("startup")
+    phases = f" ({st['phases']} phases)" if st and st["phases"] > 1 else ""
     started = ("start-up included: "
-               f"{st['worker_s']:.1f} s to start a worker, once per phase ({st['phases']}), and "
-               "each run's own below" if st else "start-up not counted")
+               f"{_secs(st['worker_s'])} to start each worker of each sweep{phases}, and each "
+               "run's own (below)" if st else "start-up not counted")
     head = (f"estimated wall time: {_dur(est['wall_s'])} on {w} worker{'s' if w != 1 else ''} "
             f"x {th} thread{'s' if th != 1 else ''} ({est['runs']} runs, "
             f"{_dur(est['run_s'])} of runs in all; full step budgets{upper}; {started}; an "
@@ -252,8 +257,8 @@ def estimate_lines(est: dict, upper: str = "", width: int = 100) -> list[str]:
     lines = textwrap.wrap(head, width, subsequent_indent="  ", break_long_words=False,
                           break_on_hyphens=False)
     for p in est["probes"]:
-        start = (f", {p['startup_s']:.1f} s of start-up a run" if p.get("startup_s") is not None
-                 and st else "")
+        start = (f", {_secs(p['startup_s'])} of start-up a run"
+                 if p.get("startup_s") is not None and st else "")
         lines += textwrap.wrap(
             f"probe {p['label']} at {p['batch']} x {p['length']} on {p['device']}: "
             f"{p['step_s'] * 1e3:,.0f} ms a step, {p['forward_s'] * 1e3:,.0f} ms a forward "

@@ -70,7 +70,7 @@ def test_the_estimate_includes_start_up_a_worker_per_phase_and_a_run_each(tiny, 
     assert out["startup"] == {"worker_s": 7.0, "phases": 2}
     assert [p["startup_s"] for p in out["probes"]] == [5.0]
     text = " ".join(" ".join(est.estimate_lines(out)).split())
-    assert "start-up included: 7.0 s to start a worker" in text
+    assert "start-up included: 7.0 s to start each worker of each sweep (2 phases)" in text
     assert "5.0 s of start-up a run" in text
 
 

@@ -555,3 +555,17 @@ def test_state_target_lists_the_kwargs_that_give_it(tiny, monkeypatch):
     assert formula(json.loads(kw)) == int(count.replace(",", "")) > 1
     assert ss.search("gla", 10**6, reference=tiny[0])["smallest"].kwargs == json.loads(kw)
     fails_with(["state", "mamba2", "--target", "256"], "built-in model")
+
+
+def test_claims_give_each_layers_count_and_a_log_l_count_with_its_length():
+    """One state convention in place's claims: per layer, each layer's count where they differ
+    (Based's 384 and 2,925, never their mean 1,654.5) and a log L count with its length."""
+    from recall_lab.experiments.state import LayerState
+
+    based = pl.Row("based / feature_dim=8", kwargs={"feature_dim": 8},
+                   state=LayerState((384 + 2925) / 2, "constant", layers=(384.0, 2925.0)))
+    text = pl._who(based)
+    assert text == "based / feature_dim=8 (384 (layer 1) / 2,925 (layer 2) per layer)"
+    assert "1,654.5" not in text
+    loglin = pl.Row("log-linear-mamba2", state=LayerState(512.0, "log L", length=66))
+    assert pl._who(loglin) == "log-linear-mamba2 (512 at 66 tokens (log L) per layer)"
