@@ -100,8 +100,9 @@ def test_small_vocabularies_keep_the_full_head():
 
 HEAD_SINCE = "2026-11-28T04:17:51+00:00"  # the commit that added the scored-positions head
 # result folders of checks (not sweeps) made after the head existed, which record a vocabulary
-# of 8,192: zoology-fidelity compares the lab's model with zoology's on all logits (2026-11-29)
-CHECKS_AFTER_HEAD = ("zoology-fidelity",)
+# of 8,192: zoology-fidelity compares the lab's model with zoology's on all logits (2026-11-29);
+# forgetting-mqar compares the task's rows with zoology's generator at vocabulary 8,192 (no model)
+CHECKS_AFTER_HEAD = ("zoology-fidelity", "forgetting-mqar")
 
 
 def test_every_committed_run_is_below_the_threshold():
