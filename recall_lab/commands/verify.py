@@ -45,9 +45,9 @@ def register(app: GuardedApp) -> None:
                 f"equal; data hashes: {p['hashes']['data']} of {p['hashes']['data']} tables "
                 "equal")
             for x in p["runs"]:
-                say(f"would train {x['name']}: table {x['table']:g}, seed {x['seed']}, recorded "
-                    f"test accuracy {x['test_acc']:.4f} "
-                    f"({'solved' if x['solved'] else 'not solved'})")
+                say(f"would train {x['name']}: table {x['table']:g}, seed {x['seed']}")
+                say(f"  recorded: test accuracy {x['test_acc']:.4f}, "
+                    f"{'solved' if x['solved'] else 'not solved'}")
             if p["estimate"]:
                 for line in estimate_lines(p["estimate"], "; a run stops early at stop_at"):
                     say(line)
