@@ -19,6 +19,7 @@ from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent
 PACKAGES = ("recall_lab",)
+SECTIONS = ("recall_lab.generators", "recall_lab.proofs")
 # the CLI's typer glue has no library API; its commands are documented in commands.md
 SKIP = ("recall_lab.cli", "recall_lab.commands")
 COMMANDS_PAGE = "commands.md"
@@ -67,8 +68,9 @@ def on_config(config):
     for handler in logging.getLogger("mkdocs").handlers:
         handler.addFilter(_FILTER)
     sections: dict[str, list] = {}
-    for name in modules():
-        sections.setdefault(name.split(".")[0], []).append({name: _page(name)})
+    for name in modules():  # the generators and the proofs keep sections of their own
+        key = next((s for s in SECTIONS if name == s or name.startswith(s + ".")), PACKAGES[0])
+        sections.setdefault(key, []).append({name: _page(name)})
     config["nav"].append({"API reference": [{pkg: pages} for pkg, pages in sections.items()]})
     return config
 

@@ -56,7 +56,7 @@ def test_site_builds_strict(tmp_path):
     assert "recall_lab.generators.vocab" in modules and "recall_lab.ssm" in modules
     for name in modules:
         assert (site / "api" / (name.replace(".", "/") + ".html")).is_file(), name
-    vocab = (site / "api/generators/vocab.html").read_text()
+    vocab = (site / "api/recall_lab/generators/vocab.html").read_text()
     assert "The token layout" in vocab
     # the command reference, generated from the CLI: every command, sub-groups included
     commands = (site / "commands.html").read_text()

@@ -28,7 +28,7 @@ def test_set_threads_says_how_it_chose(monkeypatch):
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         assert set_threads(None).endswith("(OMP_NUM_THREADS)")
         monkeypatch.delenv("OMP_NUM_THREADS")
-        monkeypatch.setattr("recall_lab.commands.training.default_threads", lambda: 1)
+        monkeypatch.setattr("recall_lab.threads.default_threads", lambda: 1)
         assert set_threads(None).startswith("1 torch thread (of ")
         assert set_threads(None).endswith(" cores, those idle at the start; --threads sets it)")
     finally:
