@@ -62,6 +62,7 @@ from recall_lab.experiments.grid import (
 )
 from recall_lab.experiments.memory import row_memory
 from recall_lab.experiments.place_plots import place_figures
+from recall_lab.experiments.records import write_placement_record
 from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, read_protocol
 from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs, run_binding
 from recall_lab.experiments.state import LayerState, common_state, run_state
@@ -712,8 +713,6 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         answer["wall_s_this_call"] = time.perf_counter() - started
         answer["folder"] = str(folder)
         write_answer(answer, folder, rows, plots=plots)
-        from recall_lab.experiments.records import write_placement_record
-
         write_placement_record(folder, threads)  # record.json: what verify and the leaderboard read
         return answer
 

@@ -25,12 +25,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recall_lab import checkpoint as ck
+from recall_lab.data import DataSource
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
-from recall_lab.experiments.grid import config_hash
+from recall_lab.experiments.grid import config_hash, numeric
 from recall_lab.experiments.timing import total_time
 from recall_lab.generators.errors import RecallLabError
+from recall_lab.runs import run_config_from_json
 
 RECORD = "record.json"
 SCHEMA_VERSION = "1.0.0"
@@ -76,11 +80,6 @@ def content_hash(record: dict) -> str:
 def first_batch_sha256(tables: dict) -> str:
     """SHA-256 of a run's first training batch (inputs then targets, int64 little-endian): the
     data generator's output for that config, checked by `verify` on another machine."""
-    import numpy as np
-
-    from recall_lab.data import DataSource
-    from recall_lab.runs import run_config_from_json
-
     cfg = run_config_from_json(tables, "a record's config")
     x, y = DataSource.for_run(cfg).batch(0, cfg.train.batch_size, "cpu")
     h = hashlib.sha256()
@@ -180,8 +179,6 @@ def rebuild(shape: dict, seed: int, lr: float) -> dict:
 
 
 def _size(levels: Any) -> float:
-    from recall_lab.experiments.grid import numeric
-
     return float(numeric("task.levels", levels))
 
 
@@ -368,8 +365,6 @@ def _state_class(state: dict) -> str:
 
 
 def config_hash_of(tables: dict) -> str:
-    from recall_lab.runs import run_config_from_json
-
     return config_hash(run_config_from_json(tables, "a run's config"))
 
 

@@ -28,8 +28,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import torch
+
 from recall_lab.experiments import records as rec
+from recall_lab.experiments.estimate import estimate as time_runs
 from recall_lab.generators.errors import RecallLabError
+from recall_lab.models.registry import listed_models
+from recall_lab.runs import run_config_from_json
+from recall_lab.train import train_run
 
 VERIFY = "verify.json"
 
@@ -38,8 +44,6 @@ def import_mixer(record: dict) -> None:
     """The record's mixer imports here, or one line naming its import path."""
     path = record["model_info"]["id"]
     if ":" not in path:
-        from recall_lab.models.registry import listed_models
-
         if path not in listed_models():
             raise RecallLabError(f"the record's model {path!r} is not a model of this lab")
         return
@@ -115,9 +119,6 @@ def plan(path: Path, runs: int | None = None, threads: int = 1,
     chosen = sample(record, runs)
     out = {"record": record, "hashes": hashes, "runs": chosen, "estimate": None}
     if estimate:
-        from recall_lab.experiments.estimate import estimate as time_runs
-        from recall_lab.runs import run_config_from_json
-
         cfgs = [(f"table {r['table']:g}", run_config_from_json(cell_config(record, r), r["name"]))
                 for r in chosen]
         out["estimate"] = time_runs([cfgs], workers=1, threads=threads)
@@ -144,11 +145,6 @@ def verify(path: Path, runs: int | None = None, threads: int = 1, out: Path | No
            say=None) -> dict:
     """Check, then re-train the sample and compare outcomes; writes verify.json and the runs'
     folders into the destination. Returns the verification (what verify.json holds)."""
-    import torch
-
-    from recall_lab.runs import run_config_from_json
-    from recall_lab.train import train_run
-
     say = say or (lambda _line: None)
     p = plan(path, runs, threads, estimate=False)
     record = p["record"]
