@@ -272,7 +272,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", plots: bool = True, say=None, monitor=None,
           dry_run: bool = False, estimate: bool = True, quiet: bool = False,
-          memory: bool = False) -> dict:
+          memory: bool = False, pilot_rule: int = 1, lr_window: bool = False) -> dict:
     """Place a mixer (a built-in name, a zoo mixer, an import path or a plug-in, built with
     `kwargs`) on the recall-against-state frontier: the reference's protocol (default: the
     shipped zoo-frontier records; "frontier-2026": them plus the placed 2025-26 families; or
@@ -286,7 +286,10 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     without checking, training or writing anything, and with `estimate` its "estimate": the
     wall time of the pilot then every cell at its full budget, from a timing probe of each
     table's shape (`experiments.estimate`); `memory` also measures the layer as a memory
-    outside training where the mixer offers `memory_spec()` (minutes)."""
+    outside training where the mixer offers `memory_spec()` (minutes). `pilot_rule` 2: the
+    pilot's rule for new placements (2 seeds per lr, ranked by their mean, the grid extended at
+    an edge; its own folder). `lr_window`: once the cells finish, the lr window at the
+    placement's boundary table (`lr_window`, as `rl.lr_window`), under "lr_window"."""
     if not quiet and (say is None or monitor is None):
         console = _console()
         say = say or (lambda text: console.print(text, markup=False, highlight=False))
@@ -294,7 +297,13 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     answer = place_mixer(mixer, kwargs, tables=tables, seeds=seeds, workers=workers,
                          threads=threads, engine=engine, reference=reference, check=check,
                          out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run,
-                         memory=memory)
+                         memory=memory, pilot_rule=pilot_rule)
+    if lr_window and not dry_run:
+        from recall_lab.experiments.lr_window import after_placement
+
+        answer["lr_window"] = after_placement(answer, workers=workers, threads=threads,
+                                              engine=engine, reference=reference, out=out,
+                                              plots=plots, say=say, monitor=monitor)
     if dry_run:
         phases = [[(estimate_label(r), r.config) for r in e.runs]
                   for e in answer.pop("experiments", [])]

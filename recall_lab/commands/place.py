@@ -59,6 +59,13 @@ def register(app: GuardedApp) -> None:
         memory: bool = typer.Option(False, "--memory", help="Also measure the layer as a "
                                     "memory outside training (no decay; minutes), where the "
                                     "mixer offers memory_spec() (docs/mixers.md)."),
+        pilot_rule: int = typer.Option(1, "--pilot-rule", help="The lr pilot's rule: 1 (the "
+                                       "reference's: one seed per lr) or 2 (two seeds per lr "
+                                       "ranked by their mean, the grid extended at an edge; a "
+                                       "different protocol, in its own folder)."),
+        lr_window: bool = typer.Option(False, "--lr-window", help="Once the cells finish, "
+                                       "measure the lr window at the placement's boundary "
+                                       "table (as `recall-lab lr-window`; hours)."),
     ) -> None:
         """Place a mixer on the recall-against-state frontier: the reference's protocol (the
         zoo-frontier's tables, budgets, lr pilot rule, cut rule, solve threshold) run for it,
@@ -93,7 +100,8 @@ def register(app: GuardedApp) -> None:
                            threads=threads, engine=engine, reference=reference, check=check,
                            out=out, plots=plots, say=say,
                            monitor=api.place_monitor(console), dry_run=dry_run,
-                           estimate=estimate, memory=memory)
+                           estimate=estimate, memory=memory, pilot_rule=pilot_rule,
+                           lr_window=lr_window)
         if dry_run:
             say(f"{answer['label']}: recurrent state per layer {answer['state']['text']}; "
                 f"reference {answer['reference']}; {answer['pilot_runs']} pilot runs, up to "
@@ -122,6 +130,12 @@ def register(app: GuardedApp) -> None:
             f"failed; {answer['wall_s_this_call']:.0f} s")
         say(f"written: {answer['folder']}/report.md, row.md, answer.json"
             + (", place-solved-state.png, place-frontier.png" if answer["figures"] else ""))
+        if answer.get("lr_window"):
+            from recall_lab.experiments.lr_window import lines as window_lines
+
+            for line in window_lines(answer["lr_window"]):
+                say(line)
+            say(f"written: {answer['lr_window']['folder']}/report.md")
         return 1 if r["failed"] else 0
 
     @app.command()

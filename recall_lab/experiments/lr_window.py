@@ -693,6 +693,25 @@ def pilot_lines(pilot: dict, mixer: str, kwargs: dict | None, table: float | Non
     return out
 
 
+def after_placement(answer: dict, **kw: Any) -> dict | None:
+    """`place --lr-window`: the lr window of a finished placement's mixer at its boundary table
+    (`boundary_table` of its cells), with `kw` as `lr_window`'s (workers, reference, out, ...);
+    its answer, or None where every table was solved in every seed (no boundary). The
+    placement's own cells at that table count as their lr's seeds; the mixer passed its check
+    before the placement trained, so it is not checked again."""
+    cells = {c["size"]: stats.wilson(c["solved"]["k"], c["solved"]["n"])
+             for c in answer["cells"] if c["solved"]}
+    table = boundary_table(cells)
+    say = kw.get("say") or (lambda _text: None)
+    if table is None:
+        say("lr window: no boundary table (every table solved in every seed)")
+        return None
+    say(f"lr window at the boundary table, {table:g}")
+    records = [*kw.pop("records", []), answer["folder"]]  # the placement's cells count
+    return lr_window(answer["mixer"], answer["kwargs"], table=table, check=False,
+                     records=records, **kw)
+
+
 # ---- the answer in words ------------------------------------------------------------------------
 
 def _g(x: float | None) -> str:
@@ -793,6 +812,7 @@ def write_answer(answer: dict, folder: Path, plots: bool = True) -> list[Path]:
     return [folder / ANSWER, folder / "report.md", *map(Path, answer["figures"])]
 
 
-__all__ = ["BOUNDS", "CONFIRM", "CONFIRM_FROM", "LADDER", "PILOT_SEEDS", "RULE", "assess",
-           "boundary_table", "check_ladder", "confirmation", "grow", "half_decade", "lr_window",
-           "next_seeds", "pilot_lines", "pilot_rule_2", "window_experiment"]
+__all__ = ["BOUNDS", "CONFIRM", "CONFIRM_FROM", "LADDER", "PILOT_SEEDS", "RULE",
+           "after_placement", "assess", "boundary_table", "check_ladder", "confirmation", "grow",
+           "half_decade", "lr_window", "next_seeds", "pilot_lines", "pilot_rule_2",
+           "window_experiment"]

@@ -36,6 +36,7 @@ Order of work, each step resumable (finished runs are skipped, interrupted ones 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -235,12 +236,18 @@ def cells_experiment(protocol: Protocol, table: dict, sizes: list[float], seeds:
     return expand(data, "cells")
 
 
-def pilot_experiment(protocol: Protocol, table: dict) -> Experiment:
+def pilot_experiment(protocol: Protocol, table: dict, lrs: list[float] | None = None
+                     ) -> Experiment:
+    """The pilot's runs: its lrs (`lrs`: a grid pilot rule 2 extended) at its table and seed;
+    under pilot rule 2 its seeds are an axis too (rule 1's runs keep their configs)."""
     p = protocol.pilot
+    grid: dict[str, list] = {"train.lr": list(lrs or p["lrs"])}
+    if p.get("rule", 1) == 2:
+        grid["train.seed"] = list(p["seeds"])
     data = {"name": "pilot", "model": _model(protocol, table),
             "train": {**protocol.base["train"], "steps": p["steps"], "seed": p["seed"]},
             "task": {**protocol.base["task"], "levels": p["levels"]},
-            "grid": {"train.lr": p["lrs"]},
+            "grid": grid,
             "report": {"metric": "valid.acc", "solve_at": protocol.solve_at}}
     return expand(data, "pilot")
 
@@ -593,10 +600,32 @@ def folder_name(label: str, table: dict, protocol_id: str) -> str:
 
 def _protocol_id(folder: Path, protocol: Protocol) -> str:
     """What identifies the reference for the placement folder's name: its protocol file and
-    experiment file's text."""
+    experiment file's text (and pilot rule 2, a different protocol, where it is used)."""
     spec = (folder / "place.toml").read_text()
-    return hashlib.sha256(spec.encode() + json.dumps(
+    ident = hashlib.sha256(spec.encode() + json.dumps(
         [protocol.base, [t.size for t in protocol.tables]], sort_keys=True).encode()).hexdigest()
+    if protocol.pilot.get("rule", 1) != 1:
+        ident = hashlib.sha256(f"{ident} pilot rule {protocol.pilot['rule']}".encode()
+                               ).hexdigest()
+    return ident
+
+
+def _folder_name(label: str, table: dict, ref: Path, protocol: Protocol) -> str:
+    """`folder_name`, with "-pilot2" where the placement runs pilot rule 2."""
+    name = folder_name(label, table, _protocol_id(ref, protocol))
+    return name + ("-pilot2" if protocol.pilot.get("rule", 1) == 2 else "")
+
+
+def _pilot_rule_2(exp: Experiment, root: Path, tie: float) -> dict:
+    """Pilot rule 2 on the pilot's runs (`lr_window.pilot_rule_2`): every lr's held-out
+    accuracies by seed, their means, the pick, and the lr that extends the grid at an edge."""
+    from recall_lab.experiments.lr_window import pilot_rule_2
+
+    accs: dict[float, list[float | None]] = {}
+    for r in sorted(records(exp, root), key=lambda r: r.config["train.seed"]):
+        accs.setdefault(r.config["train.lr"], []).append(
+            r.metric("valid.acc") if r.status == "done" else None)
+    return pilot_rule_2(accs, tie)
 
 
 def _now() -> str:
@@ -615,18 +644,28 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
           address: str | None = None, reference: str | Path | None = None, check: bool = True,
           out: str | Path = "runs", monitor: Callable[[str], Monitor] | None = None,
           say: Callable[[str], None] | None = None, plots: bool = True,
-          dry_run: bool = False, memory: bool = False) -> dict:
+          dry_run: bool = False, memory: bool = False, pilot_rule: int = 1) -> dict:
     """Place `mixer` (a built-in name, a zoo mixer, an import path or a plug-in; `kwargs` for
     its class) against the reference (default: the shipped zoo-frontier). Returns the answer
     (also answer.json in the placement folder); with `dry_run`, the plan only (state,
     claims, runs), nothing checked, trained or written. `memory`: also measure the layer as a
-    memory (experiments/memory.py; minutes), where the mixer offers `memory_spec()`."""
+    memory (experiments/memory.py; minutes), where the mixer offers `memory_spec()`.
+    `pilot_rule` 2: the pilot runs 2 seeds per lr, ranks the lrs by their mean held-out
+    accuracy and extends its grid at an edge (`lr_window.pilot_rule_2`); a different protocol,
+    so the placement gets its own folder (`...-pilot2`)."""
     say = say or (lambda _text: None)
     started = time.perf_counter()
+    if pilot_rule not in (1, 2):
+        raise RecallLabError(f"--pilot-rule must be 1 or 2, got {pilot_rule}")
     with open_reference(reference) as ref:
         if not Path(ref).is_dir():
             raise RecallLabError(f"reference folder {ref} does not exist")
         protocol = read_protocol(ref)
+        if pilot_rule == 2:
+            from recall_lab.experiments.lr_window import PILOT_SEEDS
+
+            protocol = dataclasses.replace(protocol, pilot={**protocol.pilot, "rule": 2,
+                                                            "seeds": list(PILOT_SEEDS)})
         rows, ref_groups = reference_rows(ref, protocol)
         sizes = _sizes(protocol, tables)
         seed_list = _seeds(protocol, seeds)
@@ -645,11 +684,11 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         if dry_run:
             return {"dry_run": True, "label": label, "model": table, "state": state_json(state),
                     "reference": ref_name, "tables": sizes, "seeds": seed_list,
-                    "claims": claims, "pilot_runs": len(protocol.pilot["lrs"]),
+                    "claims": claims,
+                    "pilot_runs": len(pilot_experiment(protocol, table).runs),
                     "cell_runs": len(probe.runs),
                     "experiments": [pilot_experiment(protocol, table), probe],  # the estimate's
-                    "folder": str(Path(out) / folder_name(label, table, _protocol_id(
-                        Path(ref), protocol)))}
+                    "folder": str(Path(out) / _folder_name(label, table, Path(ref), protocol))}
         if check:
             say(f"checking {label} (correctness rows of `recall-lab check`) ...")
             failed = [c for c in run_checks(target, learning=False, speed=False)
@@ -659,7 +698,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                 why = " ".join(f"{c.value}{' (' + c.detail + ')' if c.detail else ''}".split())
                 raise RecallLabError(f"{label} fails the check row '{c.name}': {why}; nothing "
                                      "trained (--no-check places it anyway)")
-        folder = Path(out) / folder_name(label, table, _protocol_id(Path(ref), protocol))
+        folder = Path(out) / _folder_name(label, table, Path(ref), protocol)
         folder.mkdir(parents=True, exist_ok=True)
         plan_path = folder / PLAN
         plan = ck.read_json(plan_path, "placement plan") if plan_path.is_file() else {}
@@ -679,10 +718,21 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
 
         pilot = pilot_experiment(protocol, table)
         say(f"lr pilot: {len(pilot.runs)} runs at table {protocol.pilot['size']:g}, seed "
-            f"{protocol.pilot['seed']}")
+            + (f"{protocol.pilot['seed']}" if protocol.pilot.get("rule", 1) == 1 else
+               f"s {', '.join(map(str, protocol.pilot['seeds']))} (pilot rule 2)"))
         sweep = _sweeper(folder, workers, threads, engine, address, monitor, bound)
         sweep(pilot, None)
-        lr, accs = _pilot_lr(pilot, folder, protocol.pilot["tie"])
+        rule_2 = None
+        while protocol.pilot.get("rule", 1) == 2:  # an edge winner extends the grid
+            rule_2 = _pilot_rule_2(pilot, folder, protocol.pilot["tie"])
+            if rule_2["extend"] is None:
+                break
+            say(f"pilot: {rule_2['note']}")
+            pilot = pilot_experiment(protocol, table, sorted([*rule_2["means"],
+                                                              rule_2["extend"]]))
+            sweep(pilot, None)
+        lr, accs = ((rule_2["lr"], rule_2["means"]) if rule_2 is not None
+                    else _pilot_lr(pilot, folder, protocol.pilot["tie"]))
         if lr is None:
             raise RecallLabError(f"no pilot run of {label} finished (see {folder / 'pilot'} "
                                  "sweep.json for the errors)")
@@ -710,6 +760,9 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                 sweep(exp, only)
         answer = build_answer(folder, plan, protocol, rows, ref_groups, exp, pilot, lr, accs,
                               cells, verdicts, cut, label, state, memory)
+        if rule_2 is not None:  # every seed's accuracy, the means, interior or not
+            answer["pilot_rule"] = {**rule_2, **{k: {f"{lr_:g}": v for lr_, v in rule_2[k].items()}
+                                                 for k in ("accs", "means")}}
         answer["wall_s_this_call"] = time.perf_counter() - started
         answer["folder"] = str(folder)
         write_answer(answer, folder, rows, plots=plots)
@@ -868,7 +921,7 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         f"layer: {answer['state']['text']} (`state.run_state`). lr {answer['lr']:g} by the "
         "pilot's rule (held-out accuracy per lr: "
         + ", ".join(f"{k}: {'-' if v is None else f'{v:.3f}'}" for k, v in
-                    answer["pilot"].items()) + ").", "",
+                    answer["pilot"].items()) + ").", "", *_pilot_rule_lines(answer),
         "## The row", "",
         "Seeds solved with a Wilson 95% interval; \"stopped\": the cell stopped launching seeds "
         "once its verdicts were settled (below); \"-\": not run (the cut rule, or not asked "
@@ -907,6 +960,21 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
         lines += ["## Figures", ""] + [f"![{Path(p).stem}]({Path(p).name})"
                                        for p in answer["figures"]]
     return "\n".join(lines) + "\n"
+
+
+def _pilot_rule_lines(answer: dict) -> list[str]:
+    """Under pilot rule 2: every pilot accuracy and mean, whether the winner is interior, and
+    where it is not the lr-window command at the boundary table (`lr_window.pilot_lines`)."""
+    p = answer.get("pilot_rule")
+    if not p:
+        return []
+    from recall_lab.experiments.lr_window import boundary_table, pilot_lines
+
+    cells = {c["size"]: stats.wilson(c["solved"]["k"], c["solved"]["n"])
+             for c in answer["cells"] if c["solved"]}
+    pilot = {**p, **{k: {float(x): v for x, v in p[k].items()} for k in ("accs", "means")}}
+    return [f"- {line}" for line in pilot_lines(pilot, answer["mixer"], answer["kwargs"],
+                                                 boundary_table(cells))] + [""]
 
 
 def _memory_lines(answer: dict) -> list[str]:
