@@ -246,9 +246,12 @@ def status(spec: dict, run_regs: list[str | None], registry: dict,
         msg = f"written after {after + unknown} of its {n} runs started (exploratory there)"
     elif bound == n:
         st = "pre-registered"
-        msg = (f"fixed before all {n} runs of its rows ({first['time']}{where}{dirty}); each "
-               f"run stores its registration's hash ({first.get('sha256', '')[:16]}) and was "
-               "launched after it")
+        stamps = [a for a in at_list if when(a) is not None]
+        launched_first = min(stamps, key=when) if stamps else "-"
+        hashed = next((r for r in reversed(holding) if r.get("sha256")), {})
+        msg = (f"fixed before all {n} runs of its rows ({first['time']}{where}{dirty}; first "
+               f"run launched {launched_first}); each run stores its registration's hash "
+               f"({hashed.get('sha256', '')[:16]}) and was launched after it")
     else:
         st = "time only"
         msg = (f"registered before its runs by time only, to the second ({first['time']}"
