@@ -56,6 +56,7 @@ ARGS = {
     "check": ["mha", "--no-learning", "--no-speed"],
     "place": ["mha", "--dry-run", "--no-estimate"],
     "lr-window": ["mha", "--table", "16", "--dry-run", "--no-estimate"],
+    "state": ["gla", "--target", "256"],
 }
 # Options whose every string is a valid value (an output path): not fuzzed (any value is good).
 # Each is named with its reason; test_every_command_has_its_arguments keeps the list honest.
