@@ -287,7 +287,7 @@ def assess(recs: list[RunRecord], ladder: list[float], protocol: Protocol,
     # the window's seeds only: a confirmation seed never chooses the lr (the rule)
     recs = [r for r in recs if r.config.get("train.lr") in ladder
             and r.config.get("train.seed", 0) < CONFIRM_FROM]
-    groups = aggregate(recs, ["train.lr"], metric, solve_at)[1] if recs else []
+    groups = aggregate(recs, ["train.lr"], metric, solve_at, survival=False)[1] if recs else []
     by_lr = {g.values["train.lr"]: g for g in groups}
     for lr, g in by_lr.items():
         g.label = f"lr {lr:g}"

@@ -250,10 +250,12 @@ def check_metric(runs: list[RunRecord], metric: str) -> None:
 
 
 def aggregate(runs: list[RunRecord], by: list[str] | None = None,
-              metric: str = "test.acc",
-              solve_at: float = stats.SOLVE_AT) -> tuple[list[str], list[Group]]:
+              metric: str = "test.acc", solve_at: float = stats.SOLVE_AT, *,
+              survival: bool = True) -> tuple[list[str], list[Group]]:
     """Groups with their best lr (on the validation twin of `metric`), test mean/std, seeds
-    solved (metric >= solve_at; <= for a loss) with a Wilson interval, and steps to solve."""
+    solved (metric >= solve_at; <= for a loss) with a Wilson interval, and steps to solve;
+    `survival=False` leaves the Kaplan-Meier estimate out (a caller that reads only the counts,
+    round after round: `lr_window.assess`)."""
     check_metric(runs, metric)
     split, _, leaf = metric.partition(".")
     select = f"valid.{leaf}"
@@ -301,7 +303,7 @@ def aggregate(runs: list[RunRecord], by: list[str] | None = None,
                 g.events.append(solved)
                 g.durations.append(float(step if step is not None else last_step(r)))
             try:
-                g.survival = stats.kaplan_meier(g.durations, g.events)
+                g.survival = stats.kaplan_meier(g.durations, g.events) if survival else None
             except stats.NoLifelines:  # no lifelines here: the KM columns stay empty ("-")
                 g.survival = None
     return fields, list(groups.values())
