@@ -57,6 +57,8 @@ ARGS = {
     "place": ["mha", "--dry-run", "--no-estimate"],
     "lr-window": ["mha", "--table", "16", "--dry-run", "--no-estimate"],
     "state": ["gla", "--target", "256"],
+    "verify": [str(Path(__file__).resolve().parents[1] / "docs" / "results" / "frontier-2026"
+                   / "kda" / "record.json"), "--dry-run", "--no-estimate"],
 }
 # Options whose every string is a valid value (an output path): not fuzzed (any value is good).
 # Each is named with its reason; test_every_command_has_its_arguments keeps the list honest.

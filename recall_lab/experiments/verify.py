@@ -104,8 +104,9 @@ def sample(record: dict, runs: int | None = None) -> list[dict]:
 
     if runs is None:
         return [min((r for r in cells if r["table"] == s), key=closeness) for s in edge]
-    if runs < 1:
-        raise RecallLabError(f"--runs must be >= 1, got {runs}")
+    if runs < 1 or runs > len(cells):
+        raise RecallLabError(f"--runs must be from 1 to the record's {len(cells)} cell runs, "
+                             f"got {runs}")
     return sorted(cells, key=closeness)[:runs]
 
 
@@ -113,10 +114,12 @@ def plan(path: Path, runs: int | None = None, threads: int = 1,
          estimate: bool = True) -> dict:
     """Everything `verify` checks before training, and what it would train (with the probe's
     time estimate unless `estimate` is False). Nothing is written."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 4096:
+        raise RecallLabError(f"--threads must be an integer from 1 to 4096, got {threads!r}")
     record = rec.read_record(path)
+    chosen = sample(record, runs)
     import_mixer(record)
     hashes = check_hashes(record)
-    chosen = sample(record, runs)
     out = {"record": record, "hashes": hashes, "runs": chosen, "estimate": None}
     if estimate:
         cfgs = [(f"table {r['table']:g}", run_config_from_json(cell_config(record, r), r["name"]))
