@@ -46,7 +46,7 @@ from recall_lab.generators.errors import RecallLabError
 from recall_lab.models.lm import forward_scored
 from recall_lab.progress import makespan
 from recall_lab.runs import build_run_model
-from recall_lab.train import make_optimizer, objective, optimizer_step
+from recall_lab.train import make_optimizer, objective, optimizer_step, train_run
 
 PROBE_STEPS = 3
 PROBE_WARMUP = 1
@@ -147,8 +147,6 @@ def probe_startup(cfg: RunConfig, p: Probe, threads: int | None = 1) -> float:
     """Seconds a run of `cfg`'s shape spends beyond its steps and evaluations: one run of 1 step
     (one evaluation) trained into a temporary folder, less that step and its evaluations at the
     probe `p`'s times; never below 0."""
-    from recall_lab.train import train_run
-
     t = cfg.train
     one = cfg.model_copy(update={"train": t.model_copy(update={
         "steps": 1, "eval_every": 1, "warmup": 0, "stop_at": None, "patience": None})})

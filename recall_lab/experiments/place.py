@@ -64,17 +64,24 @@ from recall_lab.experiments.grid import (
 from recall_lab.experiments.memory import row_memory
 from recall_lab.experiments.place_plots import place_figures
 from recall_lab.experiments.records import write_placement_record
-from recall_lab.experiments.reference import Protocol, open_reference, pick_lr, read_protocol
+from recall_lab.experiments.reference import (
+    SHIPPED,
+    SHIPPED_REFERENCES,
+    Protocol,
+    open_reference,
+    pick_lr,
+    read_protocol,
+)
 from recall_lab.experiments.report import Group, RunRecord, aggregate, load_runs, run_binding
 from recall_lab.experiments.state import LayerState, common_state, run_state
 from recall_lab.experiments.timing import time_text, total_time
 from recall_lab.experiments.verdicts import (
     NOT_DECIDABLE,
-    _range_verdict,
     censored_ranges,
     free_tables,
     frontier_compare,
     frontier_points,
+    range_verdict,
     three_way,
 )
 from recall_lab.generators.errors import RecallLabError
@@ -346,7 +353,7 @@ def _frontier_verdicts(sizes: list[float], unrun: list[float], b_range: tuple[fl
     found: set[str] = set()
     for combo in itertools.product(_outcomes(n), repeat=len(sizes)):
         pts = list(zip(sizes, combo, strict=True))
-        verdicts = {_range_verdict(r, b_range)
+        verdicts = {range_verdict(r, b_range)
                     for r in censored_ranges(pts, free_tables(pts, unrun))}
         if len(verdicts) == 1:
             found |= verdicts
@@ -389,8 +396,6 @@ def decidability(claim: dict, rows: list[Row], protocol: Protocol, sizes: list[f
 def reference_name(reference: str | Path | None, protocol: Protocol) -> str:
     """What the placement is against, as a user named it: a shipped reference's name (the
     default's too), or a folder with the protocol's experiment name."""
-    from recall_lab.experiments.reference import SHIPPED, SHIPPED_REFERENCES
-
     if reference is None:
         return SHIPPED
     if str(reference) in SHIPPED_REFERENCES and not Path(reference).is_dir():

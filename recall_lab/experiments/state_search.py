@@ -25,9 +25,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from recall_lab.experiments.place import cells_experiment, mixer_table
 from recall_lab.experiments.reference import open_reference, read_protocol
 from recall_lab.experiments.state import LayerState, run_state
 from recall_lab.generators.errors import RecallLabError
+from recall_lab.mixers import load_mixer_class
+from recall_lab.mixers.registry import resolve_mixer
+from recall_lab.models.registry import is_builtin_model
+from recall_lab.testing import resolve_target
 
 INTS = (1, 2, 4, 8, 16, 32, 64)
 FLOATS = (0.125, 0.25, 0.5, 1.0, 2.0)
@@ -73,12 +78,6 @@ def search(mixer: str, target: float, kwargs: dict | None = None,
     "smallest" (Option or None), "searched": {name: [values]}, "tried"}. One RecallLabError
     line for a built-in model, a mixer whose state grows with the sequence, or a target below
     every count found (it names the smallest)."""
-    from recall_lab.experiments.place import cells_experiment, mixer_table
-    from recall_lab.mixers import load_mixer_class
-    from recall_lab.mixers.registry import resolve_mixer
-    from recall_lab.models.registry import is_builtin_model
-    from recall_lab.testing import resolve_target
-
     if target <= 0:
         raise RecallLabError(f"--target must be a positive number of state per layer, got "
                              f"{target:g}")

@@ -579,7 +579,7 @@ def frontier_points(cells: list[Group], fill: bool | None = None
             for g in cells if numeric("task.levels", g.values.get("task.levels")) is not None]
 
 
-def _range_verdict(a: tuple[float, float], b: tuple[float, float]) -> str:
+def range_verdict(a: tuple[float, float], b: tuple[float, float]) -> str:
     if a[0] > b[1]:
         return "beyond"
     if a[1] < b[0]:
@@ -649,7 +649,7 @@ def frontier_compare(a: list[Group], b: list[Group], unrun: list[float] = ()) ->
         a_pts = frontier_points(a, fa)
         for fb in fills:
             b_range = stats.frontier_range(frontier_points(b, fb))
-            per_end.append({_range_verdict(r, b_range)
+            per_end.append({range_verdict(r, b_range)
                             for r in censored_ranges(a_pts, free_tables(a_pts, list(unrun)))})
     every = set().union(*per_end)
     if len(every) == 1:
