@@ -120,10 +120,12 @@ def test_the_readme_lines_run_verbatim_in_a_fresh_clone(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     (clone / ".venv").symlink_to(venv)
-    # the clone's pyproject.toml is older than the venv's stamp, so make does not reinstall
-    # the shared venv from the clone
+    # the stamp's prerequisites in the clone (pyproject.toml and the lock) are older than the
+    # venv's stamp, so make does not reinstall the shared venv from the clone (which would
+    # point its console script and editable install at the clone, deleted after the test)
     old = stamp.stat().st_mtime - 10
-    os.utime(clone / "pyproject.toml", (old, old))
+    for name in ("pyproject.toml", "requirements/test.lock", "requirements/test-nodeps.txt"):
+        os.utime(clone / name, (old, old))
     script = "set -e\n" + "".join(f"echo '{MARK}{i}'\n{line}\n" for i, line in enumerate(lines))
     env = {**os.environ, "DEMO_STEPS": "20", "PYTHONPATH": str(clone)}
     r = subprocess.run(["bash", "-c", script], cwd=clone, env=env, capture_output=True,
