@@ -42,6 +42,7 @@ from recall_lab.experiments.engine import run_sweep
 from recall_lab.experiments.estimate import estimate as estimate_wall
 from recall_lab.experiments.estimate import run_label as estimate_label
 from recall_lab.experiments.grid import expand, load_experiment
+from recall_lab.experiments.lr_window import after_placement
 from recall_lab.experiments.lr_window import lr_window as lr_window_run
 from recall_lab.experiments.place import place as place_mixer
 from recall_lab.experiments.replicate import add_replication
@@ -299,8 +300,6 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                          out=out, plots=plots, say=say, monitor=monitor, dry_run=dry_run,
                          memory=memory, pilot_rule=pilot_rule)
     if lr_window and not dry_run:
-        from recall_lab.experiments.lr_window import after_placement
-
         answer["lr_window"] = after_placement(answer, workers=workers, threads=threads,
                                               engine=engine, reference=reference, out=out,
                                               plots=plots, say=say, monitor=monitor)

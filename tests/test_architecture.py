@@ -85,6 +85,8 @@ DEFERRED: dict[tuple[str, str], str] = {
         "--no-plots` skips it (tests/experiments/test_report.py)",
     ("recall_lab.experiments.report", "recall_lab.experiments.best_of_lr_plot"):
         "matplotlib only when `report --best-of-lr` draws its figure (as plots, above)",
+    ("recall_lab.experiments.lr_window", "recall_lab.experiments.lr_window_plot"):
+        "matplotlib only when `lr-window` draws its figure (as plots, above)",
     # left, in files other people are editing now (remove the entry when fixed there)
     ("recall_lab.bench.*", "*"): "not moved to the top yet: left for the throughput issue, which "
         "rewrites the benches (rows with their max error)",

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from recall_lab.analysis.plots import save_figure  # noqa: E402
+
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf")
 
@@ -15,13 +22,6 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 def window_figure(answers: list[dict], path: Path):
     """Write the figure to `path`; returns (path, axes) so a test can read the drawn points
     back (gid "rate" per lr point, "ladder-end" per end tick, "confirmation" per star)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from recall_lab.analysis.plots import save_figure
-
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     ticks: set[float] = set()
     for i, a in enumerate(answers):

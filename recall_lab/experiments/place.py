@@ -61,6 +61,7 @@ from recall_lab.experiments.grid import (
     group_label,
     numeric,
 )
+from recall_lab.experiments.lr_rules import PILOT_SEEDS, boundary_table, pilot_lines, pilot_rule_2
 from recall_lab.experiments.memory import row_memory
 from recall_lab.experiments.place_plots import place_figures
 from recall_lab.experiments.records import write_placement_record
@@ -622,10 +623,8 @@ def _folder_name(label: str, table: dict, ref: Path, protocol: Protocol) -> str:
 
 
 def _pilot_rule_2(exp: Experiment, root: Path, tie: float) -> dict:
-    """Pilot rule 2 on the pilot's runs (`lr_window.pilot_rule_2`): every lr's held-out
+    """Pilot rule 2 on the pilot's runs (`lr_rules.pilot_rule_2`): every lr's held-out
     accuracies by seed, their means, the pick, and the lr that extends the grid at an edge."""
-    from recall_lab.experiments.lr_window import pilot_rule_2
-
     accs: dict[float, list[float | None]] = {}
     for r in sorted(records(exp, root), key=lambda r: r.config["train.seed"]):
         accs.setdefault(r.config["train.lr"], []).append(
@@ -656,7 +655,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
     claims, runs), nothing checked, trained or written. `memory`: also measure the layer as a
     memory (experiments/memory.py; minutes), where the mixer offers `memory_spec()`.
     `pilot_rule` 2: the pilot runs 2 seeds per lr, ranks the lrs by their mean held-out
-    accuracy and extends its grid at an edge (`lr_window.pilot_rule_2`); a different protocol,
+    accuracy and extends its grid at an edge (`lr_rules.pilot_rule_2`); a different protocol,
     so the placement gets its own folder (`...-pilot2`)."""
     say = say or (lambda _text: None)
     started = time.perf_counter()
@@ -667,8 +666,6 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
             raise RecallLabError(f"reference folder {ref} does not exist")
         protocol = read_protocol(ref)
         if pilot_rule == 2:
-            from recall_lab.experiments.lr_window import PILOT_SEEDS
-
             protocol = dataclasses.replace(protocol, pilot={**protocol.pilot, "rule": 2,
                                                             "seeds": list(PILOT_SEEDS)})
         rows, ref_groups = reference_rows(ref, protocol)
@@ -969,12 +966,10 @@ def _markdown(answer: dict, sizes: list[float], names: dict[float, str]) -> str:
 
 def _pilot_rule_lines(answer: dict) -> list[str]:
     """Under pilot rule 2: every pilot accuracy and mean, whether the winner is interior, and
-    where it is not the lr-window command at the boundary table (`lr_window.pilot_lines`)."""
+    where it is not the lr-window command at the boundary table (`lr_rules.pilot_lines`)."""
     p = answer.get("pilot_rule")
     if not p:
         return []
-    from recall_lab.experiments.lr_window import boundary_table, pilot_lines
-
     cells = {c["size"]: stats.wilson(c["solved"]["k"], c["solved"]["n"])
              for c in answer["cells"] if c["solved"]}
     pilot = {**p, **{k: {float(x): v for x, v in p[k].items()} for k in ("accs", "means")}}

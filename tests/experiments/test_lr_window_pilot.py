@@ -1,4 +1,4 @@
-"""Pilot rule 2 (`lr_window.pilot_rule_2`, for new placements): lrs ranked by their mean held-out
+"""Pilot rule 2 (`lr_rules.pilot_rule_2`, for new placements): lrs ranked by their mean held-out
 accuracy over two seeds, an edge winner extending the grid by half a decade within the bounds,
 and the report's lines recommending `lr-window` at the boundary table when the winner is not
 interior; read on the two contested placements' own pilots."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recall_lab.experiments import lr_window as lw
+from recall_lab.experiments import lr_rules as lw
 from recall_lab.experiments import stats
 
 ROOT = Path(__file__).resolve().parents[2]
