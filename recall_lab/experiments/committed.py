@@ -4,8 +4,10 @@ summed from their `summary.json`. `recall-lab experiments list` prints these bes
 experiment, so its words about what ran come from the records, not from the experiment files.
 
 A sweep.json's `timing` covers only the call that wrote it (a sweep run in pieces keeps its last
-piece's), so the time here is the runs' own, summed: core-time, not the wall time of a sweep
-with several workers. In an installation without the repository's docs/ there are no records.
+piece's), so the time here is the runs' own training loops, summed over each run's segments
+(`timing.run_time`: a resumed run's earlier segments too, where its summary timed them):
+core-time, not the wall time of a sweep with several workers. In an installation without the
+repository's docs/ there are no records.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recall_lab.experiments.shipped import shipped_dir
+from recall_lab.experiments.timing import run_time
 
 
 @dataclass
@@ -23,7 +26,7 @@ class Committed:
 
     runs: int  # run folders with a summary.json
     planned: int  # the runs its sweeps planned (sweep.json's counts), at least `runs`
-    run_s: float  # the runs' wall time in their last session, summed
+    run_s: float  # the runs' training-loop time over their timed segments, summed
     folders: list[str]  # where, relative to the repository
 
 
@@ -48,7 +51,7 @@ def committed_records(results: Path | None = None) -> dict[str, Committed]:
         runs, seconds = 0, 0.0
         for summary in index.parent.glob("*/summary.json"):
             runs += 1
-            seconds += float(json.loads(summary.read_text()).get("wall_s_this_session") or 0)
+            seconds += run_time(json.loads(summary.read_text()))["loop_s"]
         planned = int((data.get("counts") or {}).get("runs") or runs)
         rec = found.setdefault(name, Committed(0, 0, 0.0, []))
         rec.runs += runs
