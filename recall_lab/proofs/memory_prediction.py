@@ -32,10 +32,12 @@ term. Approximations, each stated:
    ignored): P(all n recalled) = exp(-n (1 - E[F(T)^(n-1)])).
 
 So (b) solves E[F(T)^(n-1)] = 1/2 and (a) solves n (1 - E[F(T)^(n-1)]) = ln 2, for n treated as
-a real number (K's degrees of freedom n - 1). The expectation is numerical: h on a Gauss-Hermite
-rule, R = G^-1(Phi(z)) (G the chi^2_d distribution function) on a Gauss-Hermite rule in z, (A, B, K, M) on a scrambled Sobol
-set mapped through their chi^2 quantile functions (fixed seed: the prediction is a deterministic
-function of d). No parameter is fitted to any measurement.
+a real number (K's degrees of freedom n - 1). The expectation is numerical: h on a 48-node
+Gauss-Hermite rule; R = G^-1(Phi(z)) (G the chi^2_d distribution function) on a 16-node
+Gauss-Hermite rule in z; (A, B, K, M) on 2^11 scrambled Sobol points mapped through their chi^2
+quantile functions (a fixed seed: the prediction is a deterministic function of d). With 2^9 to
+2^13 points or twice the nodes, n_1/2 at d = 16, 64, 256 moves by at most 0.6%. No parameter is
+fitted to any measurement.
 
 **Limits** (`limits()`, derived with sympy): for d -> infinity at d^2 = c n ln n the d^3 terms
 vanish beside n d^2, so T ~ N(d^2, n d^2) and every distractor ~ N(0, n d^2). A single query

@@ -26,8 +26,10 @@ STATEMENTS: dict[str, str] = {
 ON_REQUEST: dict[str, str] = {
     "linear_memory": "arXiv 2605.05189 (linear associative memory thresholds)",
 }
-OPTIONS: dict[str, tuple[str, ...]] = {"linear_memory": ("dims", "n_max")}
-FLAGS = {"dims": "--d", "n_max": "--n-max"}  # the options' names on the command line
+OPTIONS: dict[str, tuple[str, ...]] = {
+    "linear_memory": ("dims", "n_max", "seeds", "lp_time_limit")}
+# the options' names on the command line
+FLAGS = {"dims": "--d", "n_max": "--n-max", "seeds": "--seeds", "lp_time_limit": "--lp-time-limit"}
 SCALES = ("small", "large")
 
 
@@ -43,6 +45,12 @@ def resolve(names: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _given(options: dict[str, Any]) -> dict[str, Any]:
+    """The options set (0 is set, so that a bad 0 is refused rather than ignored)."""
+    return {k: v for k, v in options.items()
+            if v is not None and not (isinstance(v, (list, tuple)) and not v)}
+
+
 def _options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k in OPTIONS.get(name, ())}
 
@@ -54,7 +62,7 @@ def prepare(names: Sequence[str] | None = None, scale: str = "small",
     if scale not in SCALES:
         raise RecallLabError(f"unknown scale {scale!r}; choose from {', '.join(SCALES)}")
     chosen = resolve(names)
-    given = {k: v for k, v in options.items() if v}
+    given = _given(options)
     takers = [n for n in chosen if set(given) & set(OPTIONS.get(n, ()))]
     if given and not takers:
         takers_all = ", ".join(n for n, opts in OPTIONS.items() if set(given) & set(opts))
@@ -73,7 +81,7 @@ def run(
 ) -> list[Evidence]:
     """Run the named checks in order; `on_done` sees each result as soon as it exists."""
     chosen = prepare(names, scale, **options)
-    given = {k: v for k, v in options.items() if v}
+    given = _given(options)
     results = []
     for name in chosen:
         module = importlib.import_module(f"recall_lab.proofs.{name}")

@@ -35,9 +35,10 @@ QUERIES = 128  # queries scored per n for the single-query criterion
 PILOT_SEEDS = 8
 PILOT_OFFSET = 10_000  # pilot streams are seeds 10,000 + k: never a measured seed
 STEP = {"all_pairs": 1.03, "single_query": 1.06}  # the grid's ratio between neighbours
-SPAN = {"all_pairs": (0.4, 2.0), "single_query": (0.5, 2.0)}  # the grid around the pilot's n
+SPAN = {"all_pairs": (0.5, 1.7), "single_query": (0.6, 1.6)}  # the grid around the pilot's n
 BOOTSTRAP = 1000
 _CHUNK = 1024
+_STOP_CHUNK = 64  # queries per chunk when the first failure ends the check
 
 
 class PairStream:
@@ -58,31 +59,37 @@ class PairStream:
         return self.x[:n], self.y[:n]
 
 
-def recalled(x: np.ndarray, y: np.ndarray, queries: int | None = None) -> np.ndarray:
+def recalled(x: np.ndarray, y: np.ndarray, queries: int | None = None,
+             w: np.ndarray | None = None, stop: bool = False) -> np.ndarray:
     """Per query j (the first `queries`, default all n): is its own target's score strictly above
-    every other stored target's, under W = sum_i y_i x_i^T? Bool [queries]."""
+    every other stored target's, under W = sum_i y_i x_i^T (`w` when the caller holds it)?
+    Bool [queries]. With `stop`, queries after the first chunk holding a failure are left False
+    (enough to say that not all are recalled)."""
     n = x.shape[0]
     m = n if queries is None else min(n, queries)
-    w = y.T @ x  # [d, d]
-    out = np.empty(m, dtype=bool)
-    for lo in range(0, m, _CHUNK):
-        hi = min(m, lo + _CHUNK)
+    w = y.T @ x if w is None else w  # [d, d]
+    out = np.zeros(m, dtype=bool)
+    chunk = _STOP_CHUNK if stop else _CHUNK
+    for lo in range(0, m, chunk):
+        hi = min(m, lo + chunk)
         s = (x[lo:hi] @ w.T) @ y.T  # [hi - lo, n]
         rows = np.arange(hi - lo)
         own = s[rows, np.arange(lo, hi)].copy()
         s[rows, np.arange(lo, hi)] = -np.inf
         out[lo:hi] = own > s.max(1)
+        if stop and not out[lo:hi].all():
+            break
     return out
 
 
-def all_recalled(x: np.ndarray, y: np.ndarray) -> bool:
-    return bool(recalled(x, y).all())
+def all_recalled(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> bool:
+    return bool(recalled(x, y, w=w, stop=True).all())
 
 
 def geometric_grid(centre: float, span: tuple[float, float], step: float) -> np.ndarray:
-    """Integers from span[0] centre to span[1] centre in ratios of `step` (at least 2; every
-    integer where the ratio would skip none)."""
-    lo, hi = max(2.0, span[0] * centre), max(3.0, span[1] * centre)
+    """Integers from span[0] centre (at least 2) to span[1] centre (at least centre + 8) in
+    ratios of `step` (every integer where the ratio would skip none)."""
+    lo, hi = max(2.0, span[0] * centre), max(centre + 8.0, span[1] * centre)
     count = int(math.ceil(math.log(hi / lo) / math.log(step))) + 1
     return np.unique(np.round(np.geomspace(lo, hi, count)).astype(int))
 
@@ -122,7 +129,7 @@ def probit_fit(x: np.ndarray, k: np.ndarray, m: np.ndarray, iters: int = 60
     beta = np.full(len(k), -4.0 / max(np.ptp(xc), 1e-9))
     alpha = ndtri(np.clip(share, 0.05, 0.95))
     for _ in range(iters):
-        eta = alpha[:, None] + beta[:, None] * xc[None, :]
+        eta = np.clip(alpha[:, None] + beta[:, None] * xc[None, :], -30, 30)
         p = np.clip(ndtr(eta), 1e-12, 1 - 1e-12)
         dens = np.exp(-0.5 * eta**2) / math.sqrt(2 * math.pi)
         r = (k - m * p) * dens / (p * (1 - p))
@@ -142,7 +149,10 @@ def probit_fit(x: np.ndarray, k: np.ndarray, m: np.ndarray, iters: int = 60
 
 
 def n_half_of(alpha: np.ndarray, beta: np.ndarray) -> np.ndarray:
-    return np.exp(-alpha / beta)
+    """exp(-alpha / beta); NaN where the curve does not fall with n (beta >= 0: no crossing)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        out = np.exp(-alpha / beta)
+    return np.where(beta < 0, out, np.nan)
 
 
 # ---- one criterion at one d ----------------------------------------------------------------------
@@ -161,6 +171,7 @@ class ProbitThreshold:
     hi: float
     slope: float
     seconds: float
+    dropped: int = 0  # bootstrap resamples whose fitted curve does not fall with n
 
     @property
     def seeds(self) -> int:
@@ -191,6 +202,7 @@ class ProbitThreshold:
             "n_half_lo": self.lo, "n_half_hi": self.hi, "slope": self.slope,
             "c": constant(self.n_half, self.d), "c_lo": constant(self.hi, self.d),
             "c_hi": constant(self.lo, self.d), "seconds": self.seconds,
+            "bootstrap_dropped": self.dropped,
             "grid_step": STEP[self.criterion]}
         if self.criterion == "all_pairs":
             first, last = self.first_failure(), self.last_success()
@@ -224,19 +236,23 @@ def measure(criterion: str, d: int, seeds: int, seed: int, n_max: int,
               else np.minimum(grid, QUERIES))
     succ = np.zeros((seeds, len(grid)), dtype=int)
     for s in range(seeds):
-        stream = PairStream(seed, d, s)
+        x_all, y_all = PairStream(seed, d, s).first(int(grid[-1]))
+        w, held = np.zeros((d, d)), 0  # W of the first `held` pairs, grown along the grid
         for g, n in enumerate(grid):
-            x, y = stream.first(int(n))
+            w += y_all[held:n].T @ x_all[held:n]
+            held = int(n)
+            x, y = x_all[:n], y_all[:n]
             if criterion == "all_pairs":
-                succ[s, g] = int(all_recalled(x, y))
+                succ[s, g] = int(all_recalled(x, y, w))
             else:
-                succ[s, g] = int(recalled(x, y, QUERIES).sum())
+                succ[s, g] = int(recalled(x, y, QUERIES, w).sum())
     ln = np.log(grid.astype(float))
     a, b = probit_fit(ln, succ.sum(0)[None, :], (seeds * trials)[None, :])
     mult = rng.multinomial(seeds, np.full(seeds, 1.0 / seeds), size=resamples)  # [B, seeds]
     ab, bb = probit_fit(ln, mult @ succ, mult.sum(1)[:, None] * trials[None, :])
     boot = n_half_of(ab, bb)
-    boot = boot[np.isfinite(boot)]
+    kept = boot[np.isfinite(boot)]  # a resample without a falling curve has no n_1/2
     return ProbitThreshold(criterion, d, grid, succ, trials, float(n_half_of(a, b)[0]),
-                           float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)),
-                           float(b[0]), time.process_time() - start)
+                           float(np.percentile(kept, 2.5)), float(np.percentile(kept, 97.5)),
+                           float(b[0]), time.process_time() - start,
+                           int(len(boot) - len(kept)))

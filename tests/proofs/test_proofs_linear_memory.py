@@ -1,16 +1,23 @@
-"""The linear-memory statement: its memories against hand values, its threshold estimator on
-step functions, the statement in miniature and its refusals."""
+"""The linear-memory statement: its memories against hand values, its estimators on known
+thresholds, the finite-d predictions against simulation, the optimal memory against the plain
+LP, the statement in miniature, its output and its refusals."""
 
 import math
 
 import numpy as np
 import pytest
+from scipy import stats
 from typer.testing import CliRunner
 
 from recall_lab.cli import app
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.proofs import linear_memory as lm
+from recall_lab.proofs import memory_prediction as mp
+from recall_lab.proofs import optimal_memory as om
+from recall_lab.proofs import thresholds as th
+from recall_lab.proofs.evidence import Evidence
 from recall_lab.proofs.registry import prepare, resolve
+from recall_lab.proofs.thresholds import PairStream
 
 
 def test_correlation_memory_against_hand_values():
@@ -55,23 +62,116 @@ def test_synthetic_step_function_check():
     assert res["lo"] <= 137 <= res["hi"] and res["ok"]
 
 
-def test_constant_and_limit_fit():
+def test_constant():
     assert lm.constant(100.0, 30) == pytest.approx(900 / (100 * math.log(100)))
-    ds = [32, 64, 128, 256]
-    c_inf, a = lm.fit_limit(ds, [2.0 + 3.0 / math.log(d) for d in ds])
-    assert c_inf == pytest.approx(2.0) and a == pytest.approx(3.0)
+
+
+def test_probit_fit_recovers_a_known_curve():
+    x = np.log(np.arange(50, 200, 5, dtype=float))
+    alpha, beta = 30.0, -6.0  # n_1/2 = exp(5)
+    m = np.full(len(x), 1e6)
+    k = m * stats.norm.cdf(alpha + beta * x)
+    a, b = th.probit_fit(x, k[None, :], m[None, :])
+    assert a[0] == pytest.approx(alpha, rel=1e-4) and b[0] == pytest.approx(beta, rel=1e-4)
+    assert th.n_half_of(a, b)[0] == pytest.approx(math.exp(5), rel=1e-4)
+    assert lm.probit_self_test(seed=0)["ok"]
+
+
+def test_first_failure_and_last_success_see_a_regained_recall():
+    grid = np.array([10, 11, 12, 13, 14])
+    succ = np.array([[1, 0, 1, 1, 0],   # lost at 11, regained at 12-13
+                     [1, 1, 1, 0, 0],
+                     [0, 0, 0, 0, 0]])  # fails everywhere: last success censored below
+    t = th.ProbitThreshold("all_pairs", 8, grid, succ, np.ones(5, dtype=int), 12.0, 11.0,
+                           13.0, -5.0, 0.0)
+    assert t.first_failure().tolist() == [11, 13, 10]
+    assert t.last_success().tolist() == [13, 12, 9]
+    summary = t.summary(np.random.default_rng(0))
+    assert summary["lost_and_regained"] == 1
+    assert summary["last_success"]["censored"] == 1
+
+
+def test_limits_are_8_and_2():
+    assert mp.limits() == {"single_query": pytest.approx(2.0), "all_pairs": pytest.approx(8.0)}
+
+
+def test_predictions_against_simulation_at_d_32():
+    # the finite-d predictions against 40 seeds of the real memory: each within 5% of the
+    # measured 95% interval (the decision rule's "supported" tolerance)
+    rng = np.random.default_rng(5)
+    for crit in mp.CRITERIA:
+        measured = th.measure(crit, 32, 40, 0, 2 * 32 * 32, rng, resamples=400).summary(rng)
+        pred = mp.n_half(crit, 32)
+        assert lm.gap(pred, measured) <= 0.05, (crit, pred, measured["n_half"])
+    # the recall probability falls with n, and the two criteria are ordered
+    assert mp.recall_probability(32, 50) > mp.recall_probability(32, 100)
+    assert mp.n_half("all_pairs", 32) < mp.n_half("single_query", 32)
+
+
+def test_decision_rules():
+    pred = [{"d": 64, "n_half": 100.0}, {"d": 128, "n_half": 400.0}]
+    row = [{"d": 64, "n_half": 100.0, "n_half_lo": 95.0, "n_half_hi": 105.0},
+           {"d": 128, "n_half": 380.0, "n_half_lo": 370.0, "n_half_hi": 390.0}]
+    got = lm.rule(row, pred)  # 128: (400 - 390) / 380 = 0.026
+    assert got["verdict"] == "supported" and got["gaps"][64] == 0.0
+    row[1].update(n_half_lo=330.0, n_half_hi=350.0)
+    assert lm.rule(row, pred)["verdict"] == "contradicted"  # 50 / 380 > 0.10
+    row[1].update(n_half_lo=360.0, n_half_hi=370.0)  # 30 / 380 = 0.079
+    assert lm.rule(row, pred)["verdict"] == "not decided"
+    assert lm.rule(row[:1], pred)["verdict"] == "not decided"  # one d >= 64 only
+    opt = [{"d": 24, "n_star": 1, "c_lo": 1.9, "c_hi": 2.1},
+           {"d": 32, "n_star": 1, "c_lo": 1.85, "c_hi": 2.15}]
+    assert lm.optimal_rule(opt)["verdict"] == "supported"
+    opt[1]["c_lo"] = 1.0
+    assert lm.optimal_rule(opt)["verdict"] == "not decided at these d"
+
+
+def test_optimal_memory_is_exact_against_the_plain_lp():
+    log = om.LPLog()
+    cap, censored = om.capacity(8, 0, 0, 10, 200, 60.0, log)
+    x, y = PairStream(0, 8, om.SEED_OFFSET).first(cap + 1)
+    assert not censored
+    assert lm.lp_top1_feasible(x[:cap], y[:cap]) and not lm.lp_top1_feasible(x, y)
+    for n in (cap - 3, cap + 3):
+        assert om.feasible(*PairStream(0, 8, 3).first(n)) == \
+            lm.lp_top1_feasible(*PairStream(0, 8, 3).first(n))
+
+
+def test_time_limit_is_not_a_capacity():
+    x, y = PairStream(0, 8, 3).first(30)  # infeasible: the first-order step cannot certify it
+    with pytest.raises(om.NotFinished, match="not finished at d = 8"):
+        om.feasible(x, y, time_limit=1e-9)
+    res = CliRunner().invoke(app, ["prove", "linear_memory", "--d", "8", "--seeds", "2",
+                                   "--lp-time-limit", "1e-9"])
+    assert res.exit_code == 2, res.output
+    assert "not finished at d = 8" in res.output and res.output.count("error:") == 1
 
 
 def test_statement_in_miniature():
     ev = lm.check(dims=[8, 16], seeds=3)
-    assert ev.passed and ev.name == "linear_memory"
-    top = {t["d"]: t for t in ev.details["top1"]}
-    assert set(top) == {8, 16}
-    # the threshold grows with d, and every seed's capacity is a real retrieval
-    assert top[16]["n_star"] > top[8]["n_star"] >= 2
-    lp = ev.details["lp_top1"][0]
-    assert lp["d"] == 8 and lp["n_star"] >= top[8]["n_star"]  # the best map beats the CMM
-    assert ev.details["rule"]["verdict"] == "not decided at these d"  # no d >= 32 measured
+    assert ev.passed and ev.name == "linear_memory" and ev.finding
+    pairs = {t["d"]: t for t in ev.details["all_pairs"]}
+    single = {t["d"]: t for t in ev.details["single_query"]}
+    assert set(pairs) == {8, 16}
+    # the thresholds grow with d, and one query is recalled further than all of them
+    assert pairs[16]["n_half"] > pairs[8]["n_half"] >= 2
+    assert single[8]["n_half"] > pairs[8]["n_half"]
+    opt = ev.details["optimal"][0]
+    assert opt["d"] == 8 and opt["n_star"] >= pairs[8]["n_half"]  # the best map beats the CMM
+    assert ev.details["rules"]["all_pairs"]["verdict"] == "not decided"  # no d >= 64 measured
+    # a list of one at d = 8 is a top-1 point
+    assert ev.details["listwise_all"][0]["top1_point"]
+
+
+def test_output_separates_the_self_test_from_the_finding(monkeypatch):
+    def fake(scale="small", seed=0, **options):
+        return Evidence(name="linear_memory", statement="s", checked="c", measured="m",
+                        passed=True, finding="all pairs: contradicted")
+
+    monkeypatch.setattr(lm, "check", fake)
+    res = CliRunner().invoke(app, ["prove", "linear_memory"])
+    assert res.exit_code == 0, res.output
+    assert "self-test PASS" in res.output and "all pairs: contradicted" in res.output
 
 
 def test_linear_memory_is_on_request_only():
@@ -80,7 +180,10 @@ def test_linear_memory_is_on_request_only():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--d", "2"], "--d must lie in"),
+    (["--d", "2"], "--d must be an integer in"),
+    (["--d", "8.5"], "Invalid value for '--d'"),
+    (["--seeds", "1"], "--seeds must be an integer >= 2"),
+    (["--lp-time-limit", "0"], "--lp-time-limit must be a positive"),
     (["--n-max", "1"], "--n-max must lie in"),
     (["--scale", "huge"], "unknown scale"),
     (["--d", "1024", "--n-max", "10000000"], "GiB available"),
