@@ -29,12 +29,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "mixer-package"))  # place-retention's mixer
+from recall_lab.experiments import claims as prereg
+from recall_lab.experiments.records import RECORD, build_record, content_hash
+from recall_lab.experiments.timing import time_text
 
-from recall_lab.experiments import claims as prereg  # noqa: E402
-from recall_lab.experiments.records import RECORD, build_record  # noqa: E402
-from recall_lab.experiments.timing import time_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "mixer-package"  # place-retention's mixer, for its source hash
 
 RESULTS = ROOT / "docs" / "results"
 FAMILIES = ("kda", "log-linear-mamba2", "mamba3", "gated-deltaproduct", "rwkv7")
@@ -61,10 +61,12 @@ def first_commit(folder: Path) -> str | None:
 
 
 def record_of(folder: Path) -> dict:
-    record = build_record(folder, commit=first_commit(folder))
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        record = build_record(folder, commit=first_commit(folder))
+    finally:
+        sys.path.remove(str(EXAMPLES))
     record["machine"]["note"] = MACHINE_NOTE
-    from recall_lab.experiments.records import content_hash
-
     record["dedupe_identity"]["content_hash"] = content_hash(record)
     return record
 
