@@ -43,8 +43,8 @@ TOUR = RESULTS / "tour" / "record.json"
 WIDTH = 100
 
 # a claim's registration status in report.json -> how the README counts it
-STATUS = {"pre-registered": "pre-registered", "not recorded": "on shared runs",
-          "after runs": "written after runs"}
+STATUS = {"pre-registered": "pre-registered", "time only": "registered by time only",
+          "not recorded": "on shared runs", "after runs": "written after runs"}
 
 
 def marker(name: str, end: bool = False) -> str:

@@ -5,6 +5,7 @@ packages it passed with, whatever the registries hold that day."""
 
 import os
 import re
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -50,7 +51,10 @@ def test_every_installed_distribution_is_locked_at_its_version():
     version (a local label such as torch's +cpu build is the same release)."""
     locked = {**pins(LOCK), **pins(NODEPS)}
     unpinned, moved = [], []
-    for dist in metadata.distributions():
+    # the environment's own site-packages: not the copies a package vendors with their
+    # .dist-info (setuptools/_vendor), which join sys.path once setuptools is imported
+    paths = sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})
+    for dist in metadata.distributions(path=paths):
         name = canonicalize_name(dist.metadata["Name"])
         if name == "recall-lab":
             continue
