@@ -2,119 +2,136 @@
 
     python scripts/memory_theory_figures.py F.json [G.json ...] OUT_DIR
 
-Several files are merged by d (a later file's row for a d replaces an earlier one's); the fit
-drawn is the last file's.
+Several files are merged by d (a later file's row for a d replaces an earlier one's).
 
-- collapse.png: P(all n pairs retrieved top-1) against n ln n / d^2, one line per d (the share
-  of seeds whose capacity is >= n, read off each seed's measured capacity); if the scale law
-  d^2 ~ n log n holds, the lines fall on one curve;
-- constant.png: c(d) = d^2 / (n* ln n*) with its bootstrap interval against d (log2), the
-  conjectured 2 dashed; beside it the listwise ratio n* / d^2 (per pair and all pairs) with
-  their intervals, and the best linear map's (LP) c(d) where it was measured.
+- constant.png: left, c(d) = d^2 / (n_1/2 ln n_1/2) of the correlation-matrix memory for all
+  pairs and for a single query, with their 95% bootstrap intervals, beside each finite-d
+  prediction (`recall_lab.proofs.memory_prediction`, computed here at 12 d from 8 to 1024) and its
+  limit (8, 2), on a log-d axis; right, the optimal memory's median capacity n* with its
+  interval beside the n solving p ln p = d^2 / 2;
+- collapse.png: the measured share of seeds recalling all n pairs (left) and of queries
+  recalled (right) against n ln n / d^2, one line per d, with the fitted probit curves.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from scipy import optimize, special  # noqa: E402
 
-ROWS = ("top1", "listwise_per_pair", "listwise_all", "lp_top1")
+from recall_lab.proofs import memory_prediction as mp  # noqa: E402
+
+ROWS = ("all_pairs", "single_query", "optimal")
+CURVE_DIMS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024)
+LABEL = {"all_pairs": "all pairs", "single_query": "a single query"}
+COLOUR = {"all_pairs": "#1f77b4", "single_query": "#ff7f0e"}
 
 
 def load(paths: list[Path]) -> dict:
-    merged: dict = {}
+    merged: dict = {key: [] for key in ROWS}
     for path in paths:
         data = json.loads(path.read_text())
         found = [r for r in data["results"] if r["name"] == "linear_memory"]
-        if not found:
-            raise SystemExit(f"error: {path} holds no linear_memory evidence")
+        if not found or "all_pairs" not in found[0]["details"]:
+            raise SystemExit(f"error: {path} holds no linear_memory evidence of this version")
         details = found[0]["details"]
         for key in ROWS:
-            by_d = {r["d"]: r for r in merged.get(key, [])}
+            by_d = {r["d"]: r for r in merged[key]}
             by_d.update({r["d"]: r for r in details[key]})
-            details[key] = [by_d[d] for d in sorted(by_d)]
-        merged = details
+            merged[key] = [by_d[d] for d in sorted(by_d)]
+        merged["limits"] = details["predicted"]["limits"]
     return merged
 
 
-def collapse(details: dict, out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6.5, 4.0))
-    colours = plt.get_cmap("viridis")
-    rows = details["top1"]
-    for i, row in enumerate(rows):
-        d, caps = row["d"], np.sort(np.asarray(row["capacities"], dtype=float))
-        ns = np.arange(2, int(caps.max()) + 2)
-        share = [(caps >= n).mean() for n in ns]  # P(all n retrieved), per the seeds
-        ax.step(ns * np.log(ns) / d**2, share, where="post", lw=1.5,
-                color=colours(i / max(1, len(rows) - 1)), label=f"d = {d}")
-    ax.axhline(0.5, color="#999999", lw=0.8, ls=":")
-    ax.axvline(0.5, color="#d62728", lw=1, ls="--", label="conjecture: n ln n / d^2 = 1/2")
-    ax.set_xlabel("n ln n / d^2 (load on the top-1 scale)")
-    ax.set_ylabel(f"P(all n pairs retrieved top-1)\nshare of {rows[0]['seeds']} seeds")
-    ax.set_title("correlation-matrix memory, Gaussian pairs: top-1 retrieval against load",
-                 fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    path = out / "collapse.png"
+def p_log_p(d: float) -> float:
+    """The p with p ln p = d^2 / 2."""
+    return optimize.brentq(lambda p: p * math.log(p) - d * d / 2, 1.0 + 1e-9, 1e9)
+
+
+def constants(details: dict, out: Path) -> Path:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.0))
+    curve_d = np.array(CURVE_DIMS)
+    for crit in mp.CRITERIA:
+        rows = details[crit]
+        d = np.array([r["d"] for r in rows])
+        c = np.array([r["c"] for r in rows])
+        err = [c - [r["c_lo"] for r in rows], [r["c_hi"] for r in rows] - c]
+        left.errorbar(d, c, yerr=err, marker="o", capsize=3, ls="none", color=COLOUR[crit],
+                      label=f"{LABEL[crit]}: measured n_1/2")
+        pred = [mp.constant(mp.n_half(crit, int(k)), int(k)) for k in curve_d]
+        left.plot(curve_d, pred, color=COLOUR[crit], lw=1.2,
+                  label=f"{LABEL[crit]}: finite-d prediction")
+        left.axhline(details["limits"][crit], color=COLOUR[crit], ls="--", lw=0.9,
+                     label=f"{LABEL[crit]}: limit {details['limits'][crit]:g}")
+    left.set_xscale("log", base=2)
+    left.set_yscale("log")
+    left.set_yticks([1, 2, 4, 8, 16, 32], labels=["1", "2", "4", "8", "16", "32"])
+    left.set_xlabel("d")
+    left.set_ylabel("c(d) = d^2 / (n_1/2 ln n_1/2)")
+    left.set_title("correlation-matrix memory (bars: 95% bootstrap over seeds)", fontsize=9)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False,
+                ncol=2)
+    rows = [r for r in details["optimal"] if "n_star" in r]
+    if rows:
+        d = np.array([r["d"] for r in rows])
+        n = np.array([r["n_star"] for r in rows])
+        err = [n - [r["n_star_lo"] for r in rows], [r["n_star_hi"] for r in rows] - n]
+        right.errorbar(d, n, yerr=err, marker="o", capsize=3, ls="none", color="#2ca02c",
+                       label=f"optimal memory: median capacity ({rows[0]['seeds']} seeds)")
+        ds = np.linspace(d.min(), d.max(), 50)
+        right.plot(ds, [p_log_p(k) for k in ds], color="#d62728", ls="--", lw=1,
+                   label="p ln p = d^2 / 2")
+        right.plot(ds, [optimize.brentq(lambda p, k=k: p * math.log(p) - k * k, 1.0 + 1e-9,
+                                        1e9) for k in ds],
+                   color="#7f7f7f", ls=":", lw=1, label="p ln p = d^2 (for reference)")
+    right.set_xlabel("d")
+    right.set_ylabel("pairs n")
+    right.set_title("optimal linear memory (LP, every pair top-1)", fontsize=9)
+    right.grid(alpha=0.3)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    path = out / "constant.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def constants(details: dict, out: Path) -> Path:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for key, label, colour in (("top1", "correlation-matrix memory", "#1f77b4"),
-                               ("lp_top1", "best linear map (LP)", "#ff7f0e")):
-        rows = details[key]
-        if not rows:
-            continue
-        d = [r["d"] for r in rows]
-        c = [r["c"] for r in rows]
-        left.errorbar(d, c, yerr=[[ci - r["c_lo"] for ci, r in zip(c, rows, strict=True)],
-                                  [r["c_hi"] - ci for ci, r in zip(c, rows, strict=True)]],
-                      marker="o", capsize=3, color=colour, label=label)
-    rule = details["rule"]
-    if "c_inf" in rule:
-        ds = np.geomspace(min(rule["fit_dims"]), 4096, 50)
-        left.plot(ds, rule["c_inf"] + rule["a"] / np.log(ds), color="#1f77b4", ls=":", lw=1,
-                  label=f"fit c_inf + a / ln d (d >= {min(rule['fit_dims'])}): c_inf "
-                        f"{rule['c_inf']:.1f} [{rule['c_inf_lo']:.1f}, {rule['c_inf_hi']:.1f}]")
-    left.axhline(2.0, color="#d62728", ls="--", lw=1, label="conjectured constant 2")
-    left.set_xscale("log", base=2)
-    left.set_xlabel("d")
-    left.set_ylabel("c(d) = d^2 / (n* ln n*)")
-    left.set_title("top-1 constant (bars: 95% bootstrap over seeds)", fontsize=10)
-    left.grid(alpha=0.3)
-    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
-    for key, label, colour in (("listwise_per_pair", "half the pairs in the top 5%", "#2ca02c"),
-                               ("listwise_all", "every pair in the top 5%", "#9467bd"),
-                               ("top1", "top-1 (every pair)", "#1f77b4")):
-        rows = details[key]
-        d = [r["d"] for r in rows]
-        ratio = [r["n_star_over_d2"] for r in rows]
-        right.errorbar(d, ratio, yerr=[[q - r["ratio_lo"] for q, r in zip(ratio, rows,
-                                                                          strict=True)],
-                                       [r["ratio_hi"] - q for q, r in zip(ratio, rows,
-                                                                          strict=True)]],
-                       marker="o", capsize=3, color=colour, label=label)
-    right.axhline(details["listwise_expected_ratio"], color="#2ca02c", ls=":", lw=1,
-                  label=f"Gaussian approximation 1 / z^2 = "
-                        f"{details['listwise_expected_ratio']:.2f}")
-    right.set_xscale("log", base=2)
-    right.set_yscale("log")
-    right.set_xlabel("d")
-    right.set_ylabel("n* / d^2")
-    right.set_title("threshold per d^2 (flat: the d^2 ~ n scale)", fontsize=10)
-    right.grid(alpha=0.3)
-    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
-    path = out / "constant.png"
+def collapse(details: dict, out: Path) -> Path:
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8))
+    colours = plt.get_cmap("viridis")
+    for ax, crit in zip(axes, mp.CRITERIA, strict=True):
+        rows = details[crit]
+        for i, row in enumerate(rows):
+            grid = np.asarray(row["grid"], dtype=float)
+            load_ = grid * np.log(grid) / row["d"] ** 2
+            colour = colours(i / max(1, len(rows) - 1))
+            ax.plot(load_, row["pooled_share"], marker=".", ms=3, lw=0.8, color=colour,
+                    label=f"d = {row['d']}")
+            fine = np.geomspace(grid[0], grid[-1], 200)
+            curve = special.ndtr(row["slope"] * (np.log(fine) - math.log(row["n_half"])))
+            ax.plot(fine * np.log(fine) / row["d"] ** 2, curve, lw=1.6, alpha=0.5,
+                    color=colour)
+        ax.axvline(1 / details["limits"][crit], color="#d62728", ls="--", lw=1,
+                   label=f"limit: n ln n / d^2 = 1/{details['limits'][crit]:g}")
+        ax.axhline(0.5, color="#999999", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("n ln n / d^2")
+        ax.set_ylabel("share of seeds recalling all pairs" if crit == "all_pairs"
+                      else "share of queries recalled")
+        ax.set_title(f"{LABEL[crit]}: measured (points) and probit fit", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
+    path = out / "collapse.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
