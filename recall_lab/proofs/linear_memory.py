@@ -59,9 +59,10 @@ from recall_lab.generators.errors import RecallLabError
 from recall_lab.generators.limits import check_fits
 from recall_lab.proofs import memory_prediction, optimal_memory, thresholds
 from recall_lab.proofs.evidence import Evidence
-from recall_lab.proofs.thresholds import PairStream
+from recall_lab.proofs.thresholds import PairStream, constant, median_interval
 
-__all__ = ["PairStream", "check", "largest_passing", "plan", "validate"]
+__all__ = ["PairStream", "check", "constant", "largest_passing", "median_interval", "plan",
+           "validate"]
 
 F_LIST = 0.05  # the listwise fraction
 PER_PAIR_QUERIES = 256  # pairs scored per n for the per-pair listwise criterion
@@ -158,23 +159,6 @@ CRITERIA: dict[str, Criterion] = {"top1": top1_all, "list_pair": listwise_per_pa
 
 
 # ---- the threshold estimator ---------------------------------------------------------------------
-
-def median_interval(values: Sequence[float], rng: np.random.Generator,
-                    resamples: int = BOOTSTRAP) -> tuple[float, float, float, np.ndarray]:
-    """(median, 2.5% and 97.5% percentile-bootstrap bounds, the bootstrap medians)."""
-    v = np.asarray(values, dtype=float)
-    boot = np.median(v[rng.integers(0, len(v), size=(resamples, len(v)))], axis=1)
-    return float(np.median(v)), float(np.percentile(boot, 2.5)), \
-        float(np.percentile(boot, 97.5)), boot
-
-
-def constant(n: np.ndarray | float, d: int) -> np.ndarray | float:
-    """c = d^2 / (n ln n) (inf where n <= 1)."""
-    n = np.asarray(n, dtype=float)
-    with np.errstate(divide="ignore"):
-        out = np.where(n > 1, d * d / (n * np.log(np.maximum(n, 1.0 + 1e-12))), np.inf)
-    return out if out.ndim else float(out)
-
 
 @dataclass
 class Threshold:

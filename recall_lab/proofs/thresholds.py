@@ -24,6 +24,8 @@ of a coarse geometric scan where under half the pilot queries are recalled (sing
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,7 @@ PILOT_OFFSET = 10_000  # pilot streams are seeds 10,000 + k: never a measured se
 STEP = {"all_pairs": 1.03, "single_query": 1.06}  # the grid's ratio between neighbours
 SPAN = {"all_pairs": (0.5, 1.7), "single_query": (0.6, 1.6)}  # the grid around the pilot's n
 BOOTSTRAP = 1000
+MEDIAN_BOOTSTRAP = 2000  # resamples of a median's interval
 _CHUNK = 1024
 _STOP_CHUNK = 64  # queries per chunk when the first failure ends the check
 
@@ -110,6 +113,23 @@ def pilot_centre(criterion: str, d: int, seed: int, n_max: int) -> float:
             return n / 1.2  # the midpoint of the last bracket, on a log scale
         n *= 1.44
     return float(n_max)
+
+
+def median_interval(values: Sequence[float], rng: np.random.Generator,
+                    resamples: int = MEDIAN_BOOTSTRAP) -> tuple[float, float, float, np.ndarray]:
+    """(median, 2.5% and 97.5% percentile-bootstrap bounds, the bootstrap medians)."""
+    v = np.asarray(values, dtype=float)
+    boot = np.median(v[rng.integers(0, len(v), size=(resamples, len(v)))], axis=1)
+    return float(np.median(v)), float(np.percentile(boot, 2.5)), \
+        float(np.percentile(boot, 97.5)), boot
+
+
+def constant(n: np.ndarray | float, d: int) -> np.ndarray | float:
+    """c = d^2 / (n ln n) (inf where n <= 1)."""
+    n = np.asarray(n, dtype=float)
+    with np.errstate(divide="ignore"):
+        out = np.where(n > 1, d * d / (n * np.log(np.maximum(n, 1.0 + 1e-12))), np.inf)
+    return out if out.ndim else float(out)
 
 
 # ---- the probit fit ------------------------------------------------------------------------------
@@ -193,8 +213,6 @@ class ProbitThreshold:
         return np.where(idx >= 0, self.grid[np.maximum(idx, 0)], self.grid[0] - 1)
 
     def summary(self, rng: np.random.Generator) -> dict[str, Any]:
-        from recall_lab.proofs.linear_memory import constant, median_interval
-
         out: dict[str, Any] = {
             "criterion": self.criterion, "d": self.d, "seeds": self.seeds,
             "grid": self.grid.tolist(), "trials": self.trials.tolist(),
@@ -223,8 +241,6 @@ def measure(criterion: str, d: int, seeds: int, seed: int, n_max: int,
             resamples: int = BOOTSTRAP) -> ProbitThreshold:
     """The criterion on a grid of n (the pilot's, unless given) for `seeds` streams, the probit
     fit and its bootstrap interval over seeds."""
-    import time
-
     start = time.process_time()
     if grid is None:
         centre = pilot_centre(criterion, d, seed, n_max)
