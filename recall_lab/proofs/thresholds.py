@@ -7,7 +7,9 @@ holds the stream's first n pairs. Two criteria at every n of a grid:
 - **all pairs**: every one of the n pairs is recalled top-1 (its target beats every other
   stored target; a tie is a failure). A seed can lose full recall and regain it as pairs are
   added, so each seed's *first failure* (the smallest grid n where it fails) and *last success*
-  (the largest grid n where it succeeds) are reported beside the curve;
+  (the largest grid n where it succeeds) are reported beside the curve. Where the grid skips
+  integers they bound the exact ones: a failure between two grid points is not seen, so the
+  first failure on the grid is at or above the exact one and the last success at or below;
 - **single query**: the share of queries recalled top-1, scored on the first `QUERIES` pairs.
 
 The curve: P(n) = Phi(alpha + beta ln n) fitted by maximum likelihood (Fisher scoring) to the
