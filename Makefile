@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 ORACLE := $(VENV)/.oracle
 DOCS := $(VENV)/.docs
 
-.PHONY: demo test test-fast test-latest lock fuzz bench lint docs clean-venv gpu-check gpu-wheels \
+.PHONY: demo test test-fast test-tiers test-latest lock fuzz bench lint docs clean-venv gpu-check gpu-wheels \
 	gpu-check-dryrun gpu-campaign-dryrun readme-numbers tour-record frontier-2026
 
 # The test environment is locked: requirements/test.lock (every package the suite and its oracles
@@ -94,10 +94,16 @@ test: $(ORACLE)
 	RECALL_LAB_REQUIRE_ORACLES=1 RECALL_LAB_LOCKED=$(if $(LOCK),1,0) $(BIN)/python -m pytest -q \
 		-n $(TEST_WORKERS)
 
-# the quick tier: no slow-marked test and no test of an oracle that `make test` installs (those
-# skip here); the README gives its measured time
+# the quick tier: no slow-marked test, no test measured at 1 s or more (tests/heavy.txt) and no
+# test of an oracle that `make test` installs; the README gives its measured time
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not heavy"
+
+# tests/heavy.txt anew from a timed run of the whole suite (on a quiet machine)
+test-tiers: $(ORACLE)
+	RECALL_LAB_REQUIRE_ORACLES=1 RECALL_LAB_LOCKED=$(if $(LOCK),1,0) $(BIN)/python -m pytest -q \
+		-n $(TEST_WORKERS) --junitxml=runs/test-tiers.xml || true
+	$(BIN)/python scripts/test_tiers.py runs/test-tiers.xml --load "$$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # the suite on today's releases, unlocked, in its own .venv-latest: run it on purpose to find an
 # upstream release that breaks the suite before a newcomer does (then fix, and `make lock`)

@@ -38,9 +38,26 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+HEAVY_LIST = os.path.join(os.path.dirname(__file__), "heavy.txt")
+
+
+def heavy_ids() -> set[str]:
+    """The tests of tests/heavy.txt (scripts/test_tiers.py: those that took >= 1 s in one
+    measured run of the suite)."""
+    with open(HEAVY_LIST) as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
 def pytest_collection_modifyitems(config, items):
-    """`@pytest.mark.cuda` tests (tests/gpu/) run wherever torch sees a CUDA device and skip,
-    with the reason, elsewhere (`pytest -m cuda --collect-only` lists them)."""
+    """The `heavy` marker on the measured heavy tests and on every test file of an oracle that
+    `make test` installs (`make test-fast` deselects `slow` and `heavy`). `@pytest.mark.cuda`
+    tests (tests/gpu/) run wherever torch sees a CUDA device and skip, with the reason,
+    elsewhere (`pytest -m cuda --collect-only` lists them)."""
+    heavy = heavy_ids()
+    oracle_files = tuple(f for _, files in ORACLES.values() for f in files)
+    for item in items:
+        if item.nodeid in heavy or item.nodeid.startswith(oracle_files):
+            item.add_marker(pytest.mark.heavy)
     if CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")

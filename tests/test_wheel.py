@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from recall_lab.experiments.shipped import NOT_EXPERIMENTS
+
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "recall_lab", "generators", "proofs", "experiments")
 
@@ -84,7 +86,7 @@ def test_installed_cli_lists_trains_and_reports(installed):
     cli = bin_dir / "recall-lab"
     listed = _run([cli, "experiments", "list"], work, env).stdout
     shipped = [p for p in (ROOT / "experiments").glob("*/*.toml")
-               if p.parent.name not in ("replications", "tasks")]
+               if p.parent.name not in NOT_EXPERIMENTS]
     assert shipped and all(p.stem in listed and f"{p.parent.name}/" in listed for p in shipped)
     shown = _run([cli, "experiments", "show", "tiny"], work, env).stdout
     assert shown == (ROOT / "experiments" / "demo" / "tiny.toml").read_text()

@@ -24,8 +24,9 @@ from recall_lab.generators.errors import RecallLabError
 
 FOLDER = "experiment_files"
 _BASE = re.compile(r"""^\s*base\s*=\s*["']([^"']+)["']""", re.MULTILINE)
-# folders of experiments/ whose files are not experiments: replication claim files and task files
-NOT_EXPERIMENTS = ("replications", "tasks")
+# folders of experiments/ whose files are not experiments: replication claim files, task files and
+# the claims of lr-window re-tests (their runs are `recall-lab lr-window` calls)
+NOT_EXPERIMENTS = ("replications", "tasks", "lr-window")
 
 
 def shipped_dir() -> Path:

@@ -19,11 +19,13 @@ from recall_lab.experiments.report import (
     build_report,
     check_expectations,
 )
+from recall_lab.experiments.shipped import NOT_EXPERIMENTS
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-# every experiment file by name, from its study's folder (replications/ and tasks/ hold none)
+# every experiment file by name, from its study's folder (replications/, tasks/ and lr-window/
+# hold none)
 FILES = {p.stem: p for p in sorted(EXPERIMENTS.glob("*/*.toml"))
-         if p.parent.name not in ("replications", "tasks")}
+         if p.parent.name not in NOT_EXPERIMENTS}
 SHIPPED = ["capacity", "capacity-mamba2", "recipe", "default-flags", "ks-question", "mini-table1",
            "mini-table1-v1", "leak-audit", "attamba-jr", "ks-ablation", "ks-oracle",
            "capacity-mamba2-state1", "capacity-mamba2-state1-16", "zoology-fig2"]

@@ -16,11 +16,11 @@ from recall_lab.cli import app
 from recall_lab.commands import shell
 from recall_lab.experiments import shipped
 from recall_lab.experiments.grid import load_experiment
+from recall_lab.experiments.shipped import NOT_EXPERIMENTS
 from recall_lab.generators.errors import RecallLabError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "experiments"
-NOT_EXPERIMENTS = ("replications", "tasks")
 runner = CliRunner()
 
 
