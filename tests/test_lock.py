@@ -64,3 +64,29 @@ def test_every_installed_distribution_is_locked_at_its_version():
             moved.append(f"{name} {dist.version} (locked {locked[name]})")
     assert not unpinned, f"installed but not in the lock: {unpinned}"
     assert not moved, f"installed at another version than the lock's: {moved}"
+
+
+def test_make_lock_without_the_network_says_one_line_and_keeps_the_lock(tmp_path):
+    """`make lock` (scripts/lock.sh) whose resolver cannot reach the registry: one line naming
+    the failure, exit 1, and the old lock byte for byte. Run on a copy of the files, with a uv
+    stand-in that fails as uv does offline."""
+    import shutil
+    import subprocess
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "lock.sh", tmp_path / "scripts" / "lock.sh")
+    shutil.copytree(ROOT / "requirements", tmp_path / "requirements")
+    before = (tmp_path / "requirements" / "test.lock").read_bytes()
+    uv = tmp_path / "cache" / "lock-tools" / "bin" / "uv"
+    uv.parent.mkdir(parents=True)
+    uv.write_text("#!/bin/sh\necho '  x Failed to fetch: https://pypi.org/simple/torch/' >&2\n"
+                  "echo '  Caused by: dns error: failed to lookup address information' >&2\n"
+                  "exit 2\n")
+    uv.chmod(0o755)
+    r = subprocess.run(["bash", str(tmp_path / "scripts" / "lock.sh")], capture_output=True,
+                       text=True, env={**os.environ, "RECALL_LAB_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 1 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Failed to fetch" in r.stderr and "test.lock is unchanged" in r.stderr
+    assert (tmp_path / "requirements" / "test.lock").read_bytes() == before
+    assert not (tmp_path / "requirements" / "test.lock.new").exists()
