@@ -99,11 +99,18 @@ test: $(ORACLE)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not heavy"
 
-# tests/heavy.txt anew from a timed run of the whole suite (on a quiet machine)
+# on a quiet machine: the whole suite and then the quick tier, timed (JUnit XML in runs/), into
+# tests/heavy.txt (the tests >= 1 s) and docs/results/tests/record.json (both tiers' wall times,
+# which `make readme-numbers` puts in the README)
 test-tiers: $(ORACLE)
+	mkdir -p runs
 	RECALL_LAB_REQUIRE_ORACLES=1 RECALL_LAB_LOCKED=$(if $(LOCK),1,0) $(BIN)/python -m pytest -q \
 		-n $(TEST_WORKERS) --junitxml=runs/test-tiers.xml || true
 	$(BIN)/python scripts/test_tiers.py runs/test-tiers.xml --load "$$(cut -d' ' -f1-3 /proc/loadavg)"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not heavy" \
+		--junitxml=runs/test-fast.xml || true
+	$(BIN)/python scripts/test_tiers.py runs/test-tiers.xml --fast runs/test-fast.xml \
+		--load "$$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # the suite on today's releases, unlocked, in its own .venv-latest: run it on purpose to find an
 # upstream release that breaks the suite before a newcomer does (then fix, and `make lock`)

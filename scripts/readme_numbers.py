@@ -40,6 +40,7 @@ NOT_TRAINING = ("bench", "decode", "field-audit", "gpu", "memory-theory", "tour"
 # where a result folder keeps its run records: a sweep's archive, a placement's cells and pilot
 RECORDS = ("runs", "cells", "pilot")
 TOUR = RESULTS / "tour" / "record.json"
+TIERS = RESULTS / "tests" / "record.json"
 WIDTH = 100
 
 # a claim's registration status in report.json -> how the README counts it
@@ -272,8 +273,22 @@ def results_section() -> str:
     return "\n".join(lines)
 
 
+def tiers_section(record: dict) -> str:
+    """The set-up's sentence on the test tiers, from `make test-tiers`' record."""
+    full, fast = record["full"], record["fast"]
+    text = (f"`make test-tiers` measured `make test-fast` at {wall(fast['wall_s'])} "
+            f"({fast['passed']:,} tests; no slow, oracle or 1 s+ test) and `make test` at "
+            f"{wall(full['wall_s'])} ({full['passed']:,} passed, {full['skipped']} skipped, "
+            f"{full['failures'] + full['errors']} failed) on {record['cpu']}, "
+            f"{record['cores']} cores, {record['workers']} workers, load average "
+            f"{record['load_average'].split()[0]} after, commit {record['commit']} "
+            f"([record](docs/results/tests/record.json)).")
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
 def sections() -> dict[str, str]:
-    return {"tour": tour_section(json.loads(TOUR.read_text())), "results": results_section()}
+    return {"tour": tour_section(json.loads(TOUR.read_text())),
+            "tests": tiers_section(json.loads(TIERS.read_text())), "results": results_section()}
 
 
 def index_sections() -> dict[str, str]:
