@@ -80,7 +80,7 @@ from recall_lab.experiments.reference import (
 from recall_lab.experiments.report import RunRecord, aggregate
 from recall_lab.experiments.verdicts import three_way
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.testing import resolve_target, run_checks
+from recall_lab.testing import resolve_target
 
 CONFIRM = 8  # fresh seeds at the best lr, by default
 CONFIRM_FROM = 100  # the first confirmation seed; window seeds stay below it
@@ -101,7 +101,7 @@ RULE = ("Selection kept apart from confirmation: the window's seeds choose the b
 def window_seeds(protocol: Protocol, n: int | None) -> list[int]:
     """The window's seeds: the protocol's, extended or cut to `n` (`place`'s rule), all below
     the confirmation seeds."""
-    seeds = pl._seeds(protocol, n)
+    seeds = pl.protocol_seeds(protocol, n)
     if max(seeds) >= CONFIRM_FROM:
         raise RecallLabError(f"--seeds {n} reaches seed {CONFIRM_FROM}, where the confirmation "
                              f"seeds start: at most {CONFIRM_FROM - min(seeds)}")
@@ -132,7 +132,7 @@ def window_experiment(protocol: Protocol, table: dict, size: float, lrs: list[fl
     """lrs x seeds at one table: each run's config is `place.cells_experiment`'s for that table,
     seed and lr (tests check the hashes)."""
     t = protocol.table(size)
-    data = {"name": name, "model": pl._model(protocol, table),
+    data = {"name": name, "model": pl.cell_model(protocol, table),
             "train": dict(protocol.base["train"]), "task": dict(protocol.base["task"]),
             "grid": {"train.lr": list(lrs), "train.seed": list(seeds)},
             "link": [{"task.levels": [t.levels], "train.steps": [t.steps]}],  # as place's
@@ -450,7 +450,7 @@ def lr_window(mixer: str, kwargs: dict | None = None, *, table: float,
         sources = _sources(Path(ref), reference, records, stack)
         claims = make_claims(label, size_name, protocol.level, n_confirm)
         rule = RULE.format(first=CONFIRM_FROM)
-        pid = pl._protocol_id(Path(ref), protocol)
+        pid = pl.protocol_id(Path(ref), protocol)
         folder = Path(out) / folder_name(label, model, size, pid)
         # the ladder as far as it can grow: the runs a dry run counts at most
         widest = list(ladder)
@@ -490,14 +490,7 @@ def lr_window(mixer: str, kwargs: dict | None = None, *, table: float,
                 raise RecallLabError(f"{folder} belongs to another config "
                                      f"({_first_difference(key, old.get('config') or {})})")
         if check:
-            say(f"checking {label} (correctness rows of `recall-lab check`) ...")
-            failed = [c for c in run_checks(target, learning=False, speed=False)
-                      if c.correctness and c.passed is False]
-            if failed:
-                c = failed[0]
-                why = " ".join(f"{c.value}{' (' + c.detail + ')' if c.detail else ''}".split())
-                raise RecallLabError(f"{label} fails the check row '{c.name}': {why}; nothing "
-                                     "trained (--no-check runs it anyway)")
+            pl.refuse_failing_check(target, label, say, "runs it anyway")
         folder.mkdir(parents=True, exist_ok=True)
         plan = ck.read_json(plan_path, "lr-window plan") if plan_path.is_file() else {}
         ladder = sorted(set(ladder) | set(plan.get("ladder") or []))  # a grown ladder stays

@@ -225,7 +225,7 @@ def mixer_row_label(mixer: str, kwargs: dict | None) -> str:
     return " / ".join(parts)
 
 
-def _model(protocol: Protocol, table: dict) -> dict:
+def cell_model(protocol: Protocol, table: dict) -> dict:
     base = dict(protocol.base["model"])
     if "name" not in table:
         base.pop("name", None)
@@ -235,7 +235,7 @@ def _model(protocol: Protocol, table: dict) -> dict:
 def cells_experiment(protocol: Protocol, table: dict, sizes: list[float], seeds: list[int],
                      lr: float) -> Experiment:
     tabs = [protocol.table(s) for s in sizes]
-    data = {"name": "cells", "model": _model(protocol, table),
+    data = {"name": "cells", "model": cell_model(protocol, table),
             "train": {**protocol.base["train"], "lr": lr}, "task": dict(protocol.base["task"]),
             "grid": {"train.seed": seeds},
             "link": [{"task.levels": [t.levels for t in tabs],
@@ -252,7 +252,7 @@ def pilot_experiment(protocol: Protocol, table: dict, lrs: list[float] | None = 
     grid: dict[str, list] = {"train.lr": list(lrs or p["lrs"])}
     if p.get("rule", 1) == 2:
         grid["train.seed"] = list(p["seeds"])
-    data = {"name": "pilot", "model": _model(protocol, table),
+    data = {"name": "pilot", "model": cell_model(protocol, table),
             "train": {**protocol.base["train"], "steps": p["steps"], "seed": p["seed"]},
             "task": {**protocol.base["task"], "levels": p["levels"]},
             "grid": grid,
@@ -539,7 +539,21 @@ def next_round(cells: dict[float, Cell], tried: set[tuple[float, int]],
 
 # ---- the whole placement ------------------------------------------------------------------------
 
-def _seeds(protocol: Protocol, n: int | None) -> list[int]:
+def refuse_failing_check(target: Any, label: str, say: Callable[[str], None],
+                         anyway: str) -> None:
+    """The correctness rows of `recall-lab check` before anything trains: the first failing row
+    as one line (`--no-check` then `anyway`: "places it anyway", "runs it anyway")."""
+    say(f"checking {label} (correctness rows of `recall-lab check`) ...")
+    failed = [c for c in run_checks(target, learning=False, speed=False)
+              if c.correctness and c.passed is False]
+    if failed:
+        c = failed[0]
+        why = " ".join(f"{c.value}{' (' + c.detail + ')' if c.detail else ''}".split())
+        raise RecallLabError(f"{label} fails the check row '{c.name}': {why}; nothing "
+                             f"trained (--no-check {anyway})")
+
+
+def protocol_seeds(protocol: Protocol, n: int | None) -> list[int]:
     seeds = list(protocol.seeds)
     if n is None:
         return seeds
@@ -604,7 +618,7 @@ def folder_name(label: str, table: dict, protocol_id: str) -> str:
     return f"place-{slug}-{digest.hexdigest()[:8]}"
 
 
-def _protocol_id(folder: Path, protocol: Protocol) -> str:
+def protocol_id(folder: Path, protocol: Protocol) -> str:
     """What identifies the reference for the placement folder's name: its protocol file and
     experiment file's text (and pilot rule 2, a different protocol, where it is used)."""
     spec = (folder / "place.toml").read_text()
@@ -618,7 +632,7 @@ def _protocol_id(folder: Path, protocol: Protocol) -> str:
 
 def _folder_name(label: str, table: dict, ref: Path, protocol: Protocol) -> str:
     """`folder_name`, with "-pilot2" where the placement runs pilot rule 2."""
-    name = folder_name(label, table, _protocol_id(ref, protocol))
+    name = folder_name(label, table, protocol_id(ref, protocol))
     return name + ("-pilot2" if protocol.pilot.get("rule", 1) == 2 else "")
 
 
@@ -670,7 +684,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                                                             "seeds": list(PILOT_SEEDS)})
         rows, ref_groups = reference_rows(ref, protocol)
         sizes = _sizes(protocol, tables)
-        seed_list = _seeds(protocol, seeds)
+        seed_list = protocol_seeds(protocol, seeds)
         target = resolve_target(mixer, kwargs)  # a rejected kwarg or path ends here
         table = mixer_table(mixer, kwargs)
         label = mixer_row_label(mixer, kwargs)
@@ -692,14 +706,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                     "experiments": [pilot_experiment(protocol, table), probe],  # the estimate's
                     "folder": str(Path(out) / _folder_name(label, table, Path(ref), protocol))}
         if check:
-            say(f"checking {label} (correctness rows of `recall-lab check`) ...")
-            failed = [c for c in run_checks(target, learning=False, speed=False)
-                      if c.correctness and c.passed is False]
-            if failed:
-                c = failed[0]
-                why = " ".join(f"{c.value}{' (' + c.detail + ')' if c.detail else ''}".split())
-                raise RecallLabError(f"{label} fails the check row '{c.name}': {why}; nothing "
-                                     "trained (--no-check places it anyway)")
+            refuse_failing_check(target, label, say, "places it anyway")
         folder = Path(out) / _folder_name(label, table, Path(ref), protocol)
         folder.mkdir(parents=True, exist_ok=True)
         plan_path = folder / PLAN

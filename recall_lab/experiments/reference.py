@@ -28,7 +28,7 @@ The lab ships two references as package data, each a compressed archive in
 - `frontier-2026`: the same records plus the cells of the 2025-26 families' placements
   (docs/results/frontier-2026/), built by `pack_combined` (`scripts/frontier_2026.py`). Its
   place.toml is the zoo-frontier's protocol with its own header, so a placement against it
-  gets its own folder (`place._protocol_id` reads the file's text).
+  gets its own folder (`place.protocol_id` reads the file's text).
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_a_placement_packed_into_a_reference_becomes_a_row_beside_the_base_rows(
     assert (out / "place.toml").read_text().startswith(head)
     protocol = read_protocol(out)
     assert protocol == read_protocol(ref)  # the base's protocol, unchanged
-    assert pl._protocol_id(out, protocol) != pl._protocol_id(ref, protocol)  # its own folders
+    assert pl.protocol_id(out, protocol) != pl.protocol_id(ref, protocol)  # its own folders
     base_rows, _ = pl.reference_rows(ref, protocol)
     rows, _ = pl.reference_rows(out, protocol)
     counts = {r.label: {s: (g.solved.k, g.solved.n) for s, g in r.cells.items()} for r in rows}
