@@ -316,8 +316,11 @@ def measure_optimal(d: int, seeds: int, seed: int, time_limit: float,
             "slowest_feasibility_s": max(log.per_n.values(), default=0.0)}
 
 
-def flat(ths: Sequence[Threshold]) -> bool:
-    """The ratios n*/d^2 share a point: the largest lower bound <= the smallest upper bound."""
+def flat(ths: Sequence[Threshold]) -> bool | None:
+    """The ratios n*/d^2 share a point: the largest lower bound <= the smallest upper bound.
+    None without thresholds (every d asked for is above LIST_MAX_D, e.g. `--d 512` alone)."""
+    if not ths:
+        return None
     return max(t.lo / t.d**2 for t in ths) <= min(t.hi / t.d**2 for t in ths)
 
 

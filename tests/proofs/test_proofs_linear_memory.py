@@ -198,3 +198,15 @@ def test_bad_input_is_one_line_exit_2(args, message):
 def test_options_need_a_statement_that_takes_them():
     with pytest.raises(RecallLabError, match="--d apply only to linear_memory"):
         prepare(["cisa"], "small", dims=[8])
+
+
+def test_flat_compares_ratios_and_has_nothing_to_say_without_thresholds():
+    """`--d 512` alone measures no listwise threshold (they stop at LIST_MAX_D): `flat` of none
+    is None, where it raised on an empty max() after the whole run."""
+    def t(d, lo, hi):
+        return lm.Threshold("list_pair", d, [], 0, (lo + hi) / 2, lo, hi, np.zeros(1))
+
+    assert lm.flat([]) is None
+    assert lm.flat([t(8, 60, 70), t(16, 250, 270)]) is True  # 0.94-1.09 and 0.98-1.05 meet
+    assert lm.flat([t(8, 60, 62), t(16, 270, 280)]) is False  # 0.94-0.97 and 1.05-1.09 do not
+    assert lm.LIST_MAX_D < 512
