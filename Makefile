@@ -11,13 +11,13 @@ DOCS := $(VENV)/.docs
 .PHONY: demo test test-fast test-tiers test-latest lock fuzz bench lint docs clean-venv gpu-check gpu-wheels \
 	gpu-check-dryrun gpu-campaign-dryrun readme-numbers tour-record frontier-2026
 
-# The test environment is locked: requirements/test.lock (every package the suite and its oracles
+# The test environment is locked: requirements-test.lock (every package the suite and its oracles
 # need, at the versions the suite passed with; `make lock` writes it) constrains every install
 # below, so a clone today and a clone next month install the same set. pyproject.toml keeps the
 # library's ranges for users. `make test-latest` installs without the lock, into .venv-latest, to
 # find a breaking upstream release on purpose. LOCK= (empty) turns the lock off.
-LOCK ?= requirements/test.lock
-NODEPS := requirements/test-nodeps.txt
+LOCK ?= requirements-test.lock
+NODEPS := test-oracles-nodeps.txt
 PIN := $(if $(LOCK),-c $(LOCK))
 
 $(STAMP): pyproject.toml $(LOCK) $(NODEPS)
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml $(LOCK) $(NODEPS)
 	$(BIN)/python -m pip install --quiet --no-build-isolation $(PIN) -e '.[dev]'
 	touch $(STAMP)
 
-# requirements/test.lock from requirements/test.in (uv pip compile, for CPython 3.11 on x86_64
+# requirements-test.lock from requirements-test.in (uv pip compile, for CPython 3.11 on x86_64
 # Linux, the CI machine), then `make test` on the new lock before committing it. Without the
 # network: one line, and the old lock stays.
 lock:

@@ -1,6 +1,6 @@
-"""`make test` installs under the committed lock (requirements/test.lock, `make lock`): every
+"""`make test` installs under the committed lock (requirements-test.lock, `make lock`): every
 distribution in the test environment is pinned there (or, for the --no-deps oracles, in
-requirements/test-nodeps.txt) at the version installed, so a fresh clone runs the suite on the
+test-oracles-nodeps.txt) at the version installed, so a fresh clone runs the suite on the
 packages it passed with, whatever the registries hold that day."""
 
 import os
@@ -15,8 +15,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCK = ROOT / "requirements" / "test.lock"
-NODEPS = ROOT / "requirements" / "test-nodeps.txt"
+LOCK = ROOT / "requirements-test.lock"
+NODEPS = ROOT / "test-oracles-nodeps.txt"
 
 
 def pins(path: Path) -> dict[str, str]:
@@ -75,8 +75,9 @@ def test_make_lock_without_the_network_says_one_line_and_keeps_the_lock(tmp_path
 
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "lock.sh", tmp_path / "scripts" / "lock.sh")
-    shutil.copytree(ROOT / "requirements", tmp_path / "requirements")
-    before = (tmp_path / "requirements" / "test.lock").read_bytes()
+    for name in ("requirements-test.in", "requirements-test.lock"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    before = (tmp_path / "requirements-test.lock").read_bytes()
     uv = tmp_path / "cache" / "lock-tools" / "bin" / "uv"
     uv.parent.mkdir(parents=True)
     uv.write_text("#!/bin/sh\necho '  x Failed to fetch: https://pypi.org/simple/torch/' >&2\n"
@@ -88,5 +89,5 @@ def test_make_lock_without_the_network_says_one_line_and_keeps_the_lock(tmp_path
     assert r.returncode == 1 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Failed to fetch" in r.stderr and "test.lock is unchanged" in r.stderr
-    assert (tmp_path / "requirements" / "test.lock").read_bytes() == before
-    assert not (tmp_path / "requirements" / "test.lock.new").exists()
+    assert (tmp_path / "requirements-test.lock").read_bytes() == before
+    assert not (tmp_path / "requirements-test.lock.new").exists()

@@ -124,7 +124,7 @@ def test_the_readme_lines_run_verbatim_in_a_fresh_clone(tmp_path):
     # venv's stamp, so make does not reinstall the shared venv from the clone (which would
     # point its console script and editable install at the clone, deleted after the test)
     old = stamp.stat().st_mtime - 10
-    for name in ("pyproject.toml", "requirements/test.lock", "requirements/test-nodeps.txt"):
+    for name in ("pyproject.toml", "requirements-test.lock", "test-oracles-nodeps.txt"):
         os.utime(clone / name, (old, old))
     script = "set -e\n" + "".join(f"echo '{MARK}{i}'\n{line}\n" for i, line in enumerate(lines))
     env = {**os.environ, "DEMO_STEPS": "20", "PYTHONPATH": str(clone)}
