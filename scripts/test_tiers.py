@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
+
+from recall_lab.experiments.records import this_machine
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "heavy.txt"
@@ -55,21 +55,12 @@ def totals(xml: Path) -> dict:
             "passed": n["tests"] - n["failures"] - n["errors"] - n["skipped"]}
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def record(full: Path, fast: Path, load: str) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
+    machine = this_machine()  # the placements' records read the machine the same way
     return {"full": totals(full), "fast": totals(fast), "load_average": load,
-            "cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "workers": 2,
+            "cpu": machine["cpu_model"] or "unknown", "cores": machine["cores"], "workers": 2,
             "commit": commit, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "commands": {"full": "make test", "fast": "make test-fast"}}
 
