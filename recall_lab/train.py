@@ -168,11 +168,16 @@ def check_run(cfg: RunConfig, device: torch.device) -> None:
 
 def versions() -> dict:
     """Software that decides a run's numbers, written into its config.json. Runs with and without
-    the native CPU kernels differ by float rounding (recall_lab/native)."""
+    the native CPU kernels differ by float rounding (recall_lab/native), and so do runs on two
+    versions of them: `native_sources` hashes the kernels' sources (no config field: no run's
+    hash moves)."""
     loaded, why = native.load()
-    return {"recall_lab": __version__, "torch": torch.__version__,
-            "numpy": np.__version__,
-            "native_kernels": "on" if loaded is not None else f"off: {why}"}
+    out = {"recall_lab": __version__, "torch": torch.__version__,
+           "numpy": np.__version__,
+           "native_kernels": "on" if loaded is not None else f"off: {why}"}
+    if loaded is not None:
+        out["native_sources"] = native.sources_sha256()
+    return out
 
 
 # ---- time over segments -------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from recall_lab.generators.errors import RecallLabError
-from recall_lab.mixers import fla_kernels
+from recall_lab.mixers import dplr_native, fla_kernels
 from recall_lab.mixers._linear import (
     ShortConv,
     balanced_chunk,
@@ -156,6 +156,7 @@ class DeltaLayer(nn.Module):
     recurrent: Callable
     chunked: Callable
     one_step: Callable
+    native: Callable  # the recurrence on the native CPU kernel (mixers/dplr_native.py)
 
     def forward(self, x: Tensor) -> Tensor:
         u = self.qkv(x)
@@ -164,6 +165,8 @@ class DeltaLayer(nn.Module):
         q, k, v, beta, g = (t.transpose(1, 2) for t in self._parts(x, u))  # [b, h, l, ..]
         if self.impl == "recurrent":
             o, _ = self.recurrent(q, k, v, beta, g)
+        elif dplr_native.usable(q, k, v, beta, g):
+            o, _ = self.native(q, k, v, beta, g)
         else:
             o, _ = self.chunked(q, k, v, beta, g, self.chunk_size)
         return self._output(o.transpose(1, 2), x)
@@ -246,8 +249,11 @@ class DeltaNet(nn.Module):
         g = None if g is None else g.transpose(1, 2)
         if self.impl == "recurrent":
             o = delta_rule_recurrent(q, k, v, beta, g)
-        else:  # on CUDA, FLA's kernel (fla_kernels.py); None: the torch form, as on the CPU
+        else:  # on CUDA, FLA's kernel (fla_kernels.py); on the CPU the native kernel
+            # (dplr_native.py); else the torch form
             o = fla_kernels.delta_rule(q, k, v, beta, g, delta_rule_chunked)
+            if o is None and dplr_native.usable(q, k, v, beta, g):
+                o, _ = dplr_native.delta_rule(q, k, v, beta, g)
             if o is None:
                 o = delta_rule_chunked(q, k, v, beta, g, self.chunk_size)
         return self.out_proj(self._output(o.transpose(1, 2), x))

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from recall_lab.generators.errors import RecallLabError
+from recall_lab.mixers import dplr_native
 from recall_lab.mixers._linear import ShortConv, check_choice, check_positive
 from recall_lab.mixers.deltanet import DeltaLayer, delta_rule_chunked, l2norm, mamba2_decay
 from recall_lab.ssm import RMSNorm
@@ -86,6 +87,7 @@ class GatedDeltaProduct(DeltaLayer):
     recurrent = staticmethod(deltaproduct_recurrent)
     chunked = staticmethod(deltaproduct_chunked)
     one_step = staticmethod(deltaproduct_step)
+    native = staticmethod(dplr_native.delta_product)
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_householder: int = 2,
                  num_heads: int = 4, expand_k: float = 1.0, expand_v: float = 1.0,

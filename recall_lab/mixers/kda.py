@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from recall_lab.generators.errors import RecallLabError
+from recall_lab.mixers import dplr_native
 from recall_lab.mixers._linear import (
     ShortConv,
     balanced_chunk,
@@ -114,6 +115,7 @@ class KimiDeltaAttention(DeltaLayer):
     recurrent = staticmethod(kda_recurrent)
     chunked = staticmethod(kda_chunked)
     one_step = staticmethod(kda_step)
+    native = staticmethod(dplr_native.delta_rule)
 
     def __init__(self, d_model: int, layer_idx: int = 0, num_heads: int = 4,
                  expand_k: float = 1.0, expand_v: float = 1.0, conv_size: int = 4,

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from recall_lab.generators.errors import RecallLabError
+from recall_lab.mixers import dplr_native
 from recall_lab.mixers._linear import (
     balanced_chunk,
     check_choice,
@@ -165,7 +166,8 @@ class RWKV7(nn.Module):
     """RWKV-7 time-mixing mixer; options: `head_size` (d_k = d_v per head; must divide
     d_model), `decay_rank`, `a_rank`, `gate_rank` (the low-rank widths; default the authors'
     formula, 32 at small widths), `chunk_size`, `impl` ("chunk" or the "recurrent" reference
-    loop)."""
+    loop). "chunk" trains on the native CPU kernel of the recurrence (mixers/dplr_native.py)
+    where it applies (CPU, float32 or float64) and on `dplr_chunked` elsewhere."""
 
     def __init__(self, d_model: int, layer_idx: int = 0, head_size: int = 16,
                  decay_rank: int | None = None, a_rank: int | None = None,
@@ -235,6 +237,9 @@ class RWKV7(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         prev = F.pad(x, (0, 0, 1, -1))  # x_{t-1}, zero before the first token
         r, logw, k, v, a, b, gate = self._parts(x, prev)
+        if self.impl == "chunk" and dplr_native.usable(r, k, v, a, b, logw):
+            o, _ = dplr_native.dplr(r, k, v, a, b, logw)  # token-major in and out
+            return self._output(o, r, k, v, gate)
         heads = [t.transpose(1, 2) for t in (r, k, v, a, b, logw)]  # [b, h, l, d]
         if self.impl == "recurrent":
             o, _ = dplr_recurrent(*heads)

@@ -2,8 +2,10 @@
 
 What is here: `ssm.c` (Mamba's selective scan, also fused with the mixer's element-wise chain,
 Mamba2's SSD as its recurrence, the mixers' causal conv + SiLU; their autograd functions are in
-recall_lab/ssm/native.py) and `attention.c` (the sparse-attention op's forward and backward;
-recall_lab/attention/native.py).
+recall_lab/ssm/native.py), `attention.c` (the sparse-attention op's forward and backward;
+recall_lab/attention/native.py), `norm.c` (RMSNorm; recall_lab/ssm/norm.py) and `dplr.c` (the
+diagonal-plus-rank-one recurrence of RWKV-7 and the delta-rule family, in float and double;
+recall_lab/mixers/dplr_native.py).
 
 Why native code: the torch paths of these ops make many element-wise passes over large intermediate
 buffers per step, which is what bounded CPU training speed; a C loop touches each element once or
@@ -47,9 +49,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("ssm.c", "attention.c", "norm.c"))
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("ssm.c", "attention.c", "norm.c", "dplr.c"))
 # hashed with the sources
-HEADERS = tuple(Path(__file__).with_name(name) for name in ("rows.h", "fastexp.h"))
+HEADERS = tuple(Path(__file__).with_name(name)
+                for name in ("rows.h", "fastexp.h", "dplr_impl.h"))
 COMPILE_FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 LINK_FLAGS = ("-shared", "-fopenmp")
 ENV_SWITCH = "RECALL_LAB_NATIVE"
@@ -85,9 +89,20 @@ SIGNATURES: dict[str, list] = {
     "ks_rank_fwd": [_P] * 13 + [_L] * 5,
     "ks_rank_bwd": [_P] * 8 + [ctypes.c_float] + [_P] * 6 + [_L] * 5,
     "exp_fast_array": [_P, _P, _L],
+    "dplr_fwd_f32": [_P] * 9 + [_L] * 6,
+    "dplr_bwd_f32": [_P] * 15 + [_L] * 6,
+    "dplr_fwd_f64": [_P] * 9 + [_L] * 6,
+    "dplr_bwd_f64": [_P] * 15 + [_L] * 6,
     "softplus_fast_array": [_P, _P, _L],
 }
-CONSTANTS = ("scan_max_state", "ssd_checkpoint", "ssd_channels_below")
+CONSTANTS = ("scan_max_state", "ssd_checkpoint", "ssd_channels_below", "dplr_checkpoint")
+
+
+def sources_sha256() -> str:
+    """The kernels' sources, hashed (first 12 hex digits): runs record it (train.versions), so
+    a run says which kernel code trained it (the same "on" before and after a kernel changed)."""
+    parts = [src.read_text() for src in SOURCES + HEADERS]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
 def cache_dir() -> Path:

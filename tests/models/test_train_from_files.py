@@ -100,6 +100,10 @@ def test_cli_data_option(tmp_path, dataset):
     # whether the native CPU kernels ran: runs with and without them differ by rounding
     loaded, why = native.load()
     assert cfg["versions"]["native_kernels"] == ("on" if loaded is not None else f"off: {why}")
+    # and which kernel code: the hash of the sources, which moves when a kernel changes
+    if loaded is not None:
+        assert cfg["versions"]["native_sources"] == native.sources_sha256()
+        assert len(cfg["versions"]["native_sources"]) == 12
     assert np.isfinite(json.loads((tmp_path / "r" / "summary.json").read_text())["test"]["loss"])
 
 
