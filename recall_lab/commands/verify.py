@@ -17,6 +17,9 @@ def register(app: GuardedApp) -> None:
         runs: int = typer.Option(None, "--runs", help="Re-train this many runs, those nearest "
                                  "the solve threshold first (default: one seed at each "
                                  "boundary table)."),
+        table: list[float] = typer.Option(None, "--table", help="Re-train every cell run of "
+                                          "this table (repeatable), e.g. to replay whole "
+                                          "cells after a kernel changed."),
         threads: int = typer.Option(1, help="torch threads."),
         out: Path = typer.Option(None, help="Folder for verify-DATE-NAME/ (default: beside the "
                                  "record's folder; never inside it)."),
@@ -37,7 +40,7 @@ def register(app: GuardedApp) -> None:
             console.print(line, markup=False, highlight=False)
 
         if dry_run:
-            p = vf.plan(record, runs, threads, estimate=estimate)
+            p = vf.plan(record, runs, threads, estimate=estimate, only=table or None)
             r = p["record"]
             say(f"{r['evaluation_id']}: record checked (schema {r['schema_version']}, content "
                 f"hash {r['dedupe_identity']['content_hash'][:16]})")
@@ -52,7 +55,7 @@ def register(app: GuardedApp) -> None:
                 for line in estimate_lines(p["estimate"], "; a run stops early at stop_at"):
                     say(line)
             return 0
-        v = vf.verify(record, runs, threads, out, say=say)
+        v = vf.verify(record, runs, threads, out, say=say, only=table or None)
         say(f"config hashes {v['checked']['config_hashes']} equal, data hashes "
             f"{v['checked']['data_hashes']} equal")
         say(vf.outcome_line(v))

@@ -17,7 +17,9 @@ CPU model gave 35 of 35 outcomes equal while the numbers drifted).
 The sample: by default one seed at each boundary table (a table some but not all of whose
 seeds solved; where there is none, the largest table run), the seed whose recorded test
 accuracy is nearest the threshold (the closest call); `runs` = N takes the N runs nearest the
-threshold, the boundary tables' first.
+threshold, the boundary tables' first; `tables` = [S, ...] takes every cell run of those tables
+(a replay of whole cells, e.g. after a kernel changed: the same runs must give the same
+outcomes).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from recall_lab.experiments.estimate import estimate as time_runs
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.models.registry import listed_models
 from recall_lab.runs import run_config_from_json
-from recall_lab.train import train_run
+from recall_lab.train import train_run, versions
 
 VERIFY = "verify.json"
 
@@ -92,10 +94,21 @@ def boundary(record: dict) -> list[float]:
     return sorted(mixed) or [max(ts)]
 
 
-def sample(record: dict, runs: int | None = None) -> list[dict]:
+def sample(record: dict, runs: int | None = None,
+           only: list[float] | None = None) -> list[dict]:
     """The runs to re-train (see the module's docstring)."""
     at = record["protocol"]["solve_at"]
     cells = [r for r in record["runs"] if r["role"] == "cell" and r["table"] in tables(record)]
+    if only:
+        if runs is not None:
+            raise RecallLabError("--runs and --table choose the runs two ways: give one")
+        ran = sorted(tables(record))
+        for size in only:
+            if float(size) not in ran:
+                raise RecallLabError(f"--table {size:g}: the record has no such table (it ran "
+                                     f"{', '.join(f'{x:g}' for x in ran)})")
+        return sorted((r for r in cells if r["table"] in {float(x) for x in only}),
+                      key=lambda r: (r["table"], r["seed"]))
     edge = boundary(record)
 
     def closeness(r: dict) -> tuple:
@@ -111,13 +124,13 @@ def sample(record: dict, runs: int | None = None) -> list[dict]:
 
 
 def plan(path: Path, runs: int | None = None, threads: int = 1,
-         estimate: bool = True) -> dict:
+         estimate: bool = True, only: list[float] | None = None) -> dict:
     """Everything `verify` checks before training, and what it would train (with the probe's
     time estimate unless `estimate` is False). Nothing is written."""
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 4096:
         raise RecallLabError(f"--threads must be an integer from 1 to 4096, got {threads!r}")
     record = rec.read_record(path)
-    chosen = sample(record, runs)
+    chosen = sample(record, runs, only)
     import_mixer(record)
     hashes = check_hashes(record)
     out = {"record": record, "hashes": hashes, "runs": chosen, "estimate": None}
@@ -145,11 +158,11 @@ def destination(path: Path, out: Path | None, now: datetime | None = None) -> Pa
 
 
 def verify(path: Path, runs: int | None = None, threads: int = 1, out: Path | None = None,
-           say=None) -> dict:
+           say=None, only: list[float] | None = None) -> dict:
     """Check, then re-train the sample and compare outcomes; writes verify.json and the runs'
     folders into the destination. Returns the verification (what verify.json holds)."""
     say = say or (lambda _line: None)
-    p = plan(path, runs, threads, estimate=False)
+    p = plan(path, runs, threads, estimate=False, only=only)
     record = p["record"]
     dest = destination(path, out)
     torch.set_num_threads(threads)
@@ -173,6 +186,7 @@ def verify(path: Path, runs: int | None = None, threads: int = 1, out: Path | No
                "checked": {"config_hashes": p["hashes"]["configs"],
                            "data_hashes": p["hashes"]["data"]},
                "machine": rec.this_machine(threads), "torch": torch.__version__,
+               "versions": versions(),
                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "runs": results, "reproduced": same, "of": len(results)}
     (dest / VERIFY).write_text(json.dumps(verdict, indent=2) + "\n")

@@ -59,6 +59,10 @@ def test_bad_records_are_one_line_and_write_nothing(tmp_path):
     assert snapshot(tmp_path) == before  # nothing written by any of them
     inside = KDA / "verify-here"
     fails_with(["verify", KDA, "--out", inside], "inside the record's folder")
+    fails_with(["verify", KDA, "--table", "12", "--dry-run"], "--table 12: the record has no "
+               "such table (it ran 4, 8, 16, 32)")
+    fails_with(["verify", KDA, "--table", "16", "--runs", "2", "--dry-run"],
+               "--runs and --table choose the runs two ways")
 
 
 def test_a_dry_run_checks_the_hashes_and_names_the_boundary_seeds(tmp_path):
@@ -79,6 +83,17 @@ def test_a_dry_run_checks_the_hashes_and_names_the_boundary_seeds(tmp_path):
                    key=lambda x: abs(x["test_acc"] - 0.95))
         assert f"would train {near['name']}: table {size:g}, seed {near['seed']}" in r.stdout
     assert snapshot(KDA) == before
+
+
+def test_a_table_replay_names_every_cell_run_of_its_tables():
+    r = runner.invoke(app, ["verify", str(KDA), "--dry-run", "--no-estimate", "--table", "16",
+                            "--table", "32"])
+    assert r.exit_code == 0, r.output
+    cells = [x for x in _kda()["runs"] if x["role"] == "cell" and x["table"] in (16.0, 32.0)]
+    named = [ln for ln in r.stdout.splitlines() if ln.startswith("would train ")]
+    assert len(named) == len(cells) > 2
+    assert named == [f"would train {x['name']}: table {x['table']:g}, seed {x['seed']}"
+                     for x in sorted(cells, key=lambda x: (x["table"], x["seed"]))]
 
 
 def _tiny_record(folder: Path, tmp_path: Path) -> tuple[Path, dict]:
@@ -114,6 +129,7 @@ def test_a_tiny_record_is_reproduced_and_a_false_outcome_is_caught(tmp_path):
         "outcome reproduced 1/1"
     written = json.loads((Path(v["folder"]) / vf.VERIFY).read_text())
     assert written["runs"][0]["test_acc"] == record["runs"][0]["test_acc"]  # same CPU: equal
+    assert written["versions"]["torch"] == written["torch"]  # the software that re-trained
     assert Path(v["folder"]).parent == (tmp_path / "out").resolve()
     # the record claims the other outcome: verify names the mismatch and exits 1
     record["runs"][0]["solved"] = not record["runs"][0]["solved"]
