@@ -19,7 +19,7 @@ import importlib
 from typing import Any
 
 BENCHES = ("generate", "ssm", "attention", "train", "analysis", "decode", "zoo", "head",
-           "threads")
+           "threads", "grid")
 DEVICE_BENCHES = ("ssm", "attention", "train")
 
 

@@ -16,6 +16,9 @@ docs/performance.md; tests/mixers/test_dplr_native.py ties forward and every gra
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor
 
@@ -23,6 +26,18 @@ from recall_lab import native as kernels
 
 _ptr = kernels.ptr
 _SUFFIX = {torch.float32: "_f32", torch.float64: "_f64"}
+_ENABLED = [True]  # `torch_forms()` turns it off
+
+
+@contextlib.contextmanager
+def torch_forms() -> Iterator[None]:
+    """Inside: every mixer takes its torch form, as before this kernel existed (`bench grid`'s
+    old way, the tests' reference)."""
+    _ENABLED.append(False)
+    try:
+        yield
+    finally:
+        _ENABLED.pop()
 
 
 def usable(*tensors: Tensor | None) -> bool:
@@ -31,7 +46,7 @@ def usable(*tensors: Tensor | None) -> bool:
     transform."""
     tensors = tuple(t for t in tensors if t is not None)
     x = tensors[0]
-    return (x.device.type == "cpu" and x.dtype in _SUFFIX
+    return (_ENABLED[-1] and x.device.type == "cpu" and x.dtype in _SUFFIX
             and all(t.device.type == "cpu" and t.dtype == x.dtype for t in tensors)
             and not torch.compiler.is_compiling()
             and not torch._C._functorch.is_functorch_wrapped_tensor(x)

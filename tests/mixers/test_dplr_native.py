@@ -139,8 +139,6 @@ MIXERS = {
 }
 
 
-def _torch_form(monkeypatch):
-    monkeypatch.setattr(dplr_native, "usable", lambda *tensors: False)
 
 
 @pytest.mark.parametrize("name", list(MIXERS))
@@ -162,8 +160,11 @@ def test_each_mixer_on_the_kernel_equals_its_torch_chunked_form(monkeypatch, nam
     monkeypatch.setattr(dplr_native, "dplr", lambda *a: calls.append(1) or real(*a))
     native = run()
     assert calls, "the mixer did not take the native kernel"
-    _torch_form(monkeypatch)
-    for x_, y_ in zip(native, run(), strict=True):
+    calls.clear()
+    with dplr_native.torch_forms():
+        reference = run()
+    assert not calls
+    for x_, y_ in zip(native, reference, strict=True):
         torch.testing.assert_close(x_, y_, rtol=1e-10, atol=1e-12)
 
 
@@ -196,10 +197,10 @@ def _train(name: str, steps: int = 20) -> tuple[list[float], dict]:
 
 
 @pytest.mark.parametrize("name", ["rwkv7", "deltanet"])
-def test_twenty_float64_training_steps_equal_the_torch_forms(monkeypatch, name):
+def test_twenty_float64_training_steps_equal_the_torch_forms(name):
     losses, params = _train(name)
-    _torch_form(monkeypatch)
-    ref_losses, ref_params = _train(name)
+    with dplr_native.torch_forms():
+        ref_losses, ref_params = _train(name)
     assert losses == pytest.approx(ref_losses, abs=1e-10, rel=0)
     assert losses[-1] < losses[0]  # it trained
     for key, p in params.items():
@@ -227,3 +228,6 @@ def test_usable_only_where_the_kernel_applies():
     assert dplr_native.usable(x.half()) is False
     assert dplr_native.usable(x, None) is True
     assert dplr_native.usable(x.double()) is True
+    with dplr_native.torch_forms():
+        assert dplr_native.usable(x) is False
+    assert dplr_native.usable(x) is True
