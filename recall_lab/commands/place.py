@@ -110,6 +110,10 @@ def register(app: GuardedApp) -> None:
                 f"seeds) into {answer['folder']}")
             for i, c in enumerate(answer["claims"], 1):
                 say(f"claim {i} ({c['decidable']}): {c['claim']}")
+            if lr_window:
+                from recall_lab.experiments.lr_window import planned_line
+
+                say(planned_line(mixer, args))
             if answer.get("estimate"):
                 from recall_lab.experiments.estimate import estimate_lines
 

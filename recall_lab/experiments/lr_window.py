@@ -96,6 +96,18 @@ RULE = ("Selection kept apart from confirmation: the window's seeds choose the b
         "verdict.")
 
 
+def planned_line(mixer: str, kwargs: dict | None) -> str:
+    """What `place --lr-window` adds to a placement, for its dry run: the table is known only
+    once the cells have run."""
+    kw = f" --kwargs '{json.dumps(kwargs)}'" if kwargs else ""
+    return (f"then the lr window (--lr-window), once the cells finish: at the boundary table "
+            f"(the largest some but not all seeds solve; known only then), ladder "
+            f"{', '.join(f'{x:g}' for x in LADDER)} (grown by half a decade at an edge, within "
+            f"{BOUNDS[0]:g} and {BOUNDS[1]:g}), up to the reference's seeds per lr, then {CONFIRM} "
+            f"fresh seeds at the best lr; its estimate for a table T: recall-lab lr-window "
+            f"{mixer}{kw} --table T --dry-run")
+
+
 # ---- the ladder ---------------------------------------------------------------------------------
 
 def window_seeds(protocol: Protocol, n: int | None) -> list[int]:

@@ -92,3 +92,19 @@ def test_place_lr_window_measures_the_boundary_table_after_the_cells(tmp_path, m
     cells_3 = {seed for name, lr, seed, size in trained if name == "cells" and size == 3}
     window_3e3 = {seed for name, lr, seed, _ in trained if name == "window" and lr == 3e-3}
     assert cells_3 and not (cells_3 & window_3e3)
+
+
+def test_a_dry_run_with_lr_window_says_what_follows_the_cells(tmp_path):
+    from typer.testing import CliRunner
+
+    from recall_lab.cli import app
+
+    ref = make_reference(tmp_path / "ref")
+    r = CliRunner().invoke(app, ["place", MIXER, "--kwargs", json.dumps(KWARGS), "--reference",
+                                 str(ref), "--dry-run", "--no-estimate", "--no-check",
+                                 "--lr-window", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "then the lr window (--lr-window), once the cells finish: at the boundary table" in text
+    assert f"recall-lab lr-window {MIXER} --kwargs '{json.dumps(KWARGS)}' --table T --dry-run" in text
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
