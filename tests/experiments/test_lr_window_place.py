@@ -106,5 +106,6 @@ def test_a_dry_run_with_lr_window_says_what_follows_the_cells(tmp_path):
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     assert "then the lr window (--lr-window), once the cells finish: at the boundary table" in text
-    assert f"recall-lab lr-window {MIXER} --kwargs '{json.dumps(KWARGS)}' --table T --dry-run" in text
+    command = f"recall-lab lr-window {MIXER} --kwargs '{json.dumps(KWARGS)}' --table T --dry-run"
+    assert command in text
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
