@@ -93,23 +93,30 @@ def dplr(q: Tensor, k: Tensor, v: Tensor, a: Tensor, b: Tensor, g: Tensor
     return _NativeDPLR.apply(q, k, v, a, b, g)
 
 
-def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None
-               ) -> tuple[Tensor, Tensor]:
+def delta_rule_tokens(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None
+                      ) -> tuple[Tensor, Tensor]:
     """The delta rule, gated or not, per head or per key channel, as the recurrence above:
     S_t = diag(alpha_t) S_{t-1} + beta_t k_t (v_t - (diag(alpha_t) S_{t-1})^T k_t)^T, i.e.
-    a = -alpha * k, b = k~ = beta * k, g = log alpha. Head-major arguments and results as
-    `delta_rule_chunked` and `kda_chunked` take them: q, k [b, h, l, d_k], v [b, h, l, d_v],
-    beta [b, h, l], g None (DeltaNet), [b, h, l] (a decay per head: Gated DeltaNet) or
-    [b, h, l, d_k] (per key channel: KDA) -> (o [b, h, l, d_v], final state)."""
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # token-major views, as the mixers made
-    kb = beta.transpose(1, 2)[..., None] * k
+    a = -alpha * k, b = k~ = beta * k, g = log alpha. Token-major, as the mixers make them:
+    q, k [b, l, h, d_k], v [b, l, h, d_v], beta [b, l, h], g None (DeltaNet), [b, l, h] (a decay
+    per head: Gated DeltaNet) or [b, l, h, d_k] (per key channel: KDA) -> (o [b, l, h, d_v],
+    final state [b, h, d_k, d_v])."""
+    kb = beta[..., None] * k
     if g is None:
-        a, gk = -k, torch.zeros_like(k)
+        a, gk = -k, k.new_zeros(()).expand_as(k)
     else:
-        g = g.transpose(1, 2)
         gk = (g[..., None] if g.dim() == 3 else g).expand_as(k)
         a = -(gk.exp() * k)
-    o, state = dplr(q, kb, v, a, kb, gk)
+    return dplr(q, kb, v, a, kb, gk)
+
+
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None
+               ) -> tuple[Tensor, Tensor]:
+    """`delta_rule_tokens` with head-major arguments and output, as `delta_rule_chunked` and
+    `kda_chunked` take them: q, k [b, h, l, d_k], v [b, h, l, d_v], beta [b, h, l], g None,
+    [b, h, l] or [b, h, l, d_k] -> (o [b, h, l, d_v], final state)."""
+    o, state = delta_rule_tokens(*(t.transpose(1, 2) for t in (q, k, v, beta)),
+                                 None if g is None else g.transpose(1, 2))
     return o.transpose(1, 2), state
 
 
