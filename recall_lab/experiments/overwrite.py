@@ -1,0 +1,186 @@
+"""The overwrite frontier's reading (experiments/overwrite/overwrite.toml): each row's seeds
+solved at four tables that hold the live keys at 8 and vary the writes, beside the plain tables
+of 8 and 16 pairs:
+
+    8 live, 8 written      plain MQAR, 8 pairs (the zoo-frontier's archived cell)
+    8 live, 12 written     forgetting MQAR, 8 pairs + 4 updates
+    8 live, 16 written     forgetting MQAR, 8 pairs + 8 updates
+    16 live, 16 written    plain MQAR, 16 pairs (archived)
+
+`reading(dirs)` builds on `report.build_report` (its groups' Wilson intervals, its claims'
+verdicts) and places each group at its row and table; `figure` draws seeds solved per table,
+one line per row, rows ordered by their state per layer; `page` writes the generated
+docs/results/overwrite/README.md (the question, the answer so far, every claim's verdict, the
+runs and their time). A row or table with runs still to train is marked interrupted, never
+read as a result. Written by `scripts/overwrite_page.py`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from recall_lab.experiments.report import build_report
+
+TABLES = ("8 live, 8 written", "8 live, 12 written", "8 live, 16 written",
+          "16 live, 16 written")
+QUESTION = ("Does a layer's recall depend on the pairs written or on the pairs live? An additive "
+            "memory keeps the stale value beside the new one and should read like a table of "
+            "every write; a delta rule that erases before it writes should read like a table "
+            "of the live keys.")
+
+
+def table_of(config: dict[str, Any]) -> str | None:
+    """The table of a run's flat config (report.RunRecord.config), or None for another."""
+    if config.get("task.generator") == "forgetting-mqar":
+        live = config.get("task.kwargs.num_kv_pairs")
+        updates = config.get("task.kwargs.num_updates") or 0
+        if isinstance(live, int) and isinstance(updates, int):
+            name = f"{live} live, {live + updates} written"
+            return name if name in TABLES else None
+        return None
+    levels = config.get("task.levels")
+    if isinstance(levels, (list, tuple)) and len(levels) == 1:
+        pairs = levels[0][1] if isinstance(levels[0], (list, tuple)) else None
+        name = f"{pairs} live, {pairs} written"
+        return name if name in TABLES else None
+    return None
+
+
+def row_of(config: dict[str, Any]) -> str:
+    """A row's name: the model and the options that set its state ("deltanet num_heads=4
+    expand_k=0.25", "mamba2 d_state=1")."""
+    name = str(config.get("model.name"))
+    opts = [f"{k.rpartition('.')[2]}={v:g}" if isinstance(v, float) else
+            f"{k.rpartition('.')[2]}={v}"
+            for k, v in sorted(config.items()) if k.startswith("model.mixer_kwargs.")]
+    if name.startswith("mamba2") and config.get("model.d_state") is not None:
+        opts.insert(0, f"d_state={config['model.d_state']}")
+    return " ".join([name, *opts])
+
+
+def reading(dirs: list[str | Path]) -> dict:
+    """Every row's counts at the four tables, the claims' verdicts and the runs' time."""
+    rep = build_report(dirs)  # grouped by every field that varies but the seed
+    rows: dict[str, dict] = {}
+    done = planned = 0
+    seconds = 0.0  # the forgetting cells' training loops (the plain cells are archived)
+    for g in rep["groups"]:
+        cfg = g.runs[0].config
+        table = table_of(cfg)
+        if table is None:
+            continue
+        row = rows.setdefault(row_of(cfg), {"row": row_of(cfg), "state": g.state.numbers,
+                                            "state_text": g.state.text(), "tables": {}})
+        finished = [r for r in g.runs if r.status == "done"]
+        done += len(finished)
+        planned += len(g.runs)
+        if cfg.get("task.generator") == "forgetting-mqar":
+            seconds += sum(float((r.summary or {}).get("loop_s_total")
+                             or (r.summary or {}).get("wall_s_this_session") or 0.0)
+                       for r in finished)
+        s = g.solved
+        row["tables"][table] = {"k": s.k, "n": s.n, "lo": s.lo, "hi": s.hi,
+                                "planned": len(g.runs), "failed": g.counts["failed"],
+                                "complete": len(finished) == len(g.runs)}
+    ordered = sorted(rows.values(), key=lambda r: (r["state"] is None,
+                                                   r["state"] if r["state"] is not None else 0,
+                                                   r["row"]))
+    return {"rows": ordered, "tables": list(TABLES), "checks": rep["checks"],
+            "runs_done": done, "runs_planned": planned, "train_s": seconds,
+            "solve_at": rep["solve_at"]}
+
+
+def cell_text(cell: dict | None) -> str:
+    """"7/10 [0.40, 0.89]", "3/4 so far (interrupted, 10 planned)" or "-"."""
+    if cell is None:
+        return "-"
+    if cell["n"] == 0:
+        return f"not run ({cell['planned']} planned)"
+    text = f"{cell['k']}/{cell['n']} [{cell['lo']:.2f}, {cell['hi']:.2f}]"
+    return text if cell["complete"] else f"{cell['k']}/{cell['n']} so far (interrupted, " \
+        f"{cell['planned']} planned)"
+
+
+def figure(read: dict, path: Path) -> Path:
+    """Seeds solved (share, Wilson 95%) at the four tables, one line per row, rows ordered by
+    state; an interrupted cell is drawn hollow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    n = max(len(read["rows"]), 1)
+    for i, row in enumerate(read["rows"]):
+        xs, ys, lo, hi, hollow = [], [], [], [], []
+        for j, table in enumerate(TABLES):
+            cell = row["tables"].get(table)
+            if not cell or not cell["n"]:
+                continue
+            x = j + (i - (n - 1) / 2) * 0.04  # rows side by side within a table
+            share = cell["k"] / cell["n"]
+            xs.append(x)
+            ys.append(share)
+            lo.append(share - cell["lo"])
+            hi.append(cell["hi"] - share)
+            hollow.append(not cell["complete"])
+        if not xs:
+            continue
+        line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, linewidth=1.2,
+                           label=f"{row['row']} ({row['state_text']})")
+        colour = line[0].get_color()
+        for x, y, h in zip(xs, ys, hollow, strict=True):
+            if h:
+                ax.plot([x], [y], marker="o", markerfacecolor="white", color=colour)
+    ax.set_xticks(range(len(TABLES)), [t.replace(", ", "\n") for t in TABLES])
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel(f"share of seeds solved (test acc >= {read['solve_at']:g})")
+    ax.set_title("Overwriting: seeds solved as the writes grow with the live keys held at 8")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2,
+              frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _hm(seconds: float) -> str:
+    minutes = int(math.ceil(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def page(read: dict, command: str, figure_name: str = "overwrite.png") -> str:
+    """docs/results/overwrite/README.md, generated."""
+    complete = read["runs_done"] == read["runs_planned"]
+    verdicts = {v: sum(c["verdict"] == v for c in read["checks"])
+                for v in ("pass", "fail", "open")}
+    out = ["# The overwrite frontier: pairs written against pairs live", "",
+           "Generated by `python scripts/overwrite_page.py` from the runs' records; do not edit.",
+           "", "## The question", "", QUESTION, "", "## The answer so far", ""]
+    if complete:
+        out.append(f"Every planned run finished ({read['runs_done']}). Of the "
+                   f"{len(read['checks'])} claims registered before the first run: "
+                   f"{verdicts['pass']} pass, {verdicts['fail']} fail.")
+    else:
+        out.append(f"**Interrupted**: {read['runs_done']} of {read['runs_planned']} planned "
+                   f"runs have finished, so no row is read yet; claims: {verdicts['pass']} "
+                   f"pass, {verdicts['fail']} fail, {verdicts['open']} open (a claim stays "
+                   f"open while a run it reads is unfinished). Resume with `{command}`.")
+    out += ["", f"![seeds solved per table]({figure_name})", "",
+            "| row (state per layer) | " + " | ".join(TABLES) + " |",
+            "| --- |" + " --- |" * len(TABLES)]
+    for row in read["rows"]:
+        cells = [cell_text(row["tables"].get(t)) for t in TABLES]
+        out.append(f"| {row['row']} ({row['state_text']}) | " + " | ".join(cells) + " |")
+    out += ["", "## Every claim", ""]
+    for c in read["checks"]:
+        out.append(f"- {c['verdict'].upper()}: {c['claim']}. {c['detail']}")
+    out += ["", "## The runs", "",
+            f"{read['runs_done']} of {read['runs_planned']} planned runs finished. The plain "
+            "tables' runs are the zoo-frontier's and the 2026 placements' archived records, "
+            f"not retrained; the forgetting cells' training loops took {_hm(read['train_s'])} "
+            "in all (one thread each).", ""]
+    return "\n".join(out)

@@ -1,0 +1,48 @@
+"""docs/results/overwrite/: the overwrite frontier's generated page and figure, from its runs'
+records (recall_lab/experiments/overwrite.py), and the records themselves (`recall-lab archive`,
+no weights).
+
+    python scripts/overwrite_page.py                      # from runs/overwrite
+    python scripts/overwrite_page.py --runs DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from recall_lab.experiments import overwrite as ow  # noqa: E402
+
+RESUME = ("recall-lab sweep experiments/overwrite/overwrite.toml --workers 2 "
+          "--only train.seed=N --only train.seed=N+1 (the header's pieces)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "overwrite")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "overwrite")
+    ap.add_argument("--no-archive", action="store_true", help="Leave the records where they are.")
+    args = ap.parse_args(argv)
+    read = ow.reading([args.runs])
+    args.out.mkdir(parents=True, exist_ok=True)
+    ow.figure(read, args.out / "overwrite.png")
+    (args.out / "README.md").write_text(ow.page(read, RESUME))
+    if not args.no_archive:
+        dest = args.out / "runs"
+        if dest.exists():
+            import shutil
+
+            shutil.rmtree(dest)
+        subprocess.run([sys.executable, "-m", "recall_lab.cli", "archive", str(args.runs),
+                        str(dest)], check=True)
+    print(f"written: {args.out / 'README.md'}, {args.out / 'overwrite.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The overwrite frontier's reading (experiments/overwrite.py) on hand-made records: each run
+lands at its row and table (plain 8 and 16 pairs, forgetting 8 + 4 and 8 + 8), the counts and
+Wilson intervals are the seeds' own, rows are ordered by state, a table with runs still
+missing is marked interrupted, and the page and figure are written from the same reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recall_lab.experiments import overwrite as ow
+from recall_lab.experiments import stats
+from recall_lab.experiments.grid import load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+TOML = ROOT / "experiments" / "overwrite" / "overwrite.toml"
+
+
+def _tag(cfg) -> str:
+    task = cfg.task.model_dump() if hasattr(cfg.task, "model_dump") else {}
+    kwargs = task.get("kwargs") or {}
+    return f"u{kwargs['num_updates']}" if "num_updates" in kwargs else \
+        f"p{cfg.task.levels[0][1]}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run folders made from overwrite.toml's own grid (its configs as written), with summaries
+    chosen by hand: (row, table tag) -> the accuracies of seeds 0, 1, 2 (None: launched, not
+    finished)."""
+    root = tmp_path_factory.mktemp("overwrite")
+    plan = {("transformer", "p8"): [1.0, 1.0, 0.99],
+            ("transformer", "u8"): [0.99, 0.2, 0.96],
+            ("mamba2", "p8"): [0.97, 0.5, 0.96],
+            ("mamba2", "u4"): [0.1, 0.2, None]}
+    for run in load_experiment(TOML).runs:
+        cfg = run.config
+        key = (cfg.model.name, _tag(cfg))
+        if key not in plan or cfg.train.seed > 2:
+            continue
+        folder = root / run.name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(cfg.to_json()))
+        acc = plan[key][cfg.train.seed]
+        if acc is not None:
+            (folder / "summary.json").write_text(json.dumps(
+                {"test": {"acc": acc}, "valid": {"acc": acc}, "steps": 10, "stopped_at": 10,
+                 "best_step": 10, "loop_s_total": 2.0, "wall_s_this_session": 2.5}))
+    return root
+
+
+def test_each_run_lands_at_its_row_and_table(runs):
+    read = ow.reading([runs])
+    by_row = {r["row"]: r for r in read["rows"]}
+    assert set(by_row) == {"transformer", "mamba2 d_state=1"}
+    # the state orders the rows: mamba2's fixed state before attention's growing cache
+    assert [r["row"] for r in read["rows"]] == ["mamba2 d_state=1", "transformer"]
+    t = by_row["transformer"]["tables"]
+    assert set(t) == {"8 live, 8 written", "8 live, 16 written"}
+    cell = t["8 live, 16 written"]
+    want = stats.wilson(2, 3)
+    assert (cell["k"], cell["n"], cell["lo"], cell["hi"]) == (2, 3, want.lo, want.hi)
+    assert cell["complete"]
+    m = by_row["mamba2 d_state=1"]["tables"]
+    assert (m["8 live, 8 written"]["k"], m["8 live, 8 written"]["n"]) == (2, 3)
+    interrupted = m["8 live, 12 written"]
+    assert (interrupted["k"], interrupted["n"], interrupted["planned"]) == (0, 2, 3)
+    assert not interrupted["complete"]
+    assert ow.cell_text(interrupted) == "0/2 so far (interrupted, 3 planned)"
+    assert (read["runs_done"], read["runs_planned"]) == (11, 12)
+    assert read["train_s"] == pytest.approx(2.0 * 5)  # the forgetting cells' loops only
+
+
+def test_table_names_follow_the_live_keys_and_the_writes():
+    assert ow.table_of({"task.levels": [[16, 16]]}) == "16 live, 16 written"
+    assert ow.table_of({"task.generator": "forgetting-mqar", "task.kwargs.num_kv_pairs": 8,
+                        "task.kwargs.num_updates": 4}) == "8 live, 12 written"
+    assert ow.table_of({"task.levels": [[32, 32]]}) is None  # not one of the four
+
+
+def test_the_page_and_figure_come_from_the_reading(runs, tmp_path):
+    read = ow.reading([runs])
+    text = ow.page(read, "RESUME-COMMAND")
+    assert "**Interrupted**: 11 of 12 planned runs have finished" in text
+    assert "Resume with `RESUME-COMMAND`" in text
+    assert "| transformer (grows as L) | 3/3 [" in text and "| 2/3 [" in text
+    assert "0/2 so far (interrupted, 3 planned)" in text
+    path = ow.figure(read, tmp_path / "fig.png")
+    assert path.stat().st_size > 1000
