@@ -31,6 +31,7 @@ from recall_lab.experiments.reference import (  # noqa: E402
 
 FOLDER = ROOT / "docs" / "results" / "frontier-2026"
 PLACE_DELTANET = ROOT / "docs" / "results" / "place-deltanet"
+LR_WINDOW = ROOT / "docs" / "results" / "lr-window"  # the measured lr windows (window.json)
 # the five families, in the order of the table, with the kwargs at 256 numbers per layer
 FAMILIES = {
     "kda": '{"num_heads": 4, "expand_k": 0.25}',
@@ -159,9 +160,12 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         "Seeds solved with a Wilson 95% interval; \"stopped\": a placement's cell stopped "
         "launching seeds once its verdicts were settled; \"-\": not run (the cut rule). Placed "
         "rows in bold. The zoo-frontier's rows are its 570 archived runs; place-deltanet is "
-        "DeltaNet's zoo row placed again from scratch.",
+        "DeltaNet's zoo row placed again from scratch. \"lr\" is the lr each row ran at (its "
+        "pilot's pick, one seed); \"lr window\" the lrs whose seeds solved are not separable "
+        "from the best lr's, measured by `recall-lab lr-window` at one table "
+        "([the lr windows](../lr-window/README.md)), or \"not measured\".",
         "",
-        *cb.table_lines(rows, names),
+        *cb.table_lines(rows, names, cb.windows_from(LR_WINDOW)),
         "",
         "State per layer: each layer's count where the layers differ, and a count that grows "
         "with the sequence as log L with its length and its count at every table. "

@@ -183,19 +183,44 @@ def cell_text(e: Entry, size: float) -> str:
     return "-" if c is None else c["text"] + c.get("note", "")
 
 
-def table_lines(entries: list[Entry], names: dict[float, str]) -> list[str]:
+def table_lines(entries: list[Entry], names: dict[float, str],
+                windows: dict[str, str] | None = None) -> list[str]:
+    """The combined table; with `windows` (a row's label -> its measured lr window,
+    `windows_from`), a window column beside the lr ("not measured" for the other rows)."""
     sizes = sorted(names)
-    head = ("| row | from | state per layer | lr | " + " | ".join(names[s] for s in sizes)
-            + " | frontier [range] |")
-    lines = [head, "|" + " --- |" * (len(sizes) + 5)]
+    extra = windows is not None
+    head = ("| row | from | state per layer | lr | " + ("lr window | " if extra else "")
+            + " | ".join(names[s] for s in sizes) + " | frontier [range] |")
+    lines = [head, "|" + " --- |" * (len(sizes) + 5 + extra)]
     for e in sorted(entries, key=sort_key):
         lr = "-" if e.lr is None else f"{e.lr:g}"
+        window = f"{(windows or {}).get(label_key(e.label), 'not measured')} | " if extra \
+            else ""
         src = "zoo-frontier" if not e.placed else f"placed ({e.source})"
         name = f"**`{e.label}`**" if e.placed else f"`{e.label}`"
-        lines.append(f"| {name} | {src} | {state_text(e)} | {lr} | "
+        lines.append(f"| {name} | {src} | {state_text(e)} | {lr} | {window}"
                      + " | ".join(cell_text(e, s) for s in sizes)
                      + f" | {frontier_text(e.frontier)} |")
     return lines
+
+
+def label_key(label: str) -> str:
+    """A row label with its options in one order: "deltanet / expand_k=0.25 / num_heads=4" and
+    "deltanet / num_heads=4 / expand_k=0.25" name one row."""
+    family, *opts = label.split(" / ")
+    return " / ".join([family, *sorted(opts)])
+
+
+def windows_from(folder: Path) -> dict[str, str]:
+    """Each measured lr window under `folder` (its */window.json, as `recall-lab lr-window`
+    writes it), by row (`label_key`): "1e-3 to 3e-3 (0.5 decades) at 16 pairs"."""
+    from recall_lab.experiments.lr_window import window_text
+
+    out: dict[str, str] = {}
+    for path in sorted(Path(folder).glob("*/window.json")):
+        a = json.loads(path.read_text())
+        out[label_key(a["label"])] = f"{window_text(a)} at {a['table_name']}"
+    return out
 
 
 _RATE = re.compile(r" at [0-9.]+ (\d+/\d+ \[[0-9.]+, [0-9.]+\])")

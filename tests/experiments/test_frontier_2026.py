@@ -191,3 +191,23 @@ def test_a_log_l_state_is_given_at_every_table_and_layers_never_as_their_mean():
     assert re.search(r"one layer, at each table: (\d+ / ){3}\d+ at (\d+ / ){3}\d+ tokens", loglin)
     based = [s for line, s in zip(table, states, strict=True) if "`based /" in line]
     assert based and all("(layer 1) / " in s and "(layer 2)" in s for s in based)
+
+
+def test_the_window_column_reads_each_measured_window_by_row(tmp_path):
+    (tmp_path / "rwkv7").mkdir()
+    answer = {"label": "deltanet / num_heads=4 / expand_k=0.25", "table_name": "16 pairs",
+              "best": 1e-3, "solved_any": True, "window": [1e-3, 3e-3], "width_decades": 0.477,
+              "edge": False, "contiguous": True, "settled": True}
+    (tmp_path / "rwkv7" / "window.json").write_text(json.dumps(answer))
+    windows = cb.windows_from(tmp_path)
+    # the zoo row spells its options in another order: the same row
+    assert windows == {"deltanet / expand_k=0.25 / num_heads=4":
+                       "0.001 to 0.003 (0.5 decades) at 16 pairs"}
+    entries, names = cb.reference_entries()
+    lines = cb.table_lines(entries, names, windows)
+    assert "| lr window |" in lines[0] and lines[1].count("---") == len(names) + 6
+    row = next(x for x in lines if x.startswith("| `deltanet / expand_k=0.25 / num_heads=4`"))
+    assert "| 0.001 | 0.001 to 0.003 (0.5 decades) at 16 pairs |" in row
+    other = next(x for x in lines if x.startswith("| `transformer`"))
+    assert "| not measured |" in other
+    assert cb.table_lines(entries, names)[0] == lines[0].replace("lr window | ", "")
