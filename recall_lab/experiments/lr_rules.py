@@ -15,6 +15,7 @@ import json
 import math
 
 from recall_lab.experiments import stats
+from recall_lab.experiments.reference import PILOT_SEEDS as PILOT_SEEDS  # re-exported
 from recall_lab.experiments.reference import pick_lr
 from recall_lab.generators.errors import RecallLabError
 
@@ -77,7 +78,7 @@ def grow(ladder: list[float], best: float | None,
 
 # ---- pilot rule 2 (for new placements) ----------------------------------------------------------
 
-PILOT_SEEDS = (30, 31)  # rule 2: two seeds per pilot lr (30 is rule 1's one seed)
+# rule 2's two seeds per pilot lr: reference.PILOT_SEEDS (a place.toml may declare rule 2)
 
 
 def pilot_rule_2(accs: dict[float, list[float | None]], tie: float,

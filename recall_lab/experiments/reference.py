@@ -15,6 +15,9 @@ the same protocol for a new mixer:
     seed = 30
     tie = 0.01                           # best held-out accuracy; a difference below `tie` is
                                          # a tie, and a tie goes to the smaller lr
+    rule = 2                             # optional: pilot rule 2 (2 seeds per lr, an edge
+                                         # winner extends the grid; docs/place.md), as
+                                         # `place --pilot-rule 2`; default 1
     [cut]                                # the cut rule (optional)
     "task.levels" = [[16, 16]]           # the table whose count decides
     at_least = 5                         # seeds solved there for a row to run ...
@@ -52,6 +55,7 @@ from recall_lab.experiments.grid import flatten, numeric
 from recall_lab.generators.errors import RecallLabError
 
 PLACE = "place.toml"
+PILOT_SEEDS = (30, 31)  # pilot rule 2: two seeds per pilot lr (30 is rule 1's one seed)
 SHIPPED = "zoo-frontier"  # the default reference
 SHIPPED_REFERENCES = ("zoo-frontier", "frontier-2026")
 DATA = "reference_data"
@@ -167,6 +171,9 @@ def read_protocol(folder: Path) -> Protocol:
     if p_size not in {t.size for t in tables}:
         raise RecallLabError(f"{path}: the pilot's table is none of the experiment's tables")
     p_steps = next(t.steps for t in tables if t.size == p_size)
+    rule = pilot.get("rule", 1)
+    if isinstance(rule, bool) or rule not in (1, 2):
+        raise RecallLabError(f"{path}: [pilot] rule must be 1 or 2, got {rule!r}")
     cut = spec.get("cut")
     if cut is not None:
         c_size = numeric("task.levels", cut.get("task.levels"))
@@ -183,7 +190,9 @@ def read_protocol(folder: Path) -> Protocol:
                     solve_at=float(report.get("solve_at", 0.95)),
                     pilot={"levels": pilot["task.levels"], "size": p_size, "steps": p_steps,
                            "lrs": [float(x) for x in pilot["lrs"]], "seed": int(pilot["seed"]),
-                           "tie": float(pilot.get("tie", 0.01))},
+                           "tie": float(pilot.get("tie", 0.01)),
+                           # rule 2 only: a rule-1 protocol's pilot reads as it always did
+                           **({"rule": 2, "seeds": list(PILOT_SEEDS)} if rule == 2 else {})},
                     cut=cut, level=float(spec.get("level", 0.05)))
 
 

@@ -109,3 +109,23 @@ def test_a_dry_run_with_lr_window_says_what_follows_the_cells(tmp_path):
     command = f"recall-lab lr-window {MIXER} --kwargs '{json.dumps(KWARGS)}' --table T --dry-run"
     assert command in text
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def test_a_place_toml_may_declare_pilot_rule_2(tmp_path):
+    import pytest
+
+    from recall_lab.generators.errors import RecallLabError
+
+    from .place_fixtures import PLACE
+
+    ref = make_reference(tmp_path / "ref", place=PLACE + "rule = 2\n")
+    protocol = read_protocol(ref)
+    assert protocol.pilot["rule"] == 2 and protocol.pilot["seeds"] == list(lw.PILOT_SEEDS)
+    plan = pl.place(MIXER, KWARGS, reference=ref, check=False, out=tmp_path / "out",
+                    dry_run=True)
+    assert plan["folder"].endswith("-pilot2") and plan["pilot_runs"] == 2
+    plain = read_protocol(make_reference(tmp_path / "plain"))
+    assert "rule" not in plain.pilot  # a rule-1 protocol reads as it always did
+    bad = make_reference(tmp_path / "bad", place=PLACE + "rule = 3\n")
+    with pytest.raises(RecallLabError, match=r"\[pilot\] rule must be 1 or 2, got 3"):
+        read_protocol(bad)
