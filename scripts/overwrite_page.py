@@ -18,8 +18,9 @@ sys.path.insert(0, str(ROOT))
 
 from recall_lab.experiments import overwrite as ow  # noqa: E402
 
-RESUME = ("recall-lab sweep experiments/overwrite/overwrite.toml --workers 2 "
-          "--only train.seed=N --only train.seed=N+1 (the header's pieces)")
+RESUME = ("cp -r docs/results/overwrite/runs runs/overwrite, then recall-lab sweep "
+          "experiments/overwrite/overwrite.toml --workers 2 --only train.seed=N --only "
+          "train.seed=N+1 for the seeds not finished (the file's header has the pieces)")
 
 
 def main(argv: list[str] | None = None) -> int:

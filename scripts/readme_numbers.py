@@ -255,8 +255,8 @@ def overlap_section() -> str:
 def results_section() -> str:
     lines, others = [], []
     for folder in sorted(p for p in RESULTS.iterdir() if p.is_dir()):
-        if folder.name == "tour":
-            continue
+        if folder.name == "tour" or folder.name.startswith("verify-"):
+            continue  # verify-*: re-trained samples of a placement, linked from its docs
         rep_file = folder / "report.json"
         if rep_file.exists():
             rep = json.loads(rep_file.read_text())

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from recall_lab.experiments.grid import numeric
+from recall_lab.experiments.lr_window import window_text
 from recall_lab.experiments.place import (
     cells_experiment,
     frontier_text,
@@ -214,8 +215,6 @@ def label_key(label: str) -> str:
 def windows_from(folder: Path) -> dict[str, str]:
     """Each measured lr window under `folder` (its */window.json, as `recall-lab lr-window`
     writes it), by row (`label_key`): "1e-3 to 3e-3 (0.5 decades) at 16 pairs"."""
-    from recall_lab.experiments.lr_window import window_text
-
     out: dict[str, str] = {}
     for path in sorted(Path(folder).glob("*/window.json")):
         a = json.loads(path.read_text())
