@@ -132,12 +132,15 @@ def figure(read: dict, path: Path) -> Path:
                            label=f"{row['row']} ({row['state_text']})")
         colour = line[0].get_color()
         for x, y, h in zip(xs, ys, hollow, strict=True):
-            if h:
-                ax.plot([x], [y], marker="o", markerfacecolor="white", color=colour)
+            if h:  # above the row's own filled marker
+                ax.plot([x], [y], marker="o", linestyle="none", markerfacecolor="white",
+                        markeredgecolor=colour, zorder=5)
     ax.set_xticks(range(len(TABLES)), [t.replace(", ", "\n") for t in TABLES])
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel(f"share of seeds solved (test acc >= {read['solve_at']:g})")
-    ax.set_title("Overwriting: seeds solved as the writes grow with the live keys held at 8")
+    ax.set_title("Overwriting: seeds solved as the writes grow with the live keys held at 8"
+                 + ("" if all(c["complete"] for r in read["rows"] for c in r["tables"].values())
+                    else "\n(hollow: interrupted, seeds so far)"))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2,
               frameon=False)
     fig.tight_layout()
