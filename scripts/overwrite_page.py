@@ -4,6 +4,11 @@ no weights).
 
     python scripts/overwrite_page.py                      # from runs/overwrite
     python scripts/overwrite_page.py --runs DIR --out DIR
+    python scripts/overwrite_page.py --reference          # also pack the shipped reference
+
+`--reference` packs recall_lab/experiments/reference_data/overwrite-2026.tar.xz (what `place
+--reference overwrite-2026` places against) from the archived records: the forgetting tables'
+runs with docs/results/overwrite/reference/{place.toml, overwrite-tables.toml}.
 """
 
 from __future__ import annotations
@@ -17,10 +22,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from recall_lab.experiments import overwrite as ow  # noqa: E402
+from recall_lab.experiments.grid import flatten  # noqa: E402
+from recall_lab.experiments.reference import (  # noqa: E402
+    pack_reference,
+    read_protocol,
+    shipped_archive,
+)
 
 RESUME = ("cp -r docs/results/overwrite/runs runs/overwrite, then recall-lab sweep "
           "experiments/overwrite/overwrite.toml --workers 2 --only train.seed=N --only "
           "train.seed=N+1 for the seeds not finished (the file's header has the pieces)")
+
+
+def pack(out: Path) -> int:
+    """The overwrite-2026 reference from the archived records in `out`/runs: the runs of the
+    forgetting tables (place.toml's two tables), with the reference's two files."""
+    ref = out / "reference"
+    protocol = read_protocol(ref)
+    return pack_reference(out / "runs", [ref / "place.toml", ref / "overwrite-tables.toml"],
+                          shipped_archive("overwrite-2026"),
+                          keep=lambda e: protocol.size_of(flatten(e["config"])) is not None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "overwrite")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "overwrite")
     ap.add_argument("--no-archive", action="store_true", help="Leave the records where they are.")
+    ap.add_argument("--reference", action="store_true",
+                    help="Also pack the overwrite-2026 reference from the archived records.")
     args = ap.parse_args(argv)
     read = ow.reading([args.runs])
     args.out.mkdir(parents=True, exist_ok=True)
@@ -41,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(dest)
         subprocess.run([sys.executable, "-m", "recall_lab.cli", "archive", str(args.runs),
                         str(dest)], check=True)
+    if args.reference:
+        print(f"reference: {pack(args.out)} runs in {shipped_archive('overwrite-2026')}")
     print(f"written: {args.out / 'README.md'}, {args.out / 'overwrite.png'}")
     return 0
 

@@ -42,7 +42,9 @@ def register(app: GuardedApp) -> None:
         engine: str = typer.Option("local", help="local (process pool) or ray."),
         reference: str = typer.Option(None, "--reference", help="A shipped reference's name "
                                       "(zoo-frontier, the default; frontier-2026: it plus the "
-                                      "2025-26 families' placements) or a reference folder "
+                                      "2025-26 families' placements; overwrite-2026: the "
+                                      "forgetting-MQAR tables, 8 live keys with 12 and 16 "
+                                      "writes, as --tables 12,16) or a reference folder "
                                       "(run records plus place.toml; docs/place.md)."),
         check: bool = typer.Option(True, "--check/--no-check", help="Refuse a mixer that fails "
                                    "a correctness row of `recall-lab check` before training."),

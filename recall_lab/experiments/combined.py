@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recall_lab.experiments.grid import numeric
+from recall_lab.experiments.grid import flatten
 from recall_lab.experiments.lr_window import window_text
 from recall_lab.experiments.place import (
     cells_experiment,
@@ -133,7 +133,7 @@ def _placement_state(answer: dict, protocol: Protocol | None) -> tuple[dict, dic
     log_l = answer["state"].get("growth") == "log L"
     exp = cells_experiment(protocol, mixer_table(answer["mixer"], answer.get("kwargs")),
                            sizes if log_l else [max(ran or sizes)], [0], answer["lr"] or 1e-3)
-    states = {numeric("task.levels", r.values["task.levels"]): run_state(r.config.to_json())
+    states = {protocol.size_of(flatten(r.config.to_json())): run_state(r.config.to_json())
               for r in exp.runs}
     longest = states.get(max(ran), None) if ran else None
     if longest is None or longest.numbers != answer["state"]["numbers"]:

@@ -143,11 +143,10 @@ def window_experiment(protocol: Protocol, table: dict, size: float, lrs: list[fl
                       seeds: list[int], name: str = WINDOW) -> Experiment:
     """lrs x seeds at one table: each run's config is `place.cells_experiment`'s for that table,
     seed and lr (tests check the hashes)."""
-    t = protocol.table(size)
     data = {"name": name, "model": pl.cell_model(protocol, table),
             "train": dict(protocol.base["train"]), "task": dict(protocol.base["task"]),
             "grid": {"train.lr": list(lrs), "train.seed": list(seeds)},
-            "link": [{"task.levels": [t.levels], "train.steps": [t.steps]}],  # as place's
+            "link": [protocol.link([size])],  # as place's
             "report": {"metric": protocol.metric, "solve_at": protocol.solve_at}}
     return expand(data, name)
 

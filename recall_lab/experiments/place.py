@@ -59,7 +59,6 @@ from recall_lab.experiments.grid import (
     flatten,
     format_value,
     group_label,
-    numeric,
 )
 from recall_lab.experiments.lr_rules import PILOT_SEEDS, boundary_table, pilot_lines, pilot_rule_2
 from recall_lab.experiments.memory import row_memory
@@ -83,6 +82,7 @@ from recall_lab.experiments.verdicts import (
     frontier_compare,
     frontier_points,
     range_verdict,
+    table_size,
     three_way,
 )
 from recall_lab.generators.errors import RecallLabError
@@ -148,12 +148,14 @@ def reference_rows(folder: Path, protocol: Protocol) -> tuple[list[Row], list[Gr
     _, groups = aggregate(runs, None, protocol.metric, protocol.solve_at)
     rows: dict[str, Row] = {}
     for g in groups:
-        size = numeric("task.levels", g.values.get("task.levels"))
-        rest = {f: v for f, v in g.values.items() if f not in ("task.levels", "train.steps")}
+        size = protocol.size_of(g.runs[0].config)
+        rest = {f: v for f, v in g.values.items()
+                if f not in ("task.levels", "train.steps", *protocol.table_fields)}
         label = group_label(rest)
         row = rows.setdefault(label, Row(label))
         if size is not None:
             row.cells[size] = g
+            g.size = size
             g.label = f"{label} at {size:g}"  # as the claims' details name it
         for r in g.runs:
             r.config[ROW_KEY] = label
@@ -234,12 +236,10 @@ def cell_model(protocol: Protocol, table: dict) -> dict:
 
 def cells_experiment(protocol: Protocol, table: dict, sizes: list[float], seeds: list[int],
                      lr: float) -> Experiment:
-    tabs = [protocol.table(s) for s in sizes]
     data = {"name": "cells", "model": cell_model(protocol, table),
             "train": {**protocol.base["train"], "lr": lr}, "task": dict(protocol.base["task"]),
             "grid": {"train.seed": seeds},
-            "link": [{"task.levels": [t.levels for t in tabs],
-                      "train.steps": [t.steps for t in tabs]}],
+            "link": [protocol.link(sizes)],
             "report": {"metric": protocol.metric, "solve_at": protocol.solve_at}}
     return expand(data, "cells")
 
@@ -254,7 +254,7 @@ def pilot_experiment(protocol: Protocol, table: dict, lrs: list[float] | None = 
         grid["train.seed"] = list(p["seeds"])
     data = {"name": "pilot", "model": cell_model(protocol, table),
             "train": {**protocol.base["train"], "steps": p["steps"], "seed": p["seed"]},
-            "task": {**protocol.base["task"], "levels": p["levels"]},
+            "task": protocol.task_of(p["size"]),
             "grid": grid,
             "report": {"metric": "valid.acc", "solve_at": protocol.solve_at}}
     return expand(data, "pilot")
@@ -282,8 +282,10 @@ def records(exp: Experiment, root: Path) -> list[RunRecord]:
 # ---- claims -------------------------------------------------------------------------------------
 
 def table_name(size: float, protocol: Protocol) -> str:
-    levels = protocol.table(size).levels
-    return f"{size:g} pairs" if len(levels) == 1 else f"table {size:g}"
+    t = protocol.table(size)
+    if t.name is not None:
+        return t.name
+    return f"{size:g} pairs" if t.levels is not None and len(t.levels) == 1 else f"table {size:g}"
 
 
 def _who(row: Row, size: float | None = None) -> str:
@@ -303,7 +305,6 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
     claims = []
     log_l = state_class(state) == "log L" and states is not None
     for size in sizes:
-        lv = protocol.table(size).levels
         here = states.get(size, state) if log_l else state
         for nb in neighbours(rows, here, size):
             if state.numbers is None:
@@ -320,7 +321,7 @@ def make_claims(label: str, state: LayerState, rows: list[Row], sizes: list[floa
                           f"{where} it in recurrent state: more, fewer (one-sided Fisher at "
                           f"{protocol.level:g}) or not separable"),
                 "kind": "solved", "size": size, "a": {ROW_KEY: me}, "b": {ROW_KEY: nb.label},
-                "at": {"task.levels": lv}, "level": protocol.level})
+                "at": protocol.at(size), "level": protocol.level})
     for nb in neighbours(rows, state, None):
         claims.append({
             "claim": (f"frontier (largest table solved in at least half the seeds) of "
@@ -443,10 +444,12 @@ def evaluate(mine: list[RunRecord], ref_groups: list[Group], claims: list[dict],
     runs = [r for r in mine]
     cut = None
     if runs:
-        _, groups = aggregate(runs, ["task.levels"], protocol.metric, protocol.solve_at)
+        _, groups = aggregate(runs, protocol.table_fields, protocol.metric, protocol.solve_at)
     else:
         groups = []
-    by_size = {numeric("task.levels", g.values["task.levels"]): g for g in groups}
+    by_size = {protocol.size_of(g.runs[0].config): g for g in groups}
+    for s, g in by_size.items():
+        g.size = s
     cut = _cut_decision(protocol, by_size)
     skip = set(protocol.cut["skip"]) if protocol.cut else set()
     gates = bool(skip & set(by_size))  # a table the cut rule gates is in the plan
@@ -537,6 +540,18 @@ def next_round(cells: dict[float, Cell], tried: set[tuple[float, int]],
     return groups
 
 
+def round_slices(protocol: Protocol, sizes: list[float], seeds: tuple[int, ...]) -> list[dict]:
+    """The sweep calls (`--only` slices) of one round: one for task.levels tables (a product
+    of tables and seeds); one per table where the tables are whole task tables, since a
+    product of their fields' alternatives could pick a table the round did not name."""
+    seed = seeds[0] if len(seeds) == 1 else tuple(seeds)
+    if not protocol.whole_task:
+        levels = [protocol.table(s).levels for s in sizes]
+        return [{"task.levels": levels[0] if len(levels) == 1 else tuple(levels),
+                 "train.seed": seed}]
+    return [{**protocol.at(s), "train.seed": seed} for s in sizes]
+
+
 # ---- the whole placement ------------------------------------------------------------------------
 
 def refuse_failing_check(target: Any, label: str, say: Callable[[str], None],
@@ -589,8 +604,8 @@ def try_longest(exp: Experiment, protocol: Protocol, label: str, kwargs: dict | 
     at that table's length, before anything is spent: a mixer that cannot take the length
     (zoology's Hyena with `l_max` below it) ends here in one line naming the table and the
     exception, not minutes into the pilot."""
-    run = max(exp.runs, key=lambda r: numeric("task.levels", r.values["task.levels"]))
-    size = numeric("task.levels", run.values["task.levels"])
+    run = max(exp.runs, key=lambda r: protocol.size_of(flatten(r.config.to_json())))
+    size = protocol.size_of(flatten(run.config.to_json()))
     cfg = run_config_from_json(run.config.to_json(), "the placement's longest table").model
     length = cfg.max_len
     where = f"the {table_name(size, protocol)} table's {length} tokens"
@@ -689,7 +704,7 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
         table = mixer_table(mixer, kwargs)
         label = mixer_row_label(mixer, kwargs)
         probe = cells_experiment(protocol, table, sizes, seed_list, protocol.pilot["lrs"][0])
-        states = {numeric("task.levels", r.values["task.levels"]):
+        states = {protocol.size_of(flatten(r.config.to_json())):
                   run_state(r.config.to_json()) for r in probe.runs}
         state = states[max(states)]
         claims = make_claims(label, state, rows, sizes, protocol, states)
@@ -759,14 +774,11 @@ def place(mixer: str, kwargs: dict | None = None, *, tables: list[float] | None 
                 break
             rounds += 1
             for seed_group, group_sizes in batch.items():
-                levels = [protocol.table(s).levels for s in group_sizes]
                 say(f"round {rounds}: tables {', '.join(f'{s:g}' for s in group_sizes)}, seeds "
                     f"{', '.join(map(str, seed_group))}")
-                only = {"task.levels": levels[0] if len(levels) == 1 else tuple(levels),
-                        "train.seed": seed_group[0] if len(seed_group) == 1
-                        else tuple(seed_group)}
                 tried |= {(s, x) for s in group_sizes for x in seed_group}
-                sweep(exp, only)
+                for only in round_slices(protocol, group_sizes, seed_group):
+                    sweep(exp, only)
         answer = build_answer(folder, plan, protocol, rows, ref_groups, exp, pilot, lr, accs,
                               cells, verdicts, cut, label, state, memory)
         if rule_2 is not None:  # every seed's accuracy, the means, interior or not
@@ -810,8 +822,7 @@ def rate_json(r: stats.SolveRate) -> dict:
 def row_frontier(cells: list[Group], unrun: list[float] = ()) -> dict:
     """A row's frontier and range over its finished seeds; `censored`: the unrun tables that
     could still move it (`verdicts.free_tables`), `ran_to`: the largest table it ran."""
-    pts = [(numeric("task.levels", g.values.get("task.levels")), g.solved) for g in cells
-           if g.solved.n]
+    pts = [(table_size(g), g.solved) for g in cells if g.solved.n]
     lo, hi = stats.frontier_range(pts)
     return {"frontier": stats.frontier(pts) or 0.0, "range": [lo, hi],
             "censored": free_tables(pts, list(unrun)),
@@ -882,7 +893,10 @@ def build_answer(folder: Path, plan: dict, protocol: Protocol, rows: list[Row],
                          "names": {f"{t.size:g}": table_name(t.size, protocol)
                                    for t in protocol.tables},
                          "seeds": plan["seeds"], "solve_at": protocol.solve_at,
-                         "level": protocol.level},
+                         "level": protocol.level,
+                         # whole task tables: the fields that pick each table's runs
+                         **({"at": {f"{t.size:g}": protocol.at(t.size)
+                                    for t in protocol.tables}} if protocol.whole_task else {})},
             "figures": []}
 
 

@@ -31,7 +31,7 @@ from recall_lab import checkpoint as ck
 from recall_lab.data import DataSource
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
-from recall_lab.experiments.grid import config_hash, numeric
+from recall_lab.experiments.grid import config_hash, flatten, numeric
 from recall_lab.experiments.timing import total_time
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.runs import run_config_from_json
@@ -178,8 +178,22 @@ def rebuild(shape: dict, seed: int, lr: float) -> dict:
             "task": shape["task"], "task_name": shape.get("task_name")}
 
 
-def _size(levels: Any) -> float:
-    return float(numeric("task.levels", levels))
+def _size(task: dict, answer: dict) -> float:
+    """A run's table: its task.levels' entries, or (whole task tables) the table whose fields
+    the answer's protocol lists under "at"."""
+    tables = answer["protocol"].get("at")
+    if not tables:
+        return float(numeric("task.levels", task["levels"]))
+    flat = flatten({"task": task})
+    for size, at in tables.items():
+        if all(json.dumps(flat.get(k), sort_keys=True) == json.dumps(v, sort_keys=True)
+               for k, v in at.items()):
+            return float(size)
+    raise RecallLabError(f"a run's task {task} is none of the placement's tables")
+
+
+def _evaluation(task: dict) -> str:
+    return str(task.get("generator") or "MQAR")
 
 
 def mixer_source(model: dict) -> dict:
@@ -233,7 +247,7 @@ def build_record(folder: Path, *, machine: dict | None = None,
         acc = (summary.get("test") or {}).get("acc")
         stored = cfg.get("registration") if isinstance(cfg.get("registration"), dict) else {}
         run = {"name": r["path"].name, "role": "pilot" if r["sub"] == "pilot" else "cell",
-               "table": _size(cfg["task"]["levels"]), "levels": cfg["task"]["levels"],
+               "table": _size(cfg["task"], answer), "levels": cfg["task"].get("levels"),
                "steps": cfg["train"]["steps"], "seed": cfg["train"]["seed"],
                "lr": cfg["train"]["lr"], "config_hash": h,
                "record_sha256": run_record_hash(r["path"]),
@@ -260,7 +274,8 @@ def build_record(folder: Path, *, machine: dict | None = None,
             raise RecallLabError(f"{folder}: answer.json gives {given.get('k')}/{given.get('n')} "
                                  f"at table {size:g}, its runs {k}/{n}")
         results.append({
-            "evaluation_name": f"MQAR {answer['protocol']['names'].get(f'{size:g}', size)}",
+            "evaluation_name": (f"{_evaluation(shapes[('cell', size)]['task'])} "
+                                f"{answer['protocol']['names'].get(f'{size:g}', size)}"),
             "table": size, "levels": rs[0]["levels"], "steps": rs[0]["steps"],
             "metric_config": {"evaluation_description": (
                 f"seeds solved: a seed solves the table when its test accuracy (best held-out "

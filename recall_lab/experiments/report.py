@@ -125,6 +125,9 @@ class Group:
     # held-out overlap: the largest shares of valid / test samples also trained on over its
     # finished runs (overlap.combine); None where no run recorded it
     overlap: dict | None = None
+    # its table's size where a protocol names its tables (`place`: a whole-task table);
+    # None: read from task.levels (`verdicts.table_size`)
+    size: float | None = None
 
     @property
     def steps_q(self) -> tuple[float, float, float] | None:

@@ -315,12 +315,18 @@ def _completed(g: Group, extra: int) -> stats.SolveRate:
     return stats.wilson(r.k + extra, r.n + g.counts["missing"], r.confidence)
 
 
+def table_size(g: Group) -> float | None:
+    """A group's table size: the one a protocol gave it (`Group.size`), else its task.levels'
+    number of entries (None: no table)."""
+    return g.size if g.size is not None else numeric("task.levels", g.values.get("task.levels"))
+
+
 def _frontier_of(pool: list[Group], selector: dict, what: str,
                  fill: bool | None = None) -> tuple[float, list[Group], tuple[float, float]]:
     sel = flatten(selector)
     matching = [g for g in pool
                 if all(_key(g.runs[0].config.get(f)) == _key(v) for f, v in sel.items())
-                and numeric("task.levels", g.values.get("task.levels")) is not None]
+                and table_size(g) is not None]
     # a frontier over a cut-short sweep would be capped at the largest finished table: refuse,
     # unless `fill` says how every unfinished run ends (the bounds `_settled` tries)
     unfinished = [g.label for g in matching if g.mean is None or g.counts["missing"]]
@@ -329,7 +335,7 @@ def _frontier_of(pool: list[Group], selector: dict, what: str,
     found = matching
     if not found:
         raise RecallLabError(f"{what} {sel} matches no finished group with a task.levels axis")
-    pts = [(numeric("task.levels", g.values["task.levels"]),
+    pts = [(table_size(g),
             g.solved if fill is None else _completed(g, g.counts["missing"] if fill else 0))
            for g in found]
     return stats.frontier(pts) or 0.0, found, stats.frontier_range(pts)
@@ -574,9 +580,9 @@ def frontier_points(cells: list[Group], fill: bool | None = None
                     ) -> list[tuple[float, stats.SolveRate]]:
     """(table size, seeds solved) per cell of one row; `fill` True / False: as if every
     unfinished run of the cell solved / did not (None: the finished seeds as they are)."""
-    return [(numeric("task.levels", g.values.get("task.levels")),
+    return [(table_size(g),
              g.solved if fill is None else _completed(g, g.counts["missing"] if fill else 0))
-            for g in cells if numeric("task.levels", g.values.get("task.levels")) is not None]
+            for g in cells if table_size(g) is not None]
 
 
 def range_verdict(a: tuple[float, float], b: tuple[float, float]) -> str:

@@ -51,25 +51,59 @@ tie = 0.01
 
 ROWS = ("transformer", "gla / num_heads=4", "gla / num_heads=1")
 
+# The same rows on whole task tables, as the overwrite reference has them: forgetting MQAR at 2
+# live keys with 1 and with 2 updates (3 and 4 writes), sized by place.toml's [tables].
+_FORGET = ('{{ generator = "forgetting-mqar", kwargs = {{ vocab_size = 32, input_seq_len = {}, '
+           'num_kv_pairs = 2, num_updates = {}, random_non_queries = false }} }}')
+TASK_EXPERIMENT = EXPERIMENT.replace('''[task]
+levels = [[2, 2]]
+values = 4
+[[link]]
+"task.levels" = [[[2, 2]], [[3, 3]]]
+"train.steps" = [6, 6]''', f'''[[link]]
+"task" = [{_FORGET.format(10, 1)}, {_FORGET.format(12, 2)}]
+"train.steps" = [6, 6]''')
+
+TASK_PLACE = '''experiment = "tiny-frontier.toml"
+level = 0.05
+[tables]
+sizes = [3, 4]
+names = ["2 live, 3 written", "2 live, 4 written"]
+[pilot]
+table = 4
+lrs = [3e-3]
+seed = 30
+tie = 0.01
+'''
+
+
+def _size(task: dict) -> float:
+    """A run's table size in either tiny reference: its pairs, or its writes."""
+    if task.get("generator"):
+        return float(task["kwargs"]["num_kv_pairs"] + task["kwargs"]["num_updates"])
+    return float(task["levels"][0][1])
+
 
 def make_reference(folder: Path, outcomes: dict[str, dict[float, int]] | None = None,
-                   place: str = PLACE) -> Path:
+                   place: str = PLACE, experiment: str = EXPERIMENT) -> Path:
     """The tiny reference in `folder` (created): place.toml, the experiment file, sweep.json and
-    one folder per run with config.json and summary.json."""
+    one folder per run with config.json and summary.json (`experiment`: TASK_EXPERIMENT for
+    the whole-task tables, with TASK_PLACE; outcomes then keyed by 3.0 and 4.0)."""
     import tomllib
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tiny-frontier.toml").write_text(EXPERIMENT)
+    (folder / "tiny-frontier.toml").write_text(experiment)
     (folder / "place.toml").write_text(place)
-    exp = expand(tomllib.loads(EXPERIMENT), "tiny-frontier")
-    outcomes = outcomes or {r: {2.0: 8, 3.0: 0} for r in ROWS}
+    exp = expand(tomllib.loads(experiment), "tiny-frontier")
+    sizes = sorted({_size(r.config.to_json()["task"]) for r in exp.runs})
+    outcomes = outcomes or {r: {sizes[0]: 8, sizes[1]: 0} for r in ROWS}
     entries = []
     for run in exp.runs:
         cfg = run.config.to_json()
         m = cfg["model"]
         row = ("transformer" if m["name"] == "transformer"
                else f"gla / num_heads={m['mixer_kwargs']['num_heads']}")
-        size = float(cfg["task"]["levels"][0][1])
+        size = _size(cfg["task"])
         acc = 1.0 if cfg["train"]["seed"] < outcomes[row][size] else 0.3
         (folder / run.name).mkdir()
         (folder / run.name / "config.json").write_text(json.dumps(cfg))
@@ -92,3 +126,24 @@ class Peek(nn.Module):
     def forward(self, x):
         ahead = torch.cat([x[:, 1:], torch.zeros_like(x[:, :1])], dim=1)
         return self.proj(x + ahead)
+
+
+def mine_records(protocol, mixer: str, kwargs: dict, outcomes: dict[float, tuple[int, int]],
+                 seeds: int = 8) -> list:
+    """A placed mixer's runs at every table of `protocol`, built by hand: per table (seeds
+    solved, seeds done), the first seeds done; the rest not run."""
+    from recall_lab.experiments import place as pl
+
+    sizes = [t.size for t in protocol.tables]
+    exp = pl.cells_experiment(protocol, pl.mixer_table(mixer, kwargs), sizes,
+                              list(range(seeds)), 3e-3)
+    out = []
+    for r in pl.records(exp, Path("/nonexistent")):
+        solved, done = outcomes.get(protocol.size_of(r.config), (0, 0))
+        seed = r.config["train.seed"]
+        if seed < done:
+            acc = 1.0 if seed < solved else 0.3
+            r.status, r.summary = "done", {"valid": {"acc": acc}, "test": {"acc": acc},
+                                           "steps": 6, "stopped_at": 6, "best_step": 6}
+        out.append(r)
+    return out

@@ -27,7 +27,7 @@ from recall_lab.experiments.report import RunRecord, load_runs
 from recall_lab.generators.errors import RecallLabError
 from tests.cli_checks import fails_with
 
-from .place_fixtures import EXPERIMENT, PLACE, Peek, make_reference
+from .place_fixtures import EXPERIMENT, PLACE, Peek, make_reference, mine_records
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "docs" / "results" / "zoo-frontier"
@@ -97,18 +97,7 @@ def tiny(tmp_path_factory):
 
 def _mine(protocol, outcomes: dict[float, tuple[int, int]], seeds: int = 8) -> list[RunRecord]:
     """The mixer's runs: per table (seeds solved, seeds done); the rest not run."""
-    exp = pl.cells_experiment(protocol, pl.mixer_table(MIXER, KWARGS), [2.0, 3.0],
-                              list(range(seeds)), 3e-3)
-    out = []
-    for r in pl.records(exp, Path("/nonexistent")):
-        solved, done = outcomes.get(float(r.config["task.levels"][0][1]), (0, 0))
-        seed = r.config["train.seed"]
-        if seed < done:
-            acc = 1.0 if seed < solved else 0.3
-            r.status, r.summary = "done", {"valid": {"acc": acc}, "test": {"acc": acc},
-                                           "steps": 6, "stopped_at": 6, "best_step": 6}
-        out.append(r)
-    return out
+    return mine_records(protocol, MIXER, KWARGS, outcomes, seeds)
 
 
 def _cells(tiny, outcomes, place_toml=None):
@@ -210,7 +199,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path):
     fails_with(["place", MIXER, "--reference", empty, "--no-check", "--out", out],
                "no runs found")
     fails_with(["place", MIXER, "--reference", tmp_path / "nowhere", "--out", out],
-               "is neither a folder nor a shipped reference (zoo-frontier, frontier-2026)")
+               "is neither a folder nor a shipped reference (zoo-frontier, frontier-2026, "
+               "overwrite-2026)")
     assert not out.exists()
 
 
