@@ -182,6 +182,16 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         "",
         *cb.settled_lines(finished),
         "",
+        "## Beyond plain MQAR: overwriting",
+        "",
+        "At 256 numbers per layer plain MQAR does not separate the delta-rule families. "
+        "[The overwrite frontier](../overwrite/README.md) asks whether overwriting does: "
+        "zoology's forgetting MQAR (some keys written twice, the last value asked for) at 8 "
+        "live keys with 12 and 16 writes, beside the plain 8- and 16-pair tables, with the "
+        "additive and decaying controls and the delta family, its claims recorded before its "
+        "first run. A new mixer is placed on those tables with `recall-lab place NAME "
+        "--reference overwrite-2026`.",
+        "",
         "## Reproduce",
         "",
         "```bash",
