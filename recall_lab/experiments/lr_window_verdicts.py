@@ -1,0 +1,117 @@
+"""The verdicts of an lr-window claims file (experiments/lr-window/contested-16.toml): each claim
+compares two rows' confirmation seeds, each row at its own best lr, by the one-sided Fisher test
+the placements used, and says whether the registered verdict survives the window or changes.
+
+    survives   the test still gives the registered direction (p < level)
+    changes    it does not: not separable, or the other way
+    open       a row's window or confirmation has not finished; the line says which count of
+               the contested row would change the verdict (the file's `flip_at`, written
+               before the runs)
+
+Read by `scripts/lr_window_page.py`, which writes the verdict table into
+docs/results/lr-window/README.md and the figure of every measured row."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy.stats import fisher_exact
+
+from recall_lab.config import read_toml
+from recall_lab.experiments import lr_window as lw
+
+
+@dataclass(frozen=True)
+class Verdict:
+    claim: str
+    a: str
+    b: str
+    registered: str
+    verdict: str  # "survives", "changes" or "open"
+    detail: str
+
+
+def confirmation(answer: dict | None) -> tuple[int, int] | None:
+    """(solved, run) of a row's confirmation seeds, or None where it has not finished."""
+    conf = (answer or {}).get("confirmation") or {}
+    solved = conf.get("solved") or {}
+    if not solved.get("n") or solved["n"] < conf.get("planned", 0):
+        return None
+    return int(solved["k"]), int(solved["n"])
+
+
+def _p(a: tuple[int, int], b: tuple[int, int], direction: str) -> float:
+    alt = {"fewer": "less", "more": "greater"}[direction]
+    return float(fisher_exact([[a[0], a[1] - a[0]], [b[0], b[1] - b[0]]],
+                              alternative=alt).pvalue)
+
+
+def verdicts(spec: dict, answers: dict[str, dict | None]) -> list[Verdict]:
+    """Each claim of `spec` (a claims file read as TOML) on the rows' answers (window.json by
+    row name; None: not measured)."""
+    level = float(spec.get("level", 0.05))
+    out = []
+    for c in spec["claim"]:
+        a, b = confirmation(answers.get(c["a"])), confirmation(answers.get(c["b"]))
+        reg = c["registered_verdict"]
+        if a is None or b is None:
+            waiting = [n for n, x in ((c["a"], a), (c["b"], b)) if x is None]
+            if a is not None:  # the contested row's count is in: the other row's that keeps it
+                n = a[1]
+                keep = [kb for kb in range(n + 1) if _p(a, (kb, n), reg) < level]
+                then = (f"{c['a']} {a[0]}/{n}: it survives if {c['b']} solves at least "
+                        f"{min(keep)} of {n}" if keep else
+                        f"{c['a']} {a[0]}/{n}: it changes whatever {c['b']} solves")
+            else:
+                then = f"it changes if {c['a']} solves at least " + ", ".join(
+                    f"{k} of 8 ({c['b']} {kb}/8)" for kb, k in
+                    sorted(c["flip_at"].items(), key=lambda x: -int(x[0])))
+            out.append(Verdict(c["claim"], c["a"], c["b"], reg, "open",
+                               f"waits for {' and '.join(waiting)}'s confirmation; {then}"))
+            continue
+        p = _p(a, b, reg)
+        verdict = "survives" if p < level else "changes"
+        out.append(Verdict(c["claim"], c["a"], c["b"], reg, verdict,
+                           f"{c['a']} {a[0]}/{a[1]} against {c['b']} {b[0]}/{b[1]}: one-sided "
+                           f"Fisher p = {p:.2g} {'<' if p < level else '>='} {level:g}"))
+    return out
+
+
+def read_answers(spec: dict, folder: Path) -> dict[str, dict | None]:
+    """Each row's committed window.json (`folder`/NAME/window.json), None where absent."""
+    out: dict[str, dict | None] = {}
+    for row in spec["row"]:
+        path = Path(folder) / row["name"] / lw.ANSWER
+        out[row["name"]] = json.loads(path.read_text()) if path.is_file() else None
+    return out
+
+
+def table_lines(spec: dict, answers: dict[str, dict | None]) -> list[str]:
+    """The rows' windows and confirmations, then the claims' verdicts, as markdown."""
+    lines = ["| row | registered | best lr | window | confirmation at the best lr |",
+             "| --- | --- | --- | --- | --- |"]
+    for row in spec["row"]:
+        a = answers.get(row["name"])
+        if a is None:
+            lines.append(f"| `{row['name']}` | {row['registered']} | not measured | - | - |")
+            continue
+        conf = confirmation(a)
+        conf_text = (a["confirmation"]["solved"]["text"] if conf is not None
+                     else "not finished")
+        best = "-" if a.get("best") is None else f"{a['best']:g}"
+        lines.append(f"| `{row['name']}` | {row['registered']} | {best}"
+                     f"{' (edge)' if a.get('edge') else ''} | {lw.window_text(a)} | "
+                     f"{conf_text} |")
+    lines += ["", "| claim (registered verdict) | now | why |", "| --- | --- | --- |"]
+    for v in verdicts(spec, answers):
+        lines.append(f"| {v.claim} ({v.registered}) | **{v.verdict}** | {v.detail} |")
+    return lines
+
+
+def load(claims: Path) -> dict:
+    return read_toml(Path(claims))
+
+
+__all__ = ["Verdict", "confirmation", "load", "read_answers", "table_lines", "verdicts"]

@@ -1,0 +1,58 @@
+"""The lr-window claims' verdicts (recall_lab/experiments/lr_window_verdicts.py) on hand-built
+confirmation counts, against scipy's Fisher test and the claims file's own flip counts; and the
+committed page's verdict table is what its records give (scripts/lr_window_page.py --check)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scipy.stats import fisher_exact
+
+from recall_lab.experiments import lr_window_verdicts as lv
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = lv.load(ROOT / "experiments" / "lr-window" / "contested-16.toml")
+
+
+def _answer(k: int | None, n: int = 8) -> dict | None:
+    if k is None:
+        return None
+    return {"confirmation": {"planned": n, "solved": {"k": k, "n": n, "text": f"{k}/{n}"}}}
+
+
+def _verdict(a: int | None, b: int | None, claim: int = 0) -> lv.Verdict:
+    c = SPEC["claim"][claim]
+    return lv.verdicts(SPEC, {c["a"]: _answer(a), c["b"]: _answer(b)})[claim]
+
+
+@pytest.mark.parametrize("kb", [8, 7, 6, 5])
+def test_the_verdict_changes_exactly_at_the_registered_flip_count(kb):
+    flip = SPEC["claim"][0]["flip_at"][str(kb)]
+    assert _verdict(flip - 1, kb).verdict == "survives"
+    assert _verdict(flip, kb).verdict == "changes"
+
+
+@pytest.mark.parametrize("a, b", [(0, 8), (0, 4), (0, 3), (2, 8), (3, 6), (8, 0)])
+def test_a_verdict_is_fishers_one_sided_test(a, b):
+    p = fisher_exact([[a, 8 - a], [b, 8 - b]], alternative="less").pvalue
+    v = _verdict(a, b)
+    assert v.verdict == ("survives" if p < 0.05 else "changes")
+    assert f"{a}/8" in v.detail and f"{b}/8" in v.detail
+
+
+def test_an_unfinished_row_leaves_the_claim_open_and_says_what_keeps_it():
+    v = _verdict(0, None)
+    assert v.verdict == "open" and "survives if deltanet solves at least 4 of 8" in v.detail
+    # a confirmation with seeds still to run is not finished
+    partial = {"confirmation": {"planned": 8, "solved": {"k": 0, "n": 5}}}
+    assert lv.confirmation(partial) is None
+    assert _verdict(None, None).verdict == "open"
+
+
+def test_the_committed_verdict_table_is_what_the_records_give():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "lr_window_page.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
