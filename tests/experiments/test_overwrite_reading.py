@@ -89,3 +89,34 @@ def test_the_page_and_figure_come_from_the_reading(runs, tmp_path):
     assert "0/2 so far (interrupted, 3 planned)" in text
     path = ow.figure(read, tmp_path / "fig.png")
     assert path.stat().st_size > 1000
+
+
+def _cell(k: int, n: int = 10, complete: bool = True) -> dict:
+    return {"k": k, "n": n, "complete": complete}
+
+
+@pytest.mark.parametrize("forget, live, written, starts", [
+    (10, 10, 0, "like 8 live"),  # p = 1 against 10/10, 1.1e-5 against 0/10
+    (0, 10, 0, "like 16 written"),
+    (5, 10, 0, "between, separable from both"),  # p = 0.033 against each
+    (6, 10, 4, "between, separable from neither"),
+    (0, 10, 5, "below both"),
+    (9, 10, 9, "no reading"),  # the plain tables themselves do not separate
+])
+def test_a_rows_reading_is_fishers_two_sided_test_against_its_plain_tables(
+        forget, live, written, starts):
+    from scipy.stats import fisher_exact
+
+    row = {"tables": {ow.FORGET: _cell(forget), ow.LIVE: _cell(live),
+                      ow.WRITTEN: _cell(written)}}
+    text = ow.falls(row)
+    assert text.startswith(starts), text
+    if starts != "no reading":
+        p = fisher_exact([[forget, 10 - forget], [live, 10 - live]]).pvalue
+        assert f"p = {p:.2g} against 8 live" in text
+
+
+def test_an_interrupted_row_is_not_read():
+    row = {"tables": {ow.FORGET: _cell(3, 4, complete=False), ow.LIVE: _cell(10),
+                      ow.WRITTEN: _cell(0)}}
+    assert ow.falls(row) == "not read (interrupted)"
