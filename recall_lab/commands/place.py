@@ -112,6 +112,9 @@ def register(app: GuardedApp) -> None:
                 f"seeds) into {answer['folder']}")
             for i, c in enumerate(answer["claims"], 1):
                 say(f"claim {i} ({c['decidable']}): {c['claim']}")
+            if not answer["claims"]:
+                say("no claims: no reference row has finished these tables (a row with seeds "
+                    "still to run is no one's neighbour); every seed of every table runs")
             if lr_window:
                 from recall_lab.experiments.lr_window import planned_line
 
