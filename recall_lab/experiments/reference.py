@@ -109,11 +109,13 @@ class Protocol:
     @property
     def table_fields(self) -> list[str]:
         """The flat fields that tell the tables apart: task.levels, or those of the task
-        tables' fields whose values differ between them."""
+        tables' fields whose values differ between them (a single table: all its fields)."""
         if not self.whole_task:
             return ["task.levels"]
         flats = [flatten({"task": t.task}) for t in self.tables]
         keys = sorted({k for f in flats for k in f})
+        if len(flats) == 1:
+            return keys
         return [k for k in keys if len({_text(f.get(k)) for f in flats}) > 1]
 
     def at(self, size: float) -> dict:

@@ -138,3 +138,13 @@ def test_the_shipped_overwrite_reference_holds_the_forgetting_tables_runs():
         for m in tar.getmembers():
             if m.name.count("/") == 1:  # a run's record, as archived
                 assert tar.extractfile(m).read() == (root / m.name).read_bytes(), m.name
+
+
+def test_a_single_task_table_is_told_apart_by_all_its_fields(ref):
+    import dataclasses
+
+    _, protocol, _, _ = ref
+    one = dataclasses.replace(protocol, tables=[protocol.table(4.0)])
+    assert "task.generator" in one.table_fields and "task.kwargs.num_updates" in one.table_fields
+    at3 = flatten({"task": protocol.table(3.0).task})
+    assert one.size_of(at3) is None and one.size_of(flatten({"task": one.tables[0].task})) == 4.0
