@@ -102,6 +102,7 @@ def _cell(k: int, n: int = 10, complete: bool = True) -> dict:
     (6, 10, 4, "between, separable from neither"),
     (0, 10, 5, "below both"),
     (9, 10, 9, "no reading"),  # the plain tables themselves do not separate
+    (0, 10, 10, "below both"),  # ... but a count below both is read all the same
 ])
 def test_a_rows_reading_is_fishers_two_sided_test_against_its_plain_tables(
         forget, live, written, starts):
