@@ -132,6 +132,24 @@ def falls(row: dict, table: str = FORGET) -> str:
     return f"between, separable from both ({ps})"
 
 
+def more_writes_easier(read: dict) -> list[str]:
+    """The rows whose complete 16-written count is above their 12-written count (one-sided
+    Fisher below LEVEL), as "row a/n against b/n (p = ...)"."""
+    from scipy.stats import fisher_exact
+
+    out = []
+    for row in read["rows"]:
+        hi, lo = row["tables"].get(FORGET), row["tables"].get(TWELVE)
+        if not hi or not lo or not (hi["complete"] and lo["complete"] and hi["n"] and lo["n"]):
+            continue
+        p = float(fisher_exact([[hi["k"], hi["n"] - hi["k"]], [lo["k"], lo["n"] - lo["k"]]],
+                               alternative="greater").pvalue)
+        if p < LEVEL:
+            out.append(f"{row['row']} {hi['k']}/{hi['n']} against {lo['k']}/{lo['n']} "
+                       f"(p = {p:.2g})")
+    return out
+
+
 def cell_text(cell: dict | None) -> str:
     """"7/10 [0.40, 0.89]", "3/4 so far (interrupted, 10 planned)" or "-"."""
     if cell is None:
@@ -225,6 +243,17 @@ def page(read: dict, command: str, figure_name: str = "overwrite.png") -> str:
         cells = [cell_text(row["tables"].get(t)) for t in TABLES]
         out.append(f"| {row['row']} ({row['state_text']}) | " + " | ".join(cells)
                    + f" | {falls(row, TWELVE)} | {falls(row)} |")
+    noticed = more_writes_easier(read)
+    if noticed:
+        out += ["", "## Noticed after the runs (not a registered claim)", "",
+                "More writes were easier: these rows solved more seeds at 8 live + 8 updates "
+                "than at 8 live + 4 updates (one-sided Fisher at 0.05): "
+                + "; ".join(noticed) + ". With 8 updates of 8 keys every live pair is "
+                "written again in the update block, so the last 16 tokens before the queries "
+                "hold the whole live table and the first block can be ignored; with 4 updates "
+                "a query's answer lies in either block. The two forgetting tables differ in "
+                "that, not only in their number of writes: a question for a table with the "
+                "updates spread over the context, not a result."]
     out += ["", "## Every claim", ""]
     for c in read["checks"]:
         out.append(f"- {c['verdict'].upper()}: {c['claim']}. {c['detail']}")

@@ -121,3 +121,10 @@ def test_an_interrupted_row_is_not_read():
     row = {"tables": {ow.FORGET: _cell(3, 4, complete=False), ow.LIVE: _cell(10),
                       ow.WRITTEN: _cell(0)}}
     assert ow.falls(row) == "not read (interrupted)"
+
+
+def test_more_writes_easier_lists_the_rows_fisher_separates():
+    rows = [{"row": "a", "tables": {ow.FORGET: _cell(8), ow.TWELVE: _cell(0)}},
+            {"row": "b", "tables": {ow.FORGET: _cell(5), ow.TWELVE: _cell(3)}},
+            {"row": "c", "tables": {ow.FORGET: _cell(8), ow.TWELVE: _cell(0, 4, False)}}]
+    assert ow.more_writes_easier({"rows": rows}) == ["a 8/10 against 0/10 (p = 0.00036)"]
