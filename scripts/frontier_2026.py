@@ -173,6 +173,8 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         "",
         "![frontier against recurrent state per layer](frontier.png)",
         "",
+        *window_verdict_lines(),
+        "",
         "## What the placements' claims settled",
         "",
         "Each placement's claims compare it with the reference rows nearest below and above it "
@@ -205,6 +207,20 @@ def render() -> tuple[str, list[cb.Entry], dict]:
         "",
     ]
     return "\n".join(lines), rows, names
+
+
+def window_verdict_lines() -> list[str]:
+    """The contested 16-pair verdicts across the lr window (lr_window_verdicts, from the
+    committed windows), one line each."""
+    from recall_lab.experiments import lr_window_verdicts as lv
+
+    spec = lv.load(ROOT / "experiments" / "lr-window" / "contested-16.toml")
+    vs = lv.verdicts(spec, lv.read_answers(spec, LR_WINDOW))
+    out = ["**Across the lr window** ([the lr windows](../lr-window/README.md)): the placements' "
+           "verdicts that rested on an lr at the edge of the pilot's grid, re-tested on fresh "
+           "seeds at each row's best lr:", ""]
+    return out + [f"- {v.claim}: registered \"{v.registered}\", **{v.verdict}** ({v.detail})."
+                  for v in vs]
 
 
 def main() -> int:

@@ -104,8 +104,12 @@ def table_lines(spec: dict, answers: dict[str, dict | None]) -> list[str]:
         lines.append(f"| `{row['name']}` | {row['registered']} | {best}"
                      f"{' (edge)' if a.get('edge') else ''} | {lw.window_text(a)} | "
                      f"{conf_text} |")
-    lines += ["", "| claim (registered verdict) | now | why |", "| --- | --- | --- |"]
-    for v in verdicts(spec, answers):
+    vs = verdicts(spec, answers)
+    count = {k: sum(v.verdict == k for v in vs) for k in ("survives", "changes", "open")}
+    lines += ["", f"**{count['survives']} of {len(vs)} claims survive the lr window**, "
+              f"{count['changes']} change, {count['open']} open.", "",
+              "| claim (registered verdict) | now | why |", "| --- | --- | --- |"]
+    for v in vs:
         lines.append(f"| {v.claim} ({v.registered}) | **{v.verdict}** | {v.detail} |")
     return lines
 

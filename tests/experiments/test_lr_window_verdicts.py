@@ -56,3 +56,18 @@ def test_the_committed_verdict_table_is_what_the_records_give():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "lr_window_page.py"), "--check"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_the_table_counts_the_verdicts():
+    rows = {r["name"]: None for r in SPEC["row"]}
+    c = SPEC["claim"][0]
+    rows[c["a"]], rows[c["b"]] = _answer(0), _answer(8)
+    for a in rows.values():
+        if a is not None:
+            a.update(best=1e-2, edge=False, solved_any=True, window=[1e-2], width_decades=0.0,
+                     contiguous=True, settled=True)
+    text = "\n".join(lv.table_lines(SPEC, rows))
+    n = len(SPEC["claim"])
+    survive = sum(v.verdict == "survives" for v in lv.verdicts(SPEC, rows))
+    assert survive >= 1
+    assert f"**{survive} of {n} claims survive the lr window**" in text
