@@ -128,3 +128,12 @@ def test_more_writes_easier_lists_the_rows_fisher_separates():
             {"row": "b", "tables": {ow.FORGET: _cell(5), ow.TWELVE: _cell(3)}},
             {"row": "c", "tables": {ow.FORGET: _cell(8), ow.TWELVE: _cell(0, 4, False)}}]
     assert ow.more_writes_easier({"rows": rows}) == ["a 8/10 against 0/10 (p = 0.00036)"]
+
+
+def test_the_short_answer_splits_rows_by_fishers_test_against_their_plain_8_pairs():
+    rows = [{"row": "a", "tables": {ow.FORGET: _cell(8), ow.TWELVE: _cell(1), ow.LIVE: _cell(10)}},
+            {"row": "b", "tables": {ow.FORGET: _cell(1), ow.TWELVE: _cell(0), ow.LIVE: _cell(10)}}]
+    twelve, sixteen = ow.short_answer({"rows": rows})
+    assert "(not separable, like the live keys): `a` 8/10 against 10/10. Fewer" in sixteen
+    assert sixteen.endswith("`b` 1/10 against 10/10.")
+    assert "like the live keys): no row. Fewer" in twelve
