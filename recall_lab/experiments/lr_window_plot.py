@@ -22,7 +22,7 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 def window_figure(answers: list[dict], path: Path):
     """Write the figure to `path`; returns (path, axes) so a test can read the drawn points
     back (gid "rate" per lr point, "ladder-end" per end tick, "confirmation" per star)."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.2 + 0.25 * len(answers)))
     ticks: set[float] = set()
     for i, a in enumerate(answers):
         c = COLOURS[i % len(COLOURS)]
@@ -52,7 +52,7 @@ def window_figure(answers: list[dict], path: Path):
             ax.errorbar([x], [y], yerr=[[y - s["lo"]], [s["hi"] - y]], fmt="none", ecolor=c,
                         capsize=3, lw=1)
             ax.plot([x], [y], "*", ms=11, color=c, gid="confirmation",
-                    label=f"{a['label']}: {s['n']} fresh seeds at the best lr")
+                    label=f"{a['label']}: {s['n']} fresh seeds")
         ticks |= set(a["ladder"])
     ax.set_xscale("log")
     ax.set_xticks(sorted(ticks), [f"{x:.2g}" for x in sorted(ticks)])
@@ -63,5 +63,8 @@ def window_figure(answers: list[dict], path: Path):
     if answers:
         ax.set_title(f"lr window at {answers[0]['table_name']}: filled = in the window",
                      fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    # under the axes, two columns: beside them, long row labels squeeze the axes to a strip
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+              frameon=False)
+    ax.set_title(ax.get_title() + "; stars: fresh seeds at the best lr", fontsize=10)
     return save_figure(fig, path), ax
