@@ -32,6 +32,7 @@ from recall_lab.data import DataSource
 from recall_lab.experiments import claims as prereg
 from recall_lab.experiments import stats
 from recall_lab.experiments.grid import config_hash, flatten, numeric
+from recall_lab.experiments.reference import match_table
 from recall_lab.experiments.timing import total_time
 from recall_lab.generators.errors import RecallLabError
 from recall_lab.runs import run_config_from_json
@@ -184,12 +185,10 @@ def _size(task: dict, answer: dict) -> float:
     tables = answer["protocol"].get("at")
     if not tables:
         return float(numeric("task.levels", task["levels"]))
-    flat = flatten({"task": task})
-    for size, at in tables.items():
-        if all(json.dumps(flat.get(k), sort_keys=True) == json.dumps(v, sort_keys=True)
-               for k, v in at.items()):
-            return float(size)
-    raise RecallLabError(f"a run's task {task} is none of the placement's tables")
+    size = match_table(flatten({"task": task}), tables)
+    if size is None:
+        raise RecallLabError(f"a run's task {task} is none of the placement's tables")
+    return size
 
 
 def _evaluation(task: dict) -> str:

@@ -131,10 +131,7 @@ class Protocol:
         task.levels protocol reads any levels' size, as `grid.numeric` does)."""
         if not self.whole_task:
             return numeric("task.levels", config.get("task.levels"))
-        for t in self.tables:
-            if all(_text(config.get(k)) == _text(v) for k, v in self.at(t.size).items()):
-                return t.size
-        return None
+        return match_table(config, {t.size: self.at(t.size) for t in self.tables})
 
     def link(self, sizes: list[float]) -> dict:
         """The [[link]] over the tables of `sizes` and their step budgets (a cell's grid)."""
@@ -151,6 +148,15 @@ class Protocol:
 
 def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+def match_table(config: dict, ats: dict[float, dict]) -> float | None:
+    """The table (of `ats`: size -> the fields that pick it, `Protocol.at`) whose fields a run's
+    flat config has, or None."""
+    for size, at in ats.items():
+        if all(_text(config.get(k)) == _text(v) for k, v in at.items()):
+            return float(size)
+    return None
 
 
 def shipped_archive(name: str = SHIPPED) -> Path:
