@@ -75,7 +75,7 @@ SIGNATURES: dict[str, list] = {
     "ssdf_fwd": [_P, _L, _P, _L, _P, _P, _P, _P] + [_L] * 7 + [_P, _L],
     "ssdf_bwd": [_P, _L, _P, _L] + [_P] * 8 + [_L] * 7 + [_P, _L],
     "norm_fwd": [_P, _P, _L, _P, _P, _P, _L, _L, _L, ctypes.c_float, _L, _L],
-    "norm_bwd": [_P, _P, _L] + [_P] * 6 + [_L] * 5,
+    "norm_bwd": [_P, _P, _L] + [_P] * 6 + [_L] * 3 + [ctypes.c_float, _L, _L],
     "conv_silu_bwd": [_P, _L] + [_P] * 6 + [_L] * 5,
     "sparse_attn_fwd": [_P] * 6 + [ctypes.c_float] + [_L] * 5 + [_P, _L, _L],
     "sparse_attn_bwd": [_P] * 10 + [ctypes.c_float] + [_L] * 5 + [_P, _L, _L],

@@ -53,7 +53,7 @@ static void norm_fwd_range(const float* x, const float* z, long zs, const float*
 
 static void norm_bwd_range(const float* x, const float* z, long zs, const float* w,
                            const float* rstd, const float* gy, float* gx, float* gz,
-                           float* gw_part, long L, long C, long G, long b0, long b1) {
+                           float* gw_part, long L, long C, long G, float eps, long b0, long b1) {
     const long S = C / G;
     float u[C], sg[C], gu[C];
     for (long b = b0; b < b1; b++) {
@@ -88,6 +88,13 @@ static void norm_bwd_range(const float* x, const float* z, long zs, const float*
                     dot += gug[c] * ug[c];
                     gwg[c] += gyg[c] * ug[c] * r;
                 }
+                if (S == 1) {
+                    /* one channel: r gy w - u^2 r^3 gy w = gy w r (1 - u^2 r^2) = gy w eps r^3
+                     * exactly (r^2 = 1 / (u^2 + eps)); the difference cancels to float32's
+                     * rounding error (1e-5 relative seen), this form does not */
+                    gug[0] *= eps * r * r * r;
+                    continue;
+                }
                 const float k = dot * r * r * r / (float)S;
                 _Pragma("omp simd")
                 for (long c = 0; c < S; c++) gug[c] = gug[c] * r - ug[c] * k;
@@ -115,7 +122,7 @@ void norm_fwd(const float* x, const float* z, long zs, const float* w, float* y,
 
 void norm_bwd(const float* x, const float* z, long zs, const float* w, const float* rstd,
               const float* gy, float* gx, float* gz, float* gw_part, long L, long C, long G,
-              long rows, long nt) {
+              float eps, long rows, long nt) {
     FOR_RANGES(rows, nt)
-    norm_bwd_range(x, z, zs, w, rstd, gy, gx, gz, gw_part, L, C, G, R0(rows), R1(rows));
+    norm_bwd_range(x, z, zs, w, rstd, gy, gx, gz, gw_part, L, C, G, eps, R0(rows), R1(rows));
 }

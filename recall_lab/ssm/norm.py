@@ -42,7 +42,7 @@ class _NativeNorm(torch.autograd.Function):
         lib.norm_fwd(_ptr(x3), _ptr(z3), zs, _ptr(w), _ptr(y), _ptr(rstd), length, c, groups,
                      eps, rows, kernels.threads())
         ctx.save_for_backward(x3, z3, w, rstd)
-        ctx.zs, ctx.groups, ctx.shape = zs, groups, x.shape
+        ctx.zs, ctx.groups, ctx.eps, ctx.shape = zs, groups, eps, x.shape
         return y.view(x.shape)
 
     @staticmethod
@@ -55,7 +55,8 @@ class _NativeNorm(torch.autograd.Function):
         gz = None if z3 is None else torch.empty_like(x3)
         gw = x3.new_empty(rows, c)
         lib.norm_bwd(_ptr(x3), _ptr(z3), ctx.zs, _ptr(w), _ptr(rstd), _ptr(gy), _ptr(gx),
-                     _ptr(gz), _ptr(gw), length, c, ctx.groups, rows, kernels.threads())
+                     _ptr(gz), _ptr(gw), length, c, ctx.groups, ctx.eps, rows,
+                     kernels.threads())
         return (gx.view(ctx.shape), None if gz is None else gz.view(ctx.shape), gw.sum(0),
                 None, None)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -57,9 +57,12 @@ def test_rmsnorm_matches_nn_rmsnorm(shape, eps, seed):
 @settings(max_examples=25, deadline=None)
 @given(b=st.integers(1, 3), length=st.integers(1, 9), groups=st.sampled_from([1, 2, 4]),
        size=st.sampled_from([1, 3, 16]), strided_z=st.booleans(), seed=st.integers(0, 2**16))
+@example(b=1, length=5, groups=4, size=1, strided_z=True, seed=5)
 def test_gated_rmsnorm_matches_its_torch_path(b, length, groups, size, strided_z, seed):
     """Output and the gradients of y, z and the weight against the torch path in float64; z
-    also as a column slice of a wider projection (strided tokens, as Mamba2 passes it)."""
+    also as a column slice of a wider projection (strided tokens, as Mamba2 passes it). The
+    example is a group of one channel, where r w - u^2 r^3 w cancels to eps r^3 w: written as
+    the difference it missed the float64 gradient by 1.07e-5."""
     gen = torch.Generator().manual_seed(seed)
     d = groups * size
     y = torch.randn(b, length, d, generator=gen) * 3
