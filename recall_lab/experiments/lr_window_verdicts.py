@@ -114,8 +114,78 @@ def table_lines(spec: dict, answers: dict[str, dict | None]) -> list[str]:
     return lines
 
 
+def _budget_group(report: dict, row: str, steps: int) -> dict | None:
+    """The report group of `row` (model.name) at `steps` (train.steps), None if not run."""
+    for g in report["groups"]:
+        v = g["values"]
+        if v.get("model.name") == row and v.get("train.steps") == steps:
+            return g
+    return None
+
+
+def _steps_text(surv: dict | None) -> str:
+    """Kaplan-Meier median steps to solve [95%], ">H" where not reached by the budget H."""
+    if not surv:
+        return "-"
+
+    def fmt(x):
+        return f">{surv['horizon']:g}" if x is None else f"{x:g}"
+    return f"{fmt(surv['median'])} [{fmt(surv['median_lo'])}, {fmt(surv['median_hi'])}]"
+
+
+def budget_lines(spec: dict, answers: dict[str, dict | None], report: dict,
+                 budgets: tuple[int, int] = (2500, 5000)) -> list[str]:
+    """The budget measurement (experiments/lr-window/double-budget-16.toml, its report.json):
+    each contested row's confirmation seeds at the budget and at twice it, the claims, and each
+    contested verdict re-read with the longer budget's count where it solved more (the rule its
+    file wrote before the runs); the other rows keep their confirmation counts at the budget."""
+    short, long_ = budgets
+    level = float(spec.get("level", 0.05))
+    rows = list(dict.fromkeys(c["a"] for c in spec["claim"]))
+    lines = [f"| row | steps | seeds solved | held-out accuracy per seed | "
+             f"median steps to solve (Kaplan-Meier) |", "| --- | --- | --- | --- | --- |"]
+    counts: dict[tuple[str, int], tuple[int, int]] = {}
+    for row in rows:
+        for steps in budgets:
+            g = _budget_group(report, row, steps)
+            if g is None:
+                lines.append(f"| `{row}` | {steps:,} | not run | - | - |")
+                continue
+            k, n = int(g["solved"]["k"]), int(g["solved"]["n"])
+            counts[(row, steps)] = (k, n)
+            acc = g.get("per_seed") or []
+            acc_text = f"{min(acc):.2f}-{max(acc):.2f}" if acc else "-"
+            lines.append(f"| `{row}` | {steps:,} | {k}/{n} [{g['solved']['lo']:.2f}, "
+                         f"{g['solved']['hi']:.2f}] | {acc_text} | "
+                         f"{_steps_text(g.get('survival'))} |")
+    checks = {c["claim"]: c for c in report.get("checks", [])}
+    lines += ["", "| claim (registered before the runs) | verdict | detail |",
+              "| --- | --- | --- |"]
+    for c in checks.values():
+        lines.append(f"| {c['claim']} | **{c['verdict']}** | {c['detail']} |")
+    lines += [""]
+    for c in spec["claim"]:
+        a_short, a_long = counts.get((c["a"], short)), counts.get((c["a"], long_))
+        b = confirmation(answers.get(c["b"]))
+        if a_short is None or a_long is None or b is None:
+            lines.append(f"- {c['claim']}: open (a count has not finished).")
+            continue
+        more = _p(a_long, a_short, "more") < level
+        if not more:
+            lines.append(f"- {c['claim']}: not about the budget ({c['a']} {a_long[0]}/"
+                         f"{a_long[1]} at {long_:,} steps against {a_short[0]}/{a_short[1]} "
+                         f"at {short:,}: not more, so the verdict stands as read above).")
+            continue
+        p = _p(a_long, b, c["registered_verdict"])
+        lines.append(f"- {c['claim']}: re-read with {long_:,} steps, {c['a']} {a_long[0]}/"
+                     f"{a_long[1]} against {c['b']} {b[0]}/{b[1]} at {short:,}: one-sided "
+                     f"Fisher p = {p:.2g}, **{'survives' if p < level else 'changes'}** "
+                     f"(the budget moved the count).")
+    return lines
+
+
 def load(claims: Path) -> dict:
     return read_toml(Path(claims))
 
 
-__all__ = ["Verdict", "confirmation", "load", "read_answers", "table_lines", "verdicts"]
+__all__ = ["Verdict", "budget_lines", "confirmation", "load", "read_answers", "table_lines", "verdicts"]

@@ -211,3 +211,21 @@ def test_the_window_column_reads_each_measured_window_by_row(tmp_path):
     other = next(x for x in lines if x.startswith("| `transformer`"))
     assert "| not measured |" in other
     assert cb.table_lines(entries, names)[0] == lines[0].replace("lr window | ", "")
+
+
+def test_a_row_with_windows_at_two_tables_reads_both_by_table_and_names_the_exploratory(tmp_path):
+    """A window with fewer than 5 seeds per lr is exploratory (few seeds cannot separate lrs:
+    3/3 against 0/3 is one-sided Fisher p = 0.05, not below it) and says so."""
+    base = {"label": "deltanet / num_heads=4 / expand_k=0.25", "solved_any": True,
+            "edge": False, "contiguous": True, "settled": True}
+    small = {**base, "table": 32.0, "table_name": "32 pairs", "best": 3e-3, "seeds": [0, 1, 2],
+             "window": [1e-3, 3e-3, 1e-2], "width_decades": 1.0}
+    full = {**base, "table": 16.0, "table_name": "16 pairs", "best": 1e-3,
+            "seeds": list(range(10)), "window": [1e-3, 3e-3], "width_decades": 0.477}
+    for name, answer in (("a-32", small), ("b-16", full)):  # the 32-pair folder sorts first
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "window.json").write_text(json.dumps(answer))
+    assert cb.windows_from(tmp_path) == {"deltanet / expand_k=0.25 / num_heads=4":
+                                         "0.001 to 0.003 (0.5 decades) at 16 pairs; "
+                                         "0.001 to 0.01 (1.0 decades) at 32 pairs "
+                                         "(exploratory: 3 seeds per lr)"}

@@ -71,3 +71,42 @@ def test_the_table_counts_the_verdicts():
     survive = sum(v.verdict == "survives" for v in lv.verdicts(SPEC, rows))
     assert survive >= 1
     assert f"**{survive} of {n} claims survive the lr window**" in text
+
+
+def _budget_report(counts: dict[tuple[str, int], int], n: int = 8) -> dict:
+    """A report.json with one group per (row, steps), `k` of `n` seeds solved."""
+    groups = []
+    for (row, steps), k in counts.items():
+        groups.append({"values": {"model.name": row, "train.steps": steps},
+                       "solved": {"k": k, "n": n, "lo": 0.0, "hi": 1.0},
+                       "per_seed": [0.99] * k + [0.5] * (n - k),
+                       "survival": {"horizon": float(steps), "median": None,
+                                    "median_lo": None, "median_hi": None}})
+    return {"groups": groups, "checks": []}
+
+
+def _contested_answers(k_other: int = 8) -> dict:
+    return {c["b"]: _answer(k_other) for c in SPEC["claim"]}
+
+
+def test_budget_reading_keeps_the_verdict_where_the_longer_budget_solves_no_more():
+    rows = {c["a"] for c in SPEC["claim"]}
+    report = _budget_report({(r, s): 1 for r in rows for s in (2500, 5000)})
+    text = "\n".join(lv.budget_lines(SPEC, _contested_answers(), report))
+    assert text.count("not about the budget") == len(SPEC["claim"])
+    assert "| 1/8 [0.00, 1.00] | 0.50-0.99 | >2500 [>2500, >2500] |" in text
+
+
+def test_budget_reading_re_reads_the_verdict_with_the_longer_budgets_count():
+    """0/8 at 2,500 steps and 7/8 at 5,000 is "more" (p = 0.0007): the claim is re-read with
+    7/8 against the other row's 8/8, not "fewer" (p = 0.5): it changes. 4/8 at 5,000 is also
+    "more" than 0/8 (p = 0.038) and still "fewer" than 8/8 (p = 0.038): it survives."""
+    c = SPEC["claim"][0]
+    for k_long, want in ((7, "changes"), (4, "survives")):
+        report = _budget_report({(c["a"], 2500): 0, (c["a"], 5000): k_long})
+        lines = lv.budget_lines(SPEC, _contested_answers(), report)
+        line = next(x for x in lines if x.startswith(f"- {c['claim']}"))
+        p_more = fisher_exact([[k_long, 8 - k_long], [0, 8]], alternative="greater").pvalue
+        p = fisher_exact([[k_long, 8 - k_long], [8, 0]], alternative="less").pvalue
+        assert p_more < 0.05
+        assert f"**{want}**" in line and f"p = {p:.2g}" in line, (line, p)
