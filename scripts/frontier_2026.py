@@ -15,6 +15,7 @@ the shipped `frontier-2026` reference packed from them (`make frontier-2026`).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -219,8 +220,13 @@ def window_verdict_lines() -> list[str]:
     out = ["**Across the lr window** ([the lr windows](../lr-window/README.md)): the placements' "
            "verdicts that rested on an lr at the edge of the pilot's grid, re-tested on fresh "
            "seeds at each row's best lr:", ""]
-    return out + [f"- {v.claim}: registered \"{v.registered}\", **{v.verdict}** ({v.detail})."
-                  for v in vs]
+    out += [f"- {v.claim}: registered \"{v.registered}\", **{v.verdict}** ({v.detail})."
+            for v in vs]
+    budget = LR_WINDOW / "double-budget-16" / "report.json"
+    if budget.is_file():
+        out += ["", lv.budget_summary(spec, json.loads(budget.read_text())).rstrip(".") +
+                " ([Budget beside lr](../lr-window/README.md#budget-beside-lr))."]
+    return out
 
 
 def main() -> int:

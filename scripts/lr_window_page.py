@@ -45,7 +45,9 @@ def render(readme: str) -> tuple[str, list[dict]]:
     text = _replace(readme, BEGIN, END, lv.table_lines(spec, answers))
     if BUDGET.is_file():
         report = json.loads(BUDGET.read_text())
-        text = _replace(text, BUDGET_BEGIN, BUDGET_END, lv.budget_lines(spec, answers, report))
+        same = lv.same_start(BUDGET.parent, (2500, 5000))
+        text = _replace(text, BUDGET_BEGIN, BUDGET_END,
+                        lv.budget_lines(spec, answers, report, same=same))
     return text, [a for a in answers.values() if a is not None]
 
 

@@ -14,11 +14,13 @@ docs/results/lr-window/README.md and the figure of every measured row."""
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from scipy.stats import fisher_exact
 
+from recall_lab import checkpoint as ck
 from recall_lab.config import read_toml
 from recall_lab.experiments import lr_window as lw
 
@@ -133,8 +135,29 @@ def _steps_text(surv: dict | None) -> str:
     return f"{fmt(surv['median'])} [{fmt(surv['median_lo'])}, {fmt(surv['median_hi'])}]"
 
 
+def same_start(folder: Path, budgets: tuple[int, int]) -> tuple[int, int]:
+    """(identical, pairs): of the runs under `folder` at the longer budget that have a twin at
+    the shorter one (same model name and seed), how many repeat the twin's validation rows up
+    to the shorter budget exactly. The lr is constant after the warm-up and the data stream is
+    the seed's, so a longer run is its shorter twin continued; this checks it on the records."""
+    short, long_ = budgets
+    runs: dict[tuple[str, int, int], list] = {}
+    for cfg in sorted(Path(folder).glob(f"*/{ck.CONFIG}")):
+        c = json.loads(cfg.read_text())
+        key = (c["model"]["name"], int(c["train"]["seed"]), int(c["train"]["steps"]))
+        rows = [(r["step"], r.get("acc"), r.get("loss")) for r in ck.read_lines(cfg.parent /
+                                                                                 ck.METRICS)
+                if r.get("split") == "valid" and isinstance(r.get("step"), int)
+                and r["step"] <= short]
+        runs[key] = rows
+    pairs = [(rows, runs[(m, s, short)]) for (m, s, steps), rows in runs.items()
+             if steps == long_ and (m, s, short) in runs]
+    return sum(a == b for a, b in pairs), len(pairs)
+
+
 def budget_lines(spec: dict, answers: dict[str, dict | None], report: dict,
-                 budgets: tuple[int, int] = (2500, 5000)) -> list[str]:
+                 budgets: tuple[int, int] = (2500, 5000),
+                 same: tuple[int, int] | None = None) -> list[str]:
     """The budget measurement (experiments/lr-window/double-budget-16.toml, its report.json):
     each contested row's confirmation seeds at the budget and at twice it, the claims, and each
     contested verdict re-read with the longer budget's count where it solved more (the rule its
@@ -154,10 +177,14 @@ def budget_lines(spec: dict, answers: dict[str, dict | None], report: dict,
             k, n = int(g["solved"]["k"]), int(g["solved"]["n"])
             counts[(row, steps)] = (k, n)
             acc = g.get("per_seed") or []
-            acc_text = f"{min(acc):.2f}-{max(acc):.2f}" if acc else "-"
+            acc_text = (f"{min(acc):.2f}-{max(acc):.2f} (median {statistics.median(acc):.2f})"
+                        if acc else "-")
             lines.append(f"| `{row}` | {steps:,} | {k}/{n} [{g['solved']['lo']:.2f}, "
                          f"{g['solved']['hi']:.2f}] | {acc_text} | "
                          f"{_steps_text(g.get('survival'))} |")
+    if same is not None:
+        lines += ["", f"The {long_:,}-step runs continue their {short:,}-step twins: validation "
+                      f"rows to step {short:,} identical in {same[0]} of {same[1]} pairs."]
     checks = {c["claim"]: c for c in report.get("checks", [])}
     lines += ["", "| claim (registered before the runs) | verdict | detail |",
               "| --- | --- | --- |"]
@@ -184,8 +211,29 @@ def budget_lines(spec: dict, answers: dict[str, dict | None], report: dict,
     return lines
 
 
+def budget_summary(spec: dict, report: dict, budgets: tuple[int, int] = (2500, 5000)) -> str:
+    """One sentence: each contested row's count at both budgets and whether the longer one
+    solved more (one-sided Fisher), for pages that link the lr-window page's budget block."""
+    short, long_ = budgets
+    level = float(spec.get("level", 0.05))
+    parts, more = [], []
+    for row in dict.fromkeys(c["a"] for c in spec["claim"]):
+        gs, gl = _budget_group(report, row, short), _budget_group(report, row, long_)
+        if gs is None or gl is None:
+            return f"The budget measurement has not finished ({row})."
+        a = (int(gl["solved"]["k"]), int(gl["solved"]["n"]))
+        b = (int(gs["solved"]["k"]), int(gs["solved"]["n"]))
+        parts.append(f"{row} {a[0]}/{a[1]} (against {b[0]}/{b[1]})")
+        more.append(_p(a, b, "more") < level)
+    verdict = ("neither solved more seeds, so the verdicts are not about the budget"
+               if not any(more) else "a row solved more seeds: its verdict is re-read there")
+    return (f"At twice the budget ({long_:,} steps, the same confirmation seeds): "
+            f"{', '.join(parts)} at {short:,}; {verdict}.")
+
+
 def load(claims: Path) -> dict:
     return read_toml(Path(claims))
 
 
-__all__ = ["Verdict", "budget_lines", "confirmation", "load", "read_answers", "table_lines", "verdicts"]
+__all__ = ["Verdict", "budget_lines", "budget_summary", "confirmation", "load", "read_answers",
+           "same_start", "table_lines", "verdicts"]

@@ -4,6 +4,7 @@ committed page's verdict table is what its records give (scripts/lr_window_page.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_budget_reading_keeps_the_verdict_where_the_longer_budget_solves_no_more
     report = _budget_report({(r, s): 1 for r in rows for s in (2500, 5000)})
     text = "\n".join(lv.budget_lines(SPEC, _contested_answers(), report))
     assert text.count("not about the budget") == len(SPEC["claim"])
-    assert "| 1/8 [0.00, 1.00] | 0.50-0.99 | >2500 [>2500, >2500] |" in text
+    assert "| 1/8 [0.00, 1.00] | 0.50-0.99 (median 0.50) | >2500 [>2500, >2500] |" in text
 
 
 def test_budget_reading_re_reads_the_verdict_with_the_longer_budgets_count():
@@ -110,3 +111,35 @@ def test_budget_reading_re_reads_the_verdict_with_the_longer_budgets_count():
         p = fisher_exact([[k_long, 8 - k_long], [8, 0]], alternative="less").pvalue
         assert p_more < 0.05
         assert f"**{want}**" in line and f"p = {p:.2g}" in line, (line, p)
+
+
+def _run(folder: Path, name: str, seed: int, steps: int, accs: list[float]) -> None:
+    d = folder / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model": {"name": "rwkv7"},
+                                               "train": {"seed": seed, "steps": steps}}))
+    (d / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": 100 * (i + 1), "split": "valid", "acc": a}) + "\n"
+        for i, a in enumerate(accs)))
+
+
+def test_same_start_counts_the_longer_runs_that_repeat_their_twins_first_steps(tmp_path):
+    """A 5,000-step run is its 2,500-step twin continued (constant lr after the warm-up): its
+    validation rows up to the shorter budget must be the twin's, value for value."""
+    _run(tmp_path, "a", 100, 200, [0.1, 0.2])
+    _run(tmp_path, "b", 100, 400, [0.1, 0.2, 0.3, 0.4])
+    _run(tmp_path, "c", 101, 200, [0.1, 0.2])
+    _run(tmp_path, "d", 101, 400, [0.1, 0.25, 0.3, 0.4])  # differs before step 200
+    _run(tmp_path, "e", 102, 400, [0.1, 0.2, 0.3, 0.4])  # no twin
+    assert lv.same_start(tmp_path, (200, 400)) == (1, 2)
+
+
+def test_budget_summary_says_whether_a_row_solved_more_at_the_longer_budget():
+    rows = list(dict.fromkeys(c["a"] for c in SPEC["claim"]))
+    same = _budget_report({(r, s): 1 for r in rows for s in (2500, 5000)})
+    assert "not about the budget" in lv.budget_summary(SPEC, same)
+    assert all(f"{r} 1/8 (against 1/8)" in lv.budget_summary(SPEC, same) for r in rows)
+    moved = _budget_report({**{(r, s): 0 for r in rows for s in (2500, 5000)},
+                            (rows[0], 5000): 6})  # 6/8 against 0/8: p = 0.0035
+    assert "re-read" in lv.budget_summary(SPEC, moved)
+    assert "has not finished" in lv.budget_summary(SPEC, _budget_report({(rows[0], 2500): 0}))
