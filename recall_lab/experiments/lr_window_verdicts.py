@@ -231,9 +231,37 @@ def budget_summary(spec: dict, report: dict, budgets: tuple[int, int] = (2500, 5
             f"{', '.join(parts)} at {short:,}; {verdict}.")
 
 
+def band_lines(answers: list[dict]) -> list[str]:
+    """Exploratory windows at one table (each a window.json), one row each: seeds solved per lr
+    over the union of the rows' ladders ("reused": counted from a reference's or placement's
+    records, not retrained), the best lr in bold, the edge flag, the window's text."""
+    if not answers:
+        return ["Not measured yet."]
+    lrs = sorted({r["lr"] for a in answers for r in a["rungs"]})
+    lines = ["| row | " + " | ".join(f"{lr:g}" for lr in lrs) + " | best lr | window |",
+             "| --- |" + " --- |" * (len(lrs) + 2)]
+    for a in answers:
+        by = {r["lr"]: r for r in a["rungs"] if r["solved"]["n"]}
+        cells = []
+        for lr in lrs:
+            r = by.get(lr)
+            if r is None:
+                cells.append("-")
+                continue
+            text = f"{r['solved']['k']}/{r['solved']['n']}"
+            text = f"**{text}**" if lr == a.get("best") else text
+            if any(s.get("reused") for s in r.get("seeds", [])):
+                text += " (reused)"
+            cells.append(text)
+        best = "-" if a.get("best") is None else f"{a['best']:g}"
+        lines.append(f"| `{a['label']}` | " + " | ".join(cells) +
+                     f" | {best}{' (edge)' if a.get('edge') else ''} | {lw.window_text(a)} |")
+    return lines
+
+
 def load(claims: Path) -> dict:
     return read_toml(Path(claims))
 
 
-__all__ = ["Verdict", "budget_lines", "budget_summary", "confirmation", "load", "read_answers",
+__all__ = ["Verdict", "band_lines", "budget_lines", "budget_summary", "confirmation", "load", "read_answers",
            "same_start", "table_lines", "verdicts"]

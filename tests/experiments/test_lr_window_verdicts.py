@@ -143,3 +143,29 @@ def test_budget_summary_says_whether_a_row_solved_more_at_the_longer_budget():
                             (rows[0], 5000): 6})  # 6/8 against 0/8: p = 0.0035
     assert "re-read" in lv.budget_summary(SPEC, moved)
     assert "has not finished" in lv.budget_summary(SPEC, _budget_report({(rows[0], 2500): 0}))
+
+
+def _window(label: str, counts: dict[float, tuple[int, int]], best: float, edge: bool = False,
+            reused: float | None = None) -> dict:
+    rungs = [{"lr": lr, "solved": {"k": k, "n": n, "text": f"{k}/{n}"},
+              "seeds": [{"seed": i, "acc": 0.5, "reused": "reference" if lr == reused else None}
+                        for i in range(n)]}
+             for lr, (k, n) in sorted(counts.items())]
+    return {"label": label, "table": 32.0, "table_name": "32 pairs", "best": best,
+            "seeds": [0, 1, 2], "rungs": rungs, "ladder": sorted(counts), "edge": edge,
+            "window": sorted(counts), "width_decades": 2.0, "solved_any": True,
+            "contiguous": True, "settled": True}
+
+
+def test_band_lines_read_each_exploratory_window_by_lr():
+    a = _window("deltanet / num_heads=4", {3e-4: (0, 3), 1e-3: (1, 3), 3e-3: (2, 3)}, 3e-3,
+                edge=True, reused=1e-3)
+    b = _window("kda / num_heads=4", {1e-3: (0, 3), 3e-3: (1, 3), 1e-2: (0, 3)}, 3e-3)
+    text = "\n".join(lv.band_lines([a, b]))
+    head = text.splitlines()[0]
+    assert "| 0.0003 | 0.001 | 0.003 | 0.01 |" in head  # the union of the ladders, in order
+    row_a = next(x for x in text.splitlines() if x.startswith("| `deltanet"))
+    assert "| 0/3 | 1/3 (reused) | **2/3** | - |" in row_a and "(edge)" in row_a
+    row_b = next(x for x in text.splitlines() if x.startswith("| `kda"))
+    assert "| - | 0/3 | **1/3** | 0/3 |" in row_b and "(edge)" not in row_b
+    assert lv.band_lines([]) == ["Not measured yet."]
