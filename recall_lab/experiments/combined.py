@@ -219,7 +219,7 @@ def windows_from(folder: Path) -> dict[str, str]:
     """Each measured lr window under `folder` (its */window.json, as `recall-lab lr-window`
     writes it), by row (`label_key`): "1e-3 to 3e-3 (0.5 decades) at 16 pairs", a row's
     windows at several tables in table order, joined by "; ". A window with fewer than
-    EXPLORATORY_SEEDS seeds per lr says "(exploratory: N seeds per lr)": with 3 seeds, 3/3
+    EXPLORATORY_SEEDS seeds per lr says "(exploratory: at most N seeds per lr)": with 3 seeds, 3/3
     against 0/3 is one-sided Fisher p = 0.05, so no lr can fall outside it."""
     found: dict[str, list[tuple[float, str]]] = {}
     for path in sorted(Path(folder).glob("*/window.json")):
@@ -227,7 +227,7 @@ def windows_from(folder: Path) -> dict[str, str]:
         text = f"{window_text(a)} at {a['table_name']}"
         seeds = len(a.get("seeds") or [])
         if 0 < seeds < EXPLORATORY_SEEDS:
-            text += f" (exploratory: {seeds} seeds per lr)"
+            text += f" (exploratory: at most {seeds} seeds per lr)"
         found.setdefault(label_key(a["label"]), []).append((float(a.get("table", 0)), text))
     return {row: "; ".join(t for _, t in sorted(ws)) for row, ws in found.items()}
 

@@ -66,5 +66,6 @@ def window_figure(answers: list[dict], path: Path):
     # under the axes, two columns: beside them, long row labels squeeze the axes to a strip
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
               frameon=False)
-    ax.set_title(ax.get_title() + "; stars: fresh seeds at the best lr", fontsize=10)
+    if any((a.get("confirmation") or {}).get("solved", {}).get("n") for a in answers):
+        ax.set_title(ax.get_title() + "; stars: fresh seeds at the best lr", fontsize=10)
     return save_figure(fig, path), ax
