@@ -165,7 +165,7 @@ def test_band_lines_read_each_exploratory_window_by_lr():
     head = text.splitlines()[0]
     assert "| 0.0003 | 0.001 | 0.003 | 0.01 |" in head  # the union of the ladders, in order
     row_a = next(x for x in text.splitlines() if x.startswith("| `deltanet"))
-    assert "| 0/3 | 1/3 (reused) | **2/3** | - |" in row_a and "(edge)" in row_a
+    assert "| 0/3, 0.50 | 1/3, 0.50 (reused) | **2/3**, 0.50 | - |" in row_a and "(edge)" in row_a
     row_b = next(x for x in text.splitlines() if x.startswith("| `kda"))
-    assert "| - | 0/3 | **1/3** | 0/3 |" in row_b and "(edge)" not in row_b
+    assert "| - | 0/3, 0.50 | **1/3**, 0.50 | 0/3, 0.50 |" in row_b and "(edge)" not in row_b
     assert lv.band_lines([]) == ["Not measured yet."]
