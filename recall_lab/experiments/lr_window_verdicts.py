@@ -8,6 +8,10 @@ the placements used, and says whether the registered verdict survives the window
                the contested row would change the verdict (the file's `flip_at`, written
                before the runs)
 
+Also the page's two other generated blocks: the budget measurement (`budget_lines`,
+`budget_summary`, `same_start`: the contested rows' confirmation seeds at twice the budget) and
+the exploratory windows of the 32-pair band (`band_lines`).
+
 Read by `scripts/lr_window_page.py`, which writes the verdict table into
 docs/results/lr-window/README.md and the figure of every measured row."""
 
@@ -185,10 +189,9 @@ def budget_lines(spec: dict, answers: dict[str, dict | None], report: dict,
     if same is not None:
         lines += ["", f"The {long_:,}-step runs continue their {short:,}-step twins: validation "
                       f"rows to step {short:,} identical in {same[0]} of {same[1]} pairs."]
-    checks = {c["claim"]: c for c in report.get("checks", [])}
     lines += ["", "| claim (registered before the runs) | verdict | detail |",
               "| --- | --- | --- |"]
-    for c in checks.values():
+    for c in report.get("checks", []):
         lines.append(f"| {c['claim']} | **{c['verdict']}** | {c['detail']} |")
     lines += [""]
     for c in spec["claim"]:
