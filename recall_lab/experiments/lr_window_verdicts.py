@@ -169,8 +169,8 @@ def budget_lines(spec: dict, answers: dict[str, dict | None], report: dict,
     short, long_ = budgets
     level = float(spec.get("level", 0.05))
     rows = list(dict.fromkeys(c["a"] for c in spec["claim"]))
-    lines = [f"| row | steps | seeds solved | held-out accuracy per seed | "
-             f"median steps to solve (Kaplan-Meier) |", "| --- | --- | --- | --- | --- |"]
+    lines = ["| row | steps | seeds solved | held-out accuracy per seed | "
+             "median steps to solve (Kaplan-Meier) |", "| --- | --- | --- | --- | --- |"]
     counts: dict[tuple[str, int], tuple[int, int]] = {}
     for row in rows:
         for steps in budgets:
@@ -270,5 +270,5 @@ def load(claims: Path) -> dict:
     return read_toml(Path(claims))
 
 
-__all__ = ["Verdict", "band_lines", "budget_lines", "budget_summary", "confirmation", "load", "read_answers",
-           "same_start", "table_lines", "verdicts"]
+__all__ = ["Verdict", "band_lines", "budget_lines", "budget_summary", "confirmation", "load",
+           "read_answers", "same_start", "table_lines", "verdicts"]
