@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     from recall_lab.experiments.lr_window_plot import window_figure
 
     window_figure(measured, FOLDER / "lr-window.png")
-    if band():
-        window_figure(band(), FOLDER / "lr-window-32.png")
+    band32 = band()
+    if band32:
+        window_figure(band32, FOLDER / "lr-window-32.png")
     print(f"wrote {readme} and {FOLDER / 'lr-window.png'} ({len(measured)} rows measured; "
-          f"{len(band())} at 32 pairs)")
+          f"{len(band32)} at 32 pairs)")
     return 0
 
 
