@@ -236,9 +236,9 @@ def budget_summary(spec: dict, report: dict, budgets: tuple[int, int] = (2500, 5
 
 def band_lines(answers: list[dict]) -> list[str]:
     """Exploratory windows at one table (each a window.json), one row each: seeds solved per lr
-    and their mean held-out accuracy over the union of the rows' ladders ("reused": counted
-    from a reference's or placement's records, not retrained), the best lr in bold, the edge
-    flag, the window's text."""
+    (Wilson 95%) and their mean held-out accuracy over the union of the rows' ladders
+    ("reused": counted from a reference's or placement's records, not retrained), the best lr
+    in bold, the edge flag, the window's text."""
     if not answers:
         return ["Not measured yet."]
     lrs = sorted({r["lr"] for a in answers for r in a["rungs"]})
@@ -252,8 +252,10 @@ def band_lines(answers: list[dict]) -> list[str]:
             if r is None:
                 cells.append("-")
                 continue
-            text = f"{r['solved']['k']}/{r['solved']['n']}"
+            sv = r["solved"]
+            text = f"{sv['k']}/{sv['n']}"
             text = f"**{text}**" if lr == a.get("best") else text
+            text += f" [{sv['lo']:.2f}, {sv['hi']:.2f}]"
             accs = [s["acc"] for s in r.get("seeds", []) if s.get("acc") is not None]
             if accs:
                 text += f", {statistics.mean(accs):.2f}"

@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import fisher_exact
 
 from recall_lab.experiments import lr_window_verdicts as lv
+from recall_lab.experiments import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = lv.load(ROOT / "experiments" / "lr-window" / "contested-16.toml")
@@ -147,7 +148,8 @@ def test_budget_summary_says_whether_a_row_solved_more_at_the_longer_budget():
 
 def _window(label: str, counts: dict[float, tuple[int, int]], best: float, edge: bool = False,
             reused: float | None = None) -> dict:
-    rungs = [{"lr": lr, "solved": {"k": k, "n": n, "text": f"{k}/{n}"},
+    rungs = [{"lr": lr, "solved": {"k": k, "n": n, "text": f"{k}/{n}",
+                                   "lo": stats.wilson(k, n).lo, "hi": stats.wilson(k, n).hi},
               "seeds": [{"seed": i, "acc": 0.5, "reused": "reference" if lr == reused else None}
                         for i in range(n)]}
              for lr, (k, n) in sorted(counts.items())]
@@ -165,7 +167,11 @@ def test_band_lines_read_each_exploratory_window_by_lr():
     head = text.splitlines()[0]
     assert "| 0.0003 | 0.001 | 0.003 | 0.01 |" in head  # the union of the ladders, in order
     row_a = next(x for x in text.splitlines() if x.startswith("| `deltanet"))
-    assert "| 0/3, 0.50 | 1/3, 0.50 (reused) | **2/3**, 0.50 | - |" in row_a and "(edge)" in row_a
+    w = {k: stats.wilson(k, 3) for k in range(4)}
+    iv = {k: f"[{r.lo:.2f}, {r.hi:.2f}]" for k, r in w.items()}
+    assert (f"| 0/3 {iv[0]}, 0.50 | 1/3 {iv[1]}, 0.50 (reused) | **2/3** {iv[2]}, 0.50 | - |"
+            in row_a and "(edge)" in row_a)
     row_b = next(x for x in text.splitlines() if x.startswith("| `kda"))
-    assert "| - | 0/3, 0.50 | **1/3**, 0.50 | 0/3, 0.50 |" in row_b and "(edge)" not in row_b
+    assert (f"| - | 0/3 {iv[0]}, 0.50 | **1/3** {iv[1]}, 0.50 | 0/3 {iv[0]}, 0.50 |" in row_b
+            and "(edge)" not in row_b)
     assert lv.band_lines([]) == ["Not measured yet."]
